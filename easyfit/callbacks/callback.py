@@ -1,0 +1,95 @@
+"""The callback base class, with Keras' hook names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..trainer import Trainer
+
+__all__ = ["Callback"]
+
+Logs = Mapping[str, Any]
+
+
+class Callback:
+    """Base class of callbacks: override the hooks you need.
+
+    Hooks get ``logs``, a mapping of metric names to floats (``loss``, ``accuracy``,
+    ``val_loss``, ...). Batch-level ``logs`` are computed only when read: a callback that does
+    not look at them costs no host synchronisation, and hooks nobody overrides are never called.
+    ``batch`` counts *dispatches*: with ``steps_per_execution=k`` batch hooks fire every k steps,
+    as in Keras.
+
+    Set ``self.trainer.stop_training = True`` to stop training (after the current batch; the
+    epoch's end hooks still run).
+
+    Example:
+        >>> import easyfit as ef
+        >>> class StopAt(ef.callbacks.Callback):
+        ...     def __init__(self, accuracy):
+        ...         super().__init__()
+        ...         self.accuracy = accuracy
+        ...     def on_epoch_end(self, epoch, logs=None):
+        ...         if logs["accuracy"] >= self.accuracy:
+        ...             self.trainer.stop_training = True
+    """
+
+    def __init__(self) -> None:
+        self.trainer: Trainer | None = None
+        self.params: dict[str, Any] = {}
+
+    def set_trainer(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        """Run parameters: ``epochs``, ``steps`` (dispatches per epoch), ``verbose``, ..."""
+        self.params = params
+
+    @property
+    def model(self) -> Trainer | None:
+        """Keras' name for the object being trained (here the Trainer)."""
+        return self.trainer
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        """Before the first epoch."""
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        """After the last epoch, also when training stops early or is interrupted."""
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        """Before each epoch."""
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        """After each epoch, with training and validation metrics."""
+
+    def on_train_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        """Before each training dispatch."""
+
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        """After each training dispatch, with the epoch's running metrics."""
+
+    def on_test_begin(self, logs: Logs | None = None) -> None:
+        """Before evaluation (also the validation inside fit)."""
+
+    def on_test_end(self, logs: Logs | None = None) -> None:
+        """After evaluation, with its metrics."""
+
+    def on_test_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        """Before each evaluation dispatch."""
+
+    def on_test_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        """After each evaluation dispatch."""
+
+    def on_predict_begin(self, logs: Logs | None = None) -> None:
+        """Before prediction."""
+
+    def on_predict_end(self, logs: Logs | None = None) -> None:
+        """After prediction."""
+
+    def on_predict_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        """Before each prediction dispatch."""
+
+    def on_predict_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        """After each prediction dispatch."""

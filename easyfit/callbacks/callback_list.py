@@ -1,0 +1,65 @@
+"""Calls a list of callbacks; skips hooks nobody overrides."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .callback import Callback
+
+__all__ = ["CallbackList", "LazyLogs"]
+
+
+class LazyLogs(Mapping):
+    """Logs computed on first read (reading them syncs the host with the device)."""
+
+    def __init__(self, compute: Callable[[], dict[str, float]]):
+        self._compute = compute
+        self._logs: dict[str, float] | None = None
+
+    def _get(self) -> dict[str, float]:
+        if self._logs is None:
+            self._logs = self._compute()
+        return self._logs
+
+    def __getitem__(self, key: str) -> float:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+def _overrides(cb: Callback, hook: str) -> bool:
+    return getattr(type(cb), hook) is not getattr(Callback, hook)
+
+
+class CallbackList:
+    """Dispatches each hook to the callbacks that override it, in order."""
+
+    def __init__(self, callbacks: Sequence[Callback], trainer: Any, params: dict[str, Any]):
+        self.callbacks = list(callbacks)
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks: {cb!r} is not an easyfit.callbacks.Callback")
+            cb.set_trainer(trainer)
+            cb.set_params(params)
+        self._by_hook: dict[str, list[Callback]] = {}
+
+    def wants(self, hook: str) -> bool:
+        """Whether any callback overrides ``hook`` (else the caller can skip building logs)."""
+        return bool(self._listeners(hook))
+
+    def _listeners(self, hook: str) -> list[Callback]:
+        if hook not in self._by_hook:
+            self._by_hook[hook] = [cb for cb in self.callbacks if _overrides(cb, hook)]
+        return self._by_hook[hook]
+
+    def call(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
+        for cb in self._listeners(hook):
+            getattr(cb, hook)(*args, logs)

@@ -1,0 +1,56 @@
+"""History: the per-epoch logs of a fit, as in Keras."""
+
+from __future__ import annotations
+
+import os
+
+from .callback import Callback, Logs
+
+__all__ = ["History"]
+
+
+class History(Callback):
+    """Records every epoch's logs; ``fit`` returns it.
+
+    Attributes:
+        history: ``{"loss": [...], "accuracy": [...], "val_loss": [...], ...}``, one value per
+            epoch.
+        epoch: the epoch indices recorded.
+
+    Example:
+        >>> from easyfit.callbacks import History
+        >>> h = History()
+        >>> h.on_train_begin()
+        >>> h.on_epoch_end(0, {"loss": 0.5})
+        >>> h.history, h.epoch
+        ({'loss': [0.5]}, [0])
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[str, list[float]] = {}
+        self.epoch: list[int] = []
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.epoch = []
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        self.epoch.append(epoch)
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(value)
+
+    def plot(self, path: str | os.PathLike | None = None):
+        """Draws loss and every metric per epoch (training and validation) with matplotlib.
+
+        Args:
+            path: where to save a PNG (None: do not save).
+
+        Returns:
+            The matplotlib Figure.
+
+        Raises:
+            ImportError: matplotlib is not installed (``pip install "easyfit[plot]"``).
+        """
+        from ._plot import plot_history
+
+        return plot_history(self.history, self.epoch, path)

@@ -1,0 +1,69 @@
+"""ProgbarLogger: a tqdm bar per epoch, or one line per epoch when stdout is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .callback import Callback, Logs
+
+__all__ = ["ProgbarLogger"]
+
+
+def _fmt(logs: Logs) -> str:
+    return " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
+
+
+class ProgbarLogger(Callback):
+    """Shows progress: a tqdm bar with loss and metrics (refreshed at most every ``interval``
+    seconds, the only moments it reads metrics from the device), or, when stdout is not a
+    terminal or ``verbose=2``, one line per epoch.
+
+    Args:
+        verbose: 1 for a bar (a line per epoch when not on a terminal), 2 for a line per epoch.
+        interval: seconds between refreshes of the metrics shown on the bar.
+    """
+
+    def __init__(self, verbose: int = 1, interval: float = 0.5):
+        super().__init__()
+        self.verbose = verbose
+        self.interval = interval
+        self._bar = None
+
+    def _use_bar(self) -> bool:
+        return self.verbose == 1 and sys.stdout.isatty()
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        self._start = time.perf_counter()
+        self._last = self._start
+        self._epoch = epoch
+        if self._use_bar():
+            from tqdm.auto import tqdm
+
+            steps = self.params.get("steps") or None
+            self._bar = tqdm(total=steps, desc=f"Epoch {epoch + 1}/{self.params.get('epochs')}",
+                             unit="batch", file=sys.stdout, dynamic_ncols=True, leave=True)
+
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        if self._bar is None:
+            return
+        self._bar.update(1)
+        now = time.perf_counter()
+        if logs is not None and now - self._last >= self.interval:
+            self._last = now
+            self._bar.set_postfix({k: f"{v:.4f}" for k, v in logs.items()}, refresh=False)
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        seconds = time.perf_counter() - self._start
+        if self._bar is not None:
+            self._bar.set_postfix({k: f"{v:.4f}" for k, v in (logs or {}).items()}, refresh=False)
+            self._bar.close()
+            self._bar = None
+            return
+        print(f"Epoch {epoch + 1}/{self.params.get('epochs')} - {seconds:.1f}s - "
+              f"{_fmt(logs or {})}", flush=True)
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

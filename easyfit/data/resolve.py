@@ -1,0 +1,73 @@
+"""What users pass (a path, arrays, a source) -> a Source."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import DataError
+from .arrays import Arrays
+from .base import Source
+from .folder import ImageFolder
+
+__all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
+
+#: Sub-folders of a data root taken for validation, in order of preference.
+VALIDATION_NAMES = ("val", "validation", "test", "testing")
+
+
+def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
+    """``(train, validation or None)`` when ``root`` holds ``train/``; else None.
+
+    Example:
+        >>> import os, tempfile
+        >>> from easyfit.data import split_layout
+        >>> root = tempfile.mkdtemp()
+        >>> for d in ("train", "test"):
+        ...     os.makedirs(os.path.join(root, d))
+        >>> [os.path.basename(p) for p in split_layout(root)]
+        ['train', 'test']
+    """
+    root = os.fspath(root)
+    train = os.path.join(root, "train")
+    if not os.path.isdir(train):
+        return None
+    val = next((os.path.join(root, v) for v in VALIDATION_NAMES
+                if os.path.isdir(os.path.join(root, v))), None)
+    return train, val
+
+
+def to_source(data: Any, y: Any = None, *, like: Source | None = None,
+              argument: str = "x") -> Source:
+    """A Source from a path, arrays, an ``(x, y)`` tuple or a Source.
+
+    Args:
+        data: the data.
+        y: labels, when ``data`` is an array.
+        like: a source whose image settings (size, color mode) a folder path should share,
+            e.g. the training folder when resolving the validation folder.
+        argument: the argument's name, for error messages.
+    """
+    if isinstance(data, Source):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        if y is not None:
+            raise DataError(f"y: not used with a path ({os.fspath(data)}); labels come from "
+                            "the class folders")
+        if not isinstance(like, ImageFolder):
+            return ImageFolder(data)
+        folder = ImageFolder(data, image_size=like.image_size if like.resize else None,
+                             color_mode=like.color_mode, decoder=like.decoder,
+                             transform=like.transform)
+        if folder.image_size != like.image_size:
+            raise DataError(f"{folder.root}: images are {folder.image_size[0]}x"
+                            f"{folder.image_size[1]} but those of {like.root} are "
+                            f"{like.image_size[0]}x{like.image_size[1]}; pass "
+                            "ImageFolder(..., image_size=(height, width)) to resize them")
+        return folder
+    if isinstance(data, tuple) and y is None and len(data) == 2:
+        return Arrays(*data, scale=like.scale if isinstance(like, Arrays) else None)
+    if hasattr(data, "__array__") or isinstance(data, list):
+        return Arrays(data, y, scale=like.scale if isinstance(like, Arrays) else None)
+    raise DataError(f"{argument}: expected a path, arrays or an easyfit.data source, got "
+                    f"{type(data).__name__}")

@@ -1,0 +1,115 @@
+"""Keras metric names -> clu metrics, merged on the device inside the jitted steps.
+
+Every metric receives the model outputs as keyword arguments: ``outputs``, ``labels``, ``loss``
+(per-sample losses) and ``mask`` (False for padding rows, which never count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from clu import metrics as clu_metrics
+
+__all__ = ["build_collection"]
+
+
+def _class_of(outputs: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Predicted and true classes, for sparse, one-hot and binary labels."""
+    if outputs.shape[-1] == 1 or outputs.ndim == 1:
+        pred = (outputs.reshape(outputs.shape[0], -1)[:, 0] > 0).astype(jnp.int32)
+        return pred, (labels.reshape(labels.shape[0], -1)[:, 0] > 0.5).astype(jnp.int32)
+    pred = outputs.argmax(-1)
+    true = labels.argmax(-1) if labels.ndim == outputs.ndim else labels
+    return pred, true.astype(pred.dtype)
+
+
+def _accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
+    pred, true = _class_of(outputs, labels)
+    return (pred == true).astype(jnp.float32)
+
+
+def _top_k(k: int) -> Callable[..., jax.Array]:
+    def top_k_accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
+        true = labels.argmax(-1) if labels.ndim == outputs.ndim else labels
+        true_score = jnp.take_along_axis(outputs, true.astype(jnp.int32)[:, None], -1)
+        return ((outputs > true_score).sum(-1) < k).astype(jnp.float32)
+    return top_k_accuracy
+
+
+def _error(power: int) -> Callable[..., jax.Array]:
+    def error(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
+        d = outputs - labels.reshape(outputs.shape).astype(outputs.dtype)
+        d = d * d if power == 2 else jnp.abs(d)
+        return d.reshape(d.shape[0], -1).mean(-1)
+    return error
+
+
+_BY_NAME: dict[str, Callable[..., jax.Array]] = {
+    "accuracy": _accuracy,
+    "acc": _accuracy,
+    "top_k_accuracy": _top_k(5),
+    "sparse_top_k_categorical_accuracy": _top_k(5),
+    "top_k_categorical_accuracy": _top_k(5),
+    "mse": _error(2),
+    "mean_squared_error": _error(2),
+    "mae": _error(1),
+    "mean_absolute_error": _error(1),
+}
+
+
+def _from_values(fn: Callable[..., jax.Array]) -> type[clu_metrics.Metric]:
+    """A masked average of ``fn(outputs, labels)``'s per-sample values."""
+    def values(outputs: jax.Array, labels: jax.Array, mask: jax.Array | None = None,
+               **_: Any) -> dict[str, jax.Array]:
+        return {"values": fn(outputs=outputs, labels=labels), "mask": mask}
+    return clu_metrics.Average.from_fun(values)
+
+
+def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
+    if isinstance(metric, str):
+        if metric not in _BY_NAME:
+            raise ValueError(f"metrics: unknown metric {metric!r}; expected one of "
+                             f"{sorted(_BY_NAME)}, a callable or a clu Metric class")
+        return metric, _from_values(_BY_NAME[metric])
+    if isinstance(metric, type) and issubclass(metric, clu_metrics.Metric):
+        return metric.__name__.lower(), metric
+    if callable(metric):
+        fn = metric
+        name = getattr(metric, "__name__", type(metric).__name__)
+        return name, _from_values(lambda outputs, labels, **_: fn(outputs, labels))
+    raise ValueError(f"metrics: cannot use {metric!r} as a metric")
+
+
+def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None
+                     ) -> type[clu_metrics.Collection]:
+    """A clu Collection with ``loss`` and the requested metrics.
+
+    Args:
+        metrics: Keras names (``"accuracy"``, ``"top_k_accuracy"``, ``"mse"``, ``"mae"``, ...),
+            callables ``(outputs, labels) -> per-sample values`` (averaged over valid samples),
+            clu ``Metric`` classes (given ``outputs``, ``labels``, ``loss``, ``mask``), or a dict
+            of any of those by name.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from easyfit.metrics import build_collection
+        >>> Metrics = build_collection(["accuracy"])
+        >>> m = Metrics.single_from_model_output(
+        ...     outputs=jnp.array([[2.0, 0.0], [2.0, 0.0]]), labels=jnp.array([0, 1]),
+        ...     loss=jnp.array([0.1, 0.3]), mask=jnp.array([True, False]))
+        >>> {k: round(float(v), 3) for k, v in m.compute().items()}
+        {'accuracy': 1.0, 'loss': 0.1}
+    """
+    items = list(metrics.items()) if isinstance(metrics, Mapping) else [
+        _resolve(m) for m in (metrics or [])]
+    fields = {"loss": clu_metrics.Average.from_output("loss")}
+    for name, metric in items:
+        if isinstance(metrics, Mapping):
+            metric = _resolve(metric)[1]
+        if name == "loss":
+            raise ValueError("metrics: 'loss' is always reported; do not list it")
+        fields[name] = metric
+    return clu_metrics.Collection.create(**fields)

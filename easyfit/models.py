@@ -1,0 +1,83 @@
+"""Flax linen and NNX models behind one pure ``(init, apply)`` pair.
+
+``apply(params, model_state, x, train, rng) -> (outputs, model_state)``: ``params`` are what the
+optimizer updates; ``model_state`` is everything else the model carries (linen collections such
+as ``batch_stats``, NNX batch statistics and RNG counters).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import jax
+from flax import linen as nn
+from flax import nnx
+
+__all__ = ["ModelAdapter", "adapt"]
+
+_TRAIN_FLAGS = {"train": True, "training": True, "is_training": True, "deterministic": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAdapter:
+    """A model as pure functions; built by :func:`adapt`."""
+
+    kind: str  # "linen" | "nnx"
+    module: Any  # the linen module, or the NNX graphdef
+    train_flag: str | None = None
+
+    def init(self, rng: jax.Array, x: jax.Array, nnx_state: Any = None) -> tuple[Any, Any]:
+        if self.kind == "nnx":
+            return nnx_state
+        kwargs = self._flag(train=False)
+        p_rng, d_rng = jax.random.split(rng)
+        variables = self.module.init({"params": p_rng, "dropout": d_rng}, x, **kwargs)
+        variables = dict(variables)
+        params = variables.pop("params", {})
+        return params, variables
+
+    def apply(self, params: Any, model_state: Any, x: jax.Array, train: bool,
+              rng: jax.Array | None = None) -> tuple[jax.Array, Any]:
+        if self.kind == "nnx":
+            model = nnx.merge(self.module, params, model_state)
+            model.train() if train else model.eval()
+            out = model(x)
+            _, _, new_state = nnx.split(model, nnx.Param, ...)
+            return out, new_state
+        variables = {"params": params, **model_state}
+        kwargs = self._flag(train)
+        rngs = {"dropout": rng} if rng is not None else None
+        if train and model_state:
+            out, updates = self.module.apply(variables, x, rngs=rngs, mutable=list(model_state),
+                                             **kwargs)
+            return out, {**model_state, **updates}
+        return self.module.apply(variables, x, rngs=rngs, **kwargs), model_state
+
+    def _flag(self, train: bool) -> dict[str, bool]:
+        if self.train_flag is None:
+            return {}
+        on = _TRAIN_FLAGS[self.train_flag]
+        return {self.train_flag: on if train else not on}
+
+
+def adapt(model: Any) -> tuple[ModelAdapter, Any]:
+    """Wraps a linen or NNX module.
+
+    Returns:
+        The adapter, and for NNX the ``(params, model_state)`` split off the module (None for
+        linen, which is initialised later from the first batch).
+
+    Raises:
+        TypeError: ``model`` is neither.
+    """
+    if isinstance(model, nnx.Module):
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        return ModelAdapter("nnx", graphdef), (params, rest)
+    if isinstance(model, nn.Module):
+        params = inspect.signature(type(model).__call__).parameters
+        flag = next((f for f in _TRAIN_FLAGS if f in params), None)
+        return ModelAdapter("linen", model, flag), None
+    raise TypeError(f"model: expected a flax.linen.Module or a flax.nnx.Module, got "
+                    f"{type(model).__name__}")

@@ -1,0 +1,142 @@
+"""Pure step functions, and their jitted multi-step forms.
+
+``make_train_step`` gives the pure core: ``train_step(state, batch) -> (state, metrics)``, with
+``metrics`` a clu Collection of that batch. ``compile_*`` wrap the steps for the trainer: one
+jitted function runs a whole *chunk* (``steps_per_execution`` steps, one ``lax.scan``), merges
+metrics into an accumulator that stays on the device, and donates its input buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .losses import LossFn
+from .models import ModelAdapter
+from .parallel import DATA_AXIS, Placement
+from .state import TrainState
+
+__all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step",
+           "make_train_step", "prepare_inputs"]
+
+Batch = dict[str, jax.Array]
+
+
+def prepare_inputs(x: jax.Array, scale: float | None) -> jax.Array:
+    """Model inputs from what DALI delivered: float32, times ``scale`` (1/255 for 8-bit images)."""
+    x = x.astype(jnp.float32)
+    return x * scale if scale is not None else x
+
+
+def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+    w = mask.astype(values.dtype)
+    return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: LossFn,
+                    metrics: type, scale: float | None) -> Callable[[TrainState, Batch], Any]:
+    """The pure train step: gradients of the masked mean loss, one optimizer update."""
+
+    def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Any]:
+        x, y, mask = prepare_inputs(batch["x"], scale), batch["y"], batch["mask"]
+        rng = jax.random.fold_in(state.rng, state.step)
+
+        def objective(params):
+            out, model_state = adapter.apply(params, state.model_state, x, True, rng)
+            per_sample = loss_fn(out, y)
+            return _masked_mean(per_sample, mask), (out, per_sample, model_state)
+
+        grads, (out, per_sample, model_state) = jax.grad(objective, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                              opt_state=opt_state, model_state=model_state)
+        return state, metrics.single_from_model_output(outputs=out, labels=y, loss=per_sample,
+                                                       mask=mask)
+
+    return train_step
+
+
+def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type,
+                   scale: float | None) -> Callable[[TrainState, Batch], Any]:
+    """The pure evaluation step: metrics of one batch, padding rows excluded."""
+
+    def eval_step(state: TrainState, batch: Batch) -> Any:
+        x, y = prepare_inputs(batch["x"], scale), batch["y"]
+        out, _ = adapter.apply(state.params, state.model_state, x, False)
+        return metrics.single_from_model_output(outputs=out, labels=y, loss=loss_fn(out, y),
+                                                mask=batch["mask"])
+
+    return eval_step
+
+
+def _unfold(placement: Placement, k: int, chunk: Batch) -> Batch:
+    """(shards*k*b, ...) shard-major rows -> (k, shards*b, ...): one batch per step."""
+    n = placement.num_shards
+
+    def one(a: jax.Array) -> jax.Array:
+        b = a.shape[0] // (n * k)
+        a = a.reshape((n, k, b) + a.shape[1:]).swapaxes(0, 1).reshape((k, n * b) + a.shape[1:])
+        spec = P(None, DATA_AXIS, *([None] * (a.ndim - 2)))
+        return jax.lax.with_sharding_constraint(a, NamedSharding(placement.mesh, spec))
+
+    return {key: one(v) for key, v in chunk.items()}
+
+
+def compile_train(train_step: Callable, placement: Placement, k: int) -> Callable:
+    """``(state, acc, chunk) -> (state, acc)``: k steps in one dispatch.
+
+    A step with no valid row (the tail of an epoch's last chunk) leaves the state untouched.
+    """
+
+    def run(state: TrainState, acc: Any, chunk: Batch) -> tuple[TrainState, Any]:
+        def body(carry, batch):
+            state, acc = carry
+
+            def step(state, acc):
+                state, m = train_step(state, batch)
+                return state, acc.merge(m)
+
+            if k == 1:
+                return step(state, acc), None
+            return jax.lax.cond(batch["mask"].any(), step, lambda s, a: (s, a), state, acc), None
+
+        (state, acc), _ = jax.lax.scan(body, (state, acc), _unfold(placement, k, chunk))
+        return state, acc
+
+    rep = placement.replicated
+    return jax.jit(run, donate_argnums=(0, 1), out_shardings=(rep, rep))
+
+
+def compile_eval(eval_step: Callable, placement: Placement, k: int) -> Callable:
+    """``(state, acc, chunk) -> acc``."""
+
+    def run(state: TrainState, acc: Any, chunk: Batch) -> Any:
+        def body(acc, batch):
+            return acc.merge(eval_step(state, batch)), None
+
+        return jax.lax.scan(body, acc, _unfold(placement, k, chunk))[0]
+
+    return jax.jit(run, donate_argnums=(1,), out_shardings=placement.replicated)
+
+
+def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Placement,
+                    k: int) -> Callable:
+    """``(state, chunk) -> (outputs, mask)``, each ``(k, batch, ...)`` in step-major order."""
+
+    def run(state: TrainState, chunk: Batch) -> tuple[jax.Array, jax.Array]:
+        steps = _unfold(placement, k, chunk)
+
+        def body(_, batch):
+            out, _ = adapter.apply(state.params, state.model_state,
+                                   prepare_inputs(batch["x"], scale), False)
+            return None, out
+
+        return jax.lax.scan(body, None, steps)[1], steps["mask"]
+
+    return jax.jit(run)

@@ -1,0 +1,378 @@
+"""Trainer: configuration, and fit / evaluate / predict that only coordinate.
+
+The work is elsewhere: data sources (``easyfit.data``) say what to read, the loader turns them into
+global batches, the pure steps (``easyfit.steps``) train and evaluate, callbacks report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from . import steps
+from .callbacks import Callback, CallbackList, History, ProgbarLogger
+from .callbacks.callback_list import LazyLogs
+from .data import Source, to_source
+from .data.loader import Loader
+from .data.order import Plan
+from .data.resolve import split_layout
+from .losses import LossFn, get_loss
+from .metrics import build_collection
+from .models import adapt
+from .parallel import Placement
+from .state import TrainState
+
+__all__ = ["Trainer"]
+
+_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy",
+                   "binary_crossentropy")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compiled:
+    train: Callable
+    eval: Callable
+    predict: Callable
+    metrics: type
+
+
+def _compute(acc: Any) -> dict[str, float]:
+    return {k: float(v) for k, v in acc.compute().items()}
+
+
+class Trainer:
+    """Trains a Flax model on data read by DALI, Keras style.
+
+    Args:
+        model: a ``flax.linen.Module`` (initialised from the first batch's shape) or a
+            ``flax.nnx.Module`` (already initialised). A linen module whose ``__call__`` takes
+            ``train``, ``training`` or ``deterministic`` gets it set for training and evaluation.
+        optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``).
+        loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
+            ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``) or a
+            callable ``(outputs, labels) -> per-sample losses``. Models output logits. None:
+            sparse categorical cross-entropy for integer labels, mse for float labels.
+        metrics: Keras metric names, callables or clu metrics (see ``easyfit.metrics``).
+            None: ``["accuracy"]`` for classification losses, none otherwise.
+        seed: seeds initialisation, shuffling and dropout: the same seed gives the same
+            parameters.
+        steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
+            callbacks then fire every that many steps.
+        devices: the devices to train on (default: all of ``jax.devices()``).
+        num_threads: DALI threads per pipeline (default: chosen from the cores).
+
+    Example:
+        >>> import optax, easyfit as ef
+        >>> from flax import linen as nn
+        >>> class MLP(nn.Module):
+        ...     @nn.compact
+        ...     def __call__(self, x):
+        ...         return nn.Dense(10)(nn.relu(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
+        >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(200, 50), source=MNIST_IDX)
+        >>> trainer = ef.Trainer(MLP(), optimizer=optax.adam(1e-3), seed=0)
+        >>> history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
+        >>> sorted(history.history)
+        ['accuracy', 'loss', 'val_accuracy', 'val_loss']
+        >>> trainer.predict(root + "/val").shape
+        (50, 10)
+    """
+
+    def __init__(self, model: Any, optimizer: optax.GradientTransformation | None = None,
+                 loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
+                 None = None, *, seed: int = 0, steps_per_execution: int = 1,
+                 devices: Sequence[jax.Device] | None = None, num_threads: int | None = None):
+        self._adapter, self._nnx_variables = adapt(model)
+        self._model = model
+        self.optimizer = optimizer if optimizer is not None else optax.adam(1e-3)
+        self.loss = loss
+        self.metrics = metrics
+        self.seed = int(seed)
+        if steps_per_execution < 1:
+            raise ValueError(f"steps_per_execution={steps_per_execution}: must be >= 1")
+        self.steps_per_execution = int(steps_per_execution)
+        self.placement = Placement.create(devices)
+        self.num_threads = num_threads
+        self.state: TrainState | None = None
+        self.stop_training = False
+        self.history: History | None = None
+        self.class_names: list[str] | None = None
+        self.batch_size = 32
+        self._train_source: Source | None = None
+        self._compiled: dict[Any, _Compiled] = {}
+        self._sources: dict[str, Source] = {}
+        self._loaders: dict[tuple, tuple[Source, Loader]] = {}
+
+    # ----------------------------------------------------------------------------- public state
+    @property
+    def params(self) -> Any:
+        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
+        self._require_state()
+        return self.state.params
+
+    @property
+    def model(self) -> Any:
+        """The model. For NNX, the module with the trained state merged back in."""
+        if self._adapter.kind == "nnx" and self.state is not None:
+            return nnx.merge(self._adapter.module, jax.device_get(self.state.params),
+                             jax.device_get(self.state.model_state))
+        return self._model
+
+    # ------------------------------------------------------------------------------------ fit
+    def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
+            validation_data: Any = None, callbacks: Sequence[Callback] | None = None,
+            verbose: int = 1, shuffle: bool = True, initial_epoch: int = 0) -> History:
+        """Trains for ``epochs`` epochs.
+
+        Args:
+            x: a folder (``root/train`` + ``root/val`` layout, or ``root/<class>/*`` alone), an
+                ``easyfit.data`` source, or an array of inputs.
+            y: labels, when ``x`` is an array.
+            batch_size: global batch size, split over all devices (default 32); must divide by
+                the number of devices.
+            epochs: index of the last epoch (as in Keras, with ``initial_epoch``).
+            validation_data: a folder, a source or ``(x_val, y_val)``; overrides the folder
+                found beside ``train/``.
+            callbacks: ``easyfit.callbacks.Callback`` instances.
+            verbose: 0 silent, 1 progress bar (a line per epoch when stdout is not a terminal),
+                2 a line per epoch.
+            shuffle: a fresh permutation of the whole dataset every epoch.
+            initial_epoch: the epoch to start from (resuming).
+
+        Returns:
+            The History of this fit (also ``trainer.history``).
+        """
+        train, val = self._fit_sources(x, y, validation_data)
+        self.batch_size = batch_size = int(batch_size or self.batch_size)
+        self.placement.check_batch_size(batch_size)
+        plan = self._plan(train, batch_size, shuffle)
+        loader = Loader(train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
+                        num_threads=self.num_threads)
+        first: dict | None = next(loader)
+        self._ensure_state(first, train)
+        fns = self._functions(train)
+        history = History()
+        cbs = CallbackList([history, *([ProgbarLogger(verbose)] if verbose else []),
+                            *(callbacks or [])], self,
+                           {"epochs": epochs, "steps": plan.chunks_per_epoch, "verbose": verbose,
+                            "batch_size": batch_size})
+        self.history, self.stop_training = history, False
+        logs: dict[str, float] = {}
+        cbs.call("on_train_begin")
+        try:
+            for epoch in range(initial_epoch, epochs):
+                cbs.call("on_epoch_begin", epoch)
+                acc = fns.metrics.empty()
+                for batch in range(plan.chunks_per_epoch):
+                    chunk, first = first if first is not None else next(loader), None
+                    cbs.call("on_train_batch_begin", batch)
+                    self.state, acc = fns.train(self.state, acc, chunk)
+                    if cbs.wants("on_train_batch_end"):
+                        cbs.call("on_train_batch_end", batch, logs=LazyLogs(lambda a=acc: _compute(a)))
+                    if self.stop_training:
+                        break
+                logs = _compute(acc)
+                if val is not None:
+                    val_logs = self._evaluate(val, batch_size, cbs)
+                    logs.update({f"val_{k}": v for k, v in val_logs.items()})
+                cbs.call("on_epoch_end", epoch, logs=logs)
+                if self.stop_training:
+                    break
+        finally:
+            loader.close()
+            cbs.call("on_train_end", logs=logs)
+        return history
+
+    # ------------------------------------------------------------------------------- evaluate
+    def evaluate(self, x: Any, y: Any = None, *, batch_size: int | None = None,
+                 callbacks: Sequence[Callback] | None = None, verbose: int = 0) -> dict[str, float]:
+        """Loss and metrics over every sample of ``x`` exactly once.
+
+        Args:
+            x: a folder, a source, or arrays (with ``y``).
+            y: labels, when ``x`` is an array.
+            batch_size: global batch size (default: the last fit's).
+            callbacks: callbacks whose ``on_test_*`` hooks run.
+            verbose: 1 prints the result.
+
+        Returns:
+            ``{"loss": ..., "accuracy": ..., ...}``.
+        """
+        source = self._source(x, y)
+        batch_size = int(batch_size or self.batch_size)
+        self.placement.check_batch_size(batch_size)
+        logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}))
+        if verbose:
+            print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
+        return logs
+
+    def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
+        plan = self._plan(source, batch_size, shuffle=False)
+        with self._cached_loader(source, plan) as loader:
+            first = loader.peek()
+            self._ensure_state(first, source)
+            fns = self._functions(source)
+            cbs.call("on_test_begin")
+            acc = fns.metrics.empty()
+            for batch in range(plan.chunks_per_epoch):
+                cbs.call("on_test_batch_begin", batch)
+                acc = fns.eval(self.state, acc, next(loader))
+                cbs.call("on_test_batch_end", batch)
+            logs = _compute(acc)
+        cbs.call("on_test_end", logs=logs)
+        return logs
+
+    # -------------------------------------------------------------------------------- predict
+    def predict(self, x: Any, *, batch_size: int | None = None,
+                callbacks: Sequence[Callback] | None = None, verbose: int = 0) -> np.ndarray:
+        """Model outputs for every sample of ``x``, once each, in the source's order.
+
+        For a folder that is the reader's file order: sorted class folders, sorted files
+        (``ImageFolder.files``).
+
+        Returns:
+            A NumPy array with one row per sample.
+        """
+        del verbose
+        source = self._source(x, None)
+        batch_size = int(batch_size or self.batch_size)
+        self.placement.check_batch_size(batch_size)
+        cbs = CallbackList(callbacks or [], self, {})
+        plan = self._plan(source, batch_size, shuffle=False)
+        outputs = []
+        with self._cached_loader(source, plan) as loader:
+            self._ensure_state(loader.peek(), source)
+            fns = self._functions(source)
+            cbs.call("on_predict_begin")
+            for batch in range(plan.chunks_per_epoch):
+                cbs.call("on_predict_batch_begin", batch)
+                outputs.append(fns.predict(self.state, next(loader)))
+                cbs.call("on_predict_batch_end", batch)
+        result = np.concatenate([_host(out)[_host(mask)] for out, mask in outputs])
+        cbs.call("on_predict_end")
+        return result
+
+    # ------------------------------------------------------------------------------ internals
+    def _plan(self, source: Source, batch_size: int, shuffle: bool) -> Plan:
+        return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
+                    steps_per_execution=self.steps_per_execution,
+                    num_shards=self.placement.num_shards)
+
+    def _fit_sources(self, x: Any, y: Any, validation_data: Any) -> tuple[Source, Source | None]:
+        if x is None:
+            raise ValueError("fit: give the training data (a folder, a source or arrays)")
+        val_path = None
+        if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
+            x, val_path = layout
+        train = self._source(x, y, like=None)
+        self._train_source = train
+        self.class_names = train.class_names
+        if validation_data is not None:
+            if isinstance(validation_data, tuple) and len(validation_data) == 2:
+                return train, self._source(*validation_data)
+            return train, self._source(validation_data, None)
+        return train, (self._source(val_path, None) if val_path else None)
+
+    def _source(self, data: Any, y: Any, like: Source | None | bool = True) -> Source:
+        like = self._train_source if like is True else like
+        if isinstance(data, (str, os.PathLike)):
+            key = os.path.abspath(os.fspath(data))
+            if key not in self._sources:
+                self._sources[key] = to_source(data, like=like)
+            return self._sources[key]
+        return to_source(data, y, like=like)
+
+    def _cached_loader(self, source: Source, plan: Plan) -> _LoaderLease:
+        key = (id(source), plan)
+        hit = self._loaders.get(key)
+        if hit is None or hit[0] is not source:
+            hit = (source, Loader(source, plan, self.placement, num_threads=self.num_threads))
+            self._loaders[key] = hit
+        return _LoaderLease(self._loaders, key, hit[1])
+
+    def _resolved_loss(self, source: Source) -> LossFn:
+        if self.loss is None:
+            integer = np.issubdtype(source.label_dtype, np.integer)
+            self.loss = "sparse_categorical_crossentropy" if integer else "mse"
+        return get_loss(self.loss)
+
+    def _functions(self, source: Source) -> _Compiled:
+        key = source.scale
+        if key not in self._compiled:
+            loss_fn = self._resolved_loss(source)
+            metrics = self.metrics
+            if metrics is None:
+                metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
+            collection = build_collection(metrics)
+            k, placement = self.steps_per_execution, self.placement
+            train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
+                                               source.scale)
+            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
+            self._compiled[key] = _Compiled(
+                train=steps.compile_train(train_step, placement, k),
+                eval=steps.compile_eval(eval_step, placement, k),
+                predict=steps.compile_predict(self._adapter, source.scale, placement, k),
+                metrics=collection)
+        return self._compiled[key]
+
+    def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
+        if self.state is not None:
+            return
+        init_rng, train_rng = jax.random.split(jax.random.PRNGKey(self.seed))
+        if self._adapter.kind == "nnx":
+            params, model_state = self._nnx_variables
+        else:
+            sample = jnp.zeros((1, *chunk["x"].shape[1:]), jnp.float32)
+            params, model_state = jax.jit(self._adapter.init)(init_rng, sample)
+        state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                           opt_state=self.optimizer.init(params), model_state=model_state,
+                           rng=train_rng)
+        self.state = self.placement.replicate(state)
+        if self.class_names is None:
+            self.class_names = source.class_names
+
+    def _require_state(self) -> None:
+        if self.state is None:
+            raise RuntimeError("the model has no parameters yet: call fit (or evaluate) first")
+
+
+class _LoaderLease:
+    """A cached loader for one pass; dropped from the cache if the pass does not complete
+    (its stream would no longer start at the first chunk)."""
+
+    def __init__(self, cache: dict, key: tuple, loader: Loader):
+        self.cache, self.key, self.loader = cache, key, loader
+        self._peeked: dict | None = None
+
+    def peek(self) -> dict:
+        if self._peeked is None:
+            self._peeked = next(self.loader)
+        return self._peeked
+
+    def __next__(self) -> dict:
+        chunk, self._peeked = (self._peeked, None) if self._peeked is not None else (
+            next(self.loader), None)
+        return chunk
+
+    def __enter__(self) -> _LoaderLease:
+        return self
+
+    def __exit__(self, kind, *_):
+        if kind is not None or self._peeked is not None:
+            self.cache.pop(self.key, None)
+            self.loader.close()
+
+
+def _host(a: jax.Array) -> np.ndarray:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+    return np.asarray(a)
