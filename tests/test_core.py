@@ -1,0 +1,120 @@
+"""The core path: fit / evaluate / predict on real MNIST images through DALI."""
+
+from __future__ import annotations
+
+import os
+
+import easyfit as ef
+import jax
+import numpy as np
+import optax
+import pytest
+from conftest import flat_params
+from models import NNXMLP, SmallMLP
+
+
+def _trainer(**kw):
+    kw.setdefault("optimizer", optax.sgd(0.1, momentum=0.9))
+    return ef.Trainer(SmallMLP(), seed=kw.pop("seed", 0), **kw)
+
+
+def test_fit_trains_and_validates_from_a_split_folder(mnist_dir):
+    trainer = _trainer(loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = trainer.fit(mnist_dir, epochs=3, batch_size=100, verbose=0)
+    assert history is trainer.history
+    assert history.epoch == [0, 1, 2]
+    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert all(len(v) == 3 for v in history.history.values())
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert history.history["val_accuracy"][-1] > 0.85
+    assert trainer.class_names == [str(d) for d in range(10)]
+
+
+def test_defaults_only(mnist_dir):
+    trainer = ef.Trainer(SmallMLP())
+    history = trainer.fit(mnist_dir, epochs=1, verbose=0)
+    assert trainer.batch_size == 32 and trainer.loss == "sparse_categorical_crossentropy"
+    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert history.history["val_accuracy"][0] > 0.8
+
+
+def test_same_seed_same_parameters_bit_for_bit(mnist_dir):
+    runs = []
+    for seed in (3, 3, 4):
+        trainer = _trainer(seed=seed)
+        trainer.fit(mnist_dir + "/train", epochs=1, batch_size=100, verbose=0)
+        runs.append(flat_params(trainer.params))
+    assert np.array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+
+
+def test_evaluate_and_predict_count_every_sample_once(mnist_dir):
+    trainer = _trainer()
+    trainer.fit(mnist_dir + "/train", epochs=1, batch_size=64, verbose=0)
+    val = ef.data.ImageFolder(mnist_dir + "/val")
+    for batch_size in (64, 7 * 13, 500, 512):  # remainders of 52, 45, 0, and one padded batch
+        result = trainer.evaluate(val, batch_size=batch_size)
+        predictions = trainer.predict(val, batch_size=batch_size)
+        assert predictions.shape == (500, 10)
+        expected = np.mean(predictions.argmax(-1) == val.labels)
+        assert result["accuracy"] == pytest.approx(expected, abs=1e-6)
+        assert set(result) == {"loss", "accuracy"}
+
+
+def test_predict_rows_follow_the_file_order(mnist_dir, mnist_arrays):
+    trainer = _trainer()
+    trainer.fit(mnist_dir + "/train", epochs=1, batch_size=100, verbose=0)
+    val = ef.data.ImageFolder(mnist_dir + "/val")
+    predictions = trainer.predict(val, batch_size=96)
+    x_val, _ = mnist_arrays["val"]
+    index = [int(os.path.basename(f).split(".")[0]) for f in val.files]
+    direct = SmallMLP().apply({"params": jax.device_get(trainer.params)},
+                              x_val[index].astype(np.float32) / 255.0)
+    np.testing.assert_allclose(predictions, np.asarray(direct), rtol=1e-4, atol=1e-4)
+
+
+def test_shuffle_mixes_the_whole_dataset_every_epoch():
+    x = np.arange(1000, dtype=np.float32)[:, None]
+    y = (np.arange(1000) // 100).astype(np.int32)  # sorted classes, like class folders
+    plan = ef.data.Plan(num_samples=1000, batch_size=100, seed=0)
+    first = {e: plan.order(e)[:100] for e in (0, 1)}
+    assert len(set(y[first[0]])) == 10  # a 1k-sample buffer would give one or two classes
+    assert not np.array_equal(first[0], first[1])
+    assert np.array_equal(plan.order(1), ef.data.Plan(1000, 100, seed=0).order(1))
+    assert sorted(plan.order(0)) == list(range(1000))
+
+
+def test_validation_data_overrides_the_folder(mnist_dir, mnist_arrays):
+    x, y = mnist_arrays["val"]
+    trainer = _trainer()
+    history = trainer.fit(mnist_dir, epochs=1, batch_size=100, verbose=0,
+                          validation_data=(x[:300], y[:300]))
+    again = trainer.evaluate(x[:300], y[:300])  # the same arrays, the same final parameters
+    assert again["accuracy"] == history.history["val_accuracy"][0]
+    assert again["loss"] == history.history["val_loss"][0]
+    # (x, y) arrays are not scaled (Keras semantics); a folder's images are in [0, 1]:
+    scaled = trainer.evaluate(ef.data.Arrays(x[:300], y[:300], scale=1 / 255))
+    folder = trainer.evaluate(mnist_dir + "/val")
+    assert abs(scaled["accuracy"] - folder["accuracy"]) < 0.1
+
+
+def test_nnx_module_trains_through_the_same_trainer(mnist_dir):
+    from flax import nnx
+
+    model = NNXMLP(nnx.Rngs(0))
+    trainer = ef.Trainer(model, optimizer=optax.sgd(0.1, momentum=0.9))
+    history = trainer.fit(mnist_dir, epochs=2, batch_size=100, verbose=0)
+    assert history.history["val_accuracy"][-1] > 0.85
+    assert isinstance(trainer.params, nnx.State)
+    trained = trainer.model
+    logits = trained(np.zeros((2, 28, 28, 1), np.float32))
+    assert logits.shape == (2, 10)
+
+
+def test_progress_verbose_levels(mnist_dir, capsys):
+    _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=0)
+    assert capsys.readouterr().out == ""
+    _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=1)  # stdout is not a terminal
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [ln.split(" - ")[0] for ln in lines] == ["Epoch 1/2", "Epoch 2/2"]
+    assert "val_accuracy:" in lines[-1]

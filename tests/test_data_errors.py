@@ -1,0 +1,74 @@
+"""Bad input raises DataError naming the path or argument."""
+
+from __future__ import annotations
+
+import os
+
+import easyfit as ef
+import numpy as np
+import pytest
+from models import SmallMLP
+
+
+def test_missing_directory(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(ef.errors.DataError, match=f"{missing}: no such directory"):
+        ef.Trainer(SmallMLP()).fit(str(missing))
+
+
+def test_no_class_folders(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"")
+    with pytest.raises(ef.errors.DataError, match="no class folders"):
+        ef.data.ImageFolder(tmp_path)
+
+
+def test_class_folder_without_images(tmp_path, mnist_dir):
+    for c in ("cat", "dog"):
+        (tmp_path / c).mkdir()
+    src = os.path.join(mnist_dir, "train", "0")
+    first = sorted(os.listdir(src))[0]
+    (tmp_path / "cat" / first).write_bytes(open(os.path.join(src, first), "rb").read())
+    (tmp_path / "dog" / "notes.txt").write_text("not an image")
+    with pytest.raises(ef.errors.DataError, match=f"{tmp_path / 'dog'}: class folder with no images"):
+        ef.data.ImageFolder(tmp_path)
+
+
+def test_no_images_at_all(tmp_path):
+    for c in ("a", "b"):
+        (tmp_path / c).mkdir()
+    with pytest.raises(ef.errors.DataError, match="no images in any class folder"):
+        ef.data.ImageFolder(tmp_path)
+
+
+def test_images_of_different_sizes_ask_for_image_size(tmp_path):
+    for c, size in (("a", (8, 8)), ("b", (10, 12))):
+        (tmp_path / c).mkdir()
+        ef.datasets.write_png(tmp_path / c / "x.png", np.zeros(size, np.uint8))
+    with pytest.raises(ef.errors.DataError, match="image_size"):
+        ef.data.ImageFolder(tmp_path)
+    folder = ef.data.ImageFolder(tmp_path, image_size=(9, 9))
+    assert folder.image_shape == (9, 9, 1)
+
+
+def test_data_error_is_a_value_error():
+    assert issubclass(ef.errors.DataError, ValueError)
+
+
+def test_mnist_helper_never_overwrites_a_foreign_folder(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    with pytest.raises(ef.errors.DataError, match="not empty"):
+        ef.datasets.mnist(tmp_path, limit=(10, 10))
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_rgb_and_inferred_color_mode(tmp_path):
+    rng = np.random.default_rng(0)
+    for c in ("a", "b"):
+        (tmp_path / c).mkdir()
+        for i in range(3):
+            ef.datasets.write_png(tmp_path / c / f"{i}.png",
+                                  rng.integers(0, 255, (6, 5, 3), dtype=np.uint8))
+    folder = ef.data.ImageFolder(tmp_path)
+    assert folder.color_mode == "rgb" and folder.image_shape == (6, 5, 3)
+    gray = ef.data.ImageFolder(tmp_path, color_mode="grayscale")
+    assert gray.image_shape == (6, 5, 1)

@@ -1,0 +1,38 @@
+"""Data parallel over 1, 4 and 8 virtual CPU devices, each in its own process."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import last_json, run_program
+
+
+@pytest.fixture(scope="module")
+def by_devices(mnist_dir):
+    return {n: last_json(run_program("train_devices.py", mnist_dir, devices=n)) for n in (1, 4, 8)}
+
+
+def test_every_device_holds_a_replica_and_accuracy_agrees(by_devices):
+    for n, r in by_devices.items():
+        assert r["devices"] == n and r["shards_per_leaf"] == n
+        assert r["replicas_identical"]
+        assert r["predict_rows"] == 500
+    accuracies = [r["val_accuracy"] for r in by_devices.values()]
+    assert min(accuracies) > 0.85
+    assert max(accuracies) - min(accuracies) < 0.03
+
+
+def test_device_count_does_not_change_the_math(by_devices):
+    # Same seed and global batch: the same samples in the same steps, whatever the split.
+    sums = [r["param_sum"] for r in by_devices.values()]
+    assert max(sums) - min(sums) < 1e-2 * max(1.0, abs(sums[0]))
+
+
+def test_batch_size_not_divisible_by_the_devices(mnist_dir):
+    r = last_json(run_program("train_devices.py", mnist_dir, "--batch-size", "100", devices=8))
+    assert "batch_size=100" in r["error"] and "8 devices" in r["error"]
+
+
+def test_steps_per_execution_on_several_devices(mnist_dir):
+    r = last_json(run_program("train_devices.py", mnist_dir, "--steps-per-execution", "4",
+                              devices=4))
+    assert r["replicas_identical"] and r["val_accuracy"] > 0.85
