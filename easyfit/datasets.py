@@ -37,6 +37,7 @@ def _cache_dir() -> str:
 
 
 def _locate(source: str | os.PathLike | None) -> str:
+    source = source if source is not None else os.environ.get("EASYFIT_MNIST_DIR") or None
     if source is not None:
         source = os.fspath(source)
         missing = [f for pair in _FILES.values() for f in pair
@@ -60,8 +61,8 @@ def mnist_arrays(source: str | os.PathLike | None = None
     """MNIST as arrays: ``{"train": (x, y), "val": (x, y)}``, x uint8 (n, 28, 28, 1).
 
     Args:
-        source: a folder with the four gzipped IDX files; None downloads them once into
-            ``~/.cache/easyfit/mnist``.
+        source: a folder with the four gzipped IDX files; None uses ``$EASYFIT_MNIST_DIR`` if
+            set, else downloads them once into ``~/.cache/easyfit/mnist``.
     """
     root = _locate(source)
     out = {}
@@ -102,7 +103,8 @@ def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None
         out_dir: where to write; created if needed. A folder this function wrote before (with
             the same ``limit``) is reused as is; any other non-empty folder is refused, so
             nothing of yours is overwritten.
-        source: a folder with MNIST's four gzipped IDX files; None downloads them once.
+        source: a folder with MNIST's four gzipped IDX files; None uses
+            ``$EASYFIT_MNIST_DIR`` if set, else downloads them once.
         limit: ``(train, val)`` numbers of images to write (the first ones of each split).
 
     Returns:
