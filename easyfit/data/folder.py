@@ -46,7 +46,11 @@ def _scan(root: str) -> tuple[list[str], list[str], np.ndarray]:
 
 
 def _decode_shapes(paths: Sequence[str]) -> list[tuple[int, ...]]:
-    """Decodes ``paths`` with DALI on the CPU (any channel count) and returns their HWC shapes."""
+    """HWC shapes of ``paths``, read from their headers by DALI (channels as stored).
+
+    (``fn.peek_image_shape`` with ``ANY_DATA``; decoding grayscale JPEGs with ``ANY_DATA`` crashes
+    DALI 2.4 on the CPU.)
+    """
     from nvidia.dali import fn, pipeline_def, types
 
     data = []
@@ -57,7 +61,7 @@ def _decode_shapes(paths: Sequence[str]) -> list[tuple[int, ...]]:
     @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)
     def peek():
         encoded = fn.external_source(source=lambda: data, batch=True, dtype=types.UINT8)
-        return fn.decoders.image(encoded, device="cpu", output_type=types.ANY_DATA)
+        return fn.peek_image_shape(encoded, image_type=types.ANY_DATA)
 
     pipe = peek()
     pipe.build()
@@ -69,7 +73,7 @@ def _decode_shapes(paths: Sequence[str]) -> list[tuple[int, ...]]:
         return [s for p in paths for s in _decode_shapes([p])]
     finally:
         del pipe
-    return [tuple(out.at(i).shape) for i in range(len(data))]
+    return [tuple(int(v) for v in out.at(i)) for i in range(len(data))]
 
 
 def _first_line(e: BaseException) -> str:
