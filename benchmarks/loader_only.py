@@ -1,0 +1,36 @@
+"""Throughput of easyfit's input side alone (no training): samples/s of the Loader.
+
+    python benchmarks/loader_only.py DATA_ROOT/train [--batch-size 200] [--threads N] [--prefetch N]
+"""
+
+import argparse
+import json
+import time
+
+import easyfit as ef
+import jax
+from easyfit.data.loader import Loader
+from easyfit.parallel import Placement
+
+ap = argparse.ArgumentParser()
+ap.add_argument("root")
+ap.add_argument("--batch-size", type=int, default=200)
+ap.add_argument("--threads", type=int, default=None)
+ap.add_argument("--prefetch", type=int, default=2)
+ap.add_argument("--decoder", default="auto")
+ap.add_argument("--epochs", type=int, default=2)
+args = ap.parse_args()
+
+source = ef.data.ImageFolder(args.root, decoder=args.decoder)
+placement = Placement.create()
+plan = ef.data.Plan(len(source), args.batch_size, num_shards=placement.num_shards)
+loader = Loader(source, plan, placement, num_threads=args.threads, prefetch=args.prefetch)
+rates = []
+for _ in range(args.epochs):
+    t = time.perf_counter()
+    for _ in range(plan.chunks_per_epoch):
+        batch = next(loader)
+    jax.block_until_ready(batch)
+    rates.append(len(source) / (time.perf_counter() - t))
+print(json.dumps({"threads": args.threads, "prefetch": args.prefetch, "decoder": args.decoder,
+                  "samples_per_s": [round(r) for r in rates]}))
