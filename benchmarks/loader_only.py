@@ -7,8 +7,9 @@ import argparse
 import json
 import time
 
-import easyfit as ef
 import jax
+
+import easyfit as ef
 from easyfit.data.loader import Loader
 from easyfit.parallel import Placement
 

@@ -14,10 +14,11 @@ import resource
 import statistics
 import time
 
-import easyfit as ef
 import jax
 import optax
 from flax import linen as nn
+
+import easyfit as ef
 
 
 class MLP(nn.Module):

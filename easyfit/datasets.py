@@ -130,7 +130,7 @@ def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None
     data = mnist_arrays(source)
     for k, (split, (x, y)) in enumerate(data.items()):
         n = len(x) if limit is None else min(limit[k], len(x))
-        for digit in range(10):
+        for digit in np.unique(y[:n]):
             os.makedirs(os.path.join(out_dir, split, str(digit)), exist_ok=True)
         for i in range(n):
             write_png(os.path.join(out_dir, split, str(y[i]), f"{i:05d}.png"), x[i])

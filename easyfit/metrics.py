@@ -100,7 +100,7 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None
         >>> m = Metrics.single_from_model_output(
         ...     outputs=jnp.array([[2.0, 0.0], [2.0, 0.0]]), labels=jnp.array([0, 1]),
         ...     loss=jnp.array([0.1, 0.3]), mask=jnp.array([True, False]))
-        >>> {k: round(float(v), 3) for k, v in m.compute().items()}
+        >>> {k: round(float(v), 3) for k, v in sorted(m.compute().items())}
         {'accuracy': 1.0, 'loss': 0.1}
     """
     items = list(metrics.items()) if isinstance(metrics, Mapping) else [

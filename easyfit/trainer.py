@@ -7,6 +7,7 @@ global batches, the pure steps (``easyfit.steps``) train and evaluate, callbacks
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from . import steps
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data import Source, to_source
+from .data.cache import CachedLoader, decide_cache
 from .data.loader import Loader
 from .data.order import Plan
 from .data.resolve import split_layout
@@ -31,6 +33,8 @@ from .parallel import Placement
 from .state import TrainState
 
 __all__ = ["Trainer"]
+
+log = logging.getLogger("easyfit")
 
 _CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy",
                    "binary_crossentropy")
@@ -65,7 +69,9 @@ class Trainer:
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
-            callbacks then fire every that many steps.
+            callbacks then fire every that many steps. ``"auto"`` (default) takes about 2,000
+            samples per dispatch when streaming and about 12,800 when training from the device
+            cache, never more than an epoch.
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores).
 
@@ -87,7 +93,7 @@ class Trainer:
 
     def __init__(self, model: Any, optimizer: optax.GradientTransformation | None = None,
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
-                 None = None, *, seed: int = 0, steps_per_execution: int = 1,
+                 None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
                  devices: Sequence[jax.Device] | None = None, num_threads: int | None = None):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
@@ -95,9 +101,11 @@ class Trainer:
         self.loss = loss
         self.metrics = metrics
         self.seed = int(seed)
-        if steps_per_execution < 1:
-            raise ValueError(f"steps_per_execution={steps_per_execution}: must be >= 1")
-        self.steps_per_execution = int(steps_per_execution)
+        if steps_per_execution != "auto" and (not isinstance(steps_per_execution, int)
+                                               or steps_per_execution < 1):
+            raise ValueError(f"steps_per_execution={steps_per_execution!r}: expected 'auto' "
+                             "or an integer >= 1")
+        self.steps_per_execution = steps_per_execution
         self.placement = Placement.create(devices)
         self.num_threads = num_threads
         self.state: TrainState | None = None
@@ -128,7 +136,8 @@ class Trainer:
     # ------------------------------------------------------------------------------------ fit
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
             validation_data: Any = None, callbacks: Sequence[Callback] | None = None,
-            verbose: int = 1, shuffle: bool = True, initial_epoch: int = 0) -> History:
+            verbose: int = 1, shuffle: bool = True, initial_epoch: int = 0,
+            cache: bool | str = "auto") -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
@@ -145,6 +154,9 @@ class Trainer:
                 2 a line per epoch.
             shuffle: a fresh permutation of the whole dataset every epoch.
             initial_epoch: the epoch to start from (resuming).
+            cache: ``"auto"`` keeps the decoded dataset in device memory after the first epoch
+                when it fits (see ``easyfit.data.cache``) and no random augmentation is asked
+                for, and says what it chose in the log; True insists, False always streams.
 
         Returns:
             The History of this fit (also ``trainer.history``).
@@ -152,12 +164,19 @@ class Trainer:
         train, val = self._fit_sources(x, y, validation_data)
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         self.placement.check_batch_size(batch_size)
-        plan = self._plan(train, batch_size, shuffle)
-        loader = Loader(train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
-                        num_threads=self.num_threads)
+        use_cache, why = decide_cache(cache, train, self.placement)
+        log.info("easyfit: %s", why)
+        if verbose and cache == "auto":
+            print(f"easyfit: {why}", flush=True)
+        plan = self._plan(train, batch_size, shuffle, cached=use_cache)
+        loader: Loader | CachedLoader = Loader(
+            train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
+            num_threads=self.num_threads)
+        if use_cache:
+            loader = CachedLoader(loader)
         first: dict | None = next(loader)
         self._ensure_state(first, train)
-        fns = self._functions(train)
+        fns = self._functions(train, plan)
         history = History()
         cbs = CallbackList([history, *([ProgbarLogger(verbose)] if verbose else []),
                             *(callbacks or [])], self,
@@ -218,7 +237,7 @@ class Trainer:
         with self._cached_loader(source, plan) as loader:
             first = loader.peek()
             self._ensure_state(first, source)
-            fns = self._functions(source)
+            fns = self._functions(source, plan)
             cbs.call("on_test_begin")
             acc = fns.metrics.empty()
             for batch in range(plan.chunks_per_epoch):
@@ -249,7 +268,7 @@ class Trainer:
         outputs = []
         with self._cached_loader(source, plan) as loader:
             self._ensure_state(loader.peek(), source)
-            fns = self._functions(source)
+            fns = self._functions(source, plan)
             cbs.call("on_predict_begin")
             for batch in range(plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
@@ -260,10 +279,13 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------------------------ internals
-    def _plan(self, source: Source, batch_size: int, shuffle: bool) -> Plan:
+    def _plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
+        k = self.steps_per_execution
+        if k == "auto":
+            steps = -(-source.num_samples // batch_size)
+            k = min(steps, max(1, round((12_800 if cached else 2_000) / batch_size)))
         return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
-                    steps_per_execution=self.steps_per_execution,
-                    num_shards=self.placement.num_shards)
+                    steps_per_execution=k, num_shards=self.placement.num_shards)
 
     def _fit_sources(self, x: Any, y: Any, validation_data: Any) -> tuple[Source, Source | None]:
         if x is None:
@@ -303,15 +325,15 @@ class Trainer:
             self.loss = "sparse_categorical_crossentropy" if integer else "mse"
         return get_loss(self.loss)
 
-    def _functions(self, source: Source) -> _Compiled:
-        key = source.scale
+    def _functions(self, source: Source, plan: Plan) -> _Compiled:
+        key = (source.scale, plan.steps_per_execution)
         if key not in self._compiled:
             loss_fn = self._resolved_loss(source)
             metrics = self.metrics
             if metrics is None:
                 metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
             collection = build_collection(metrics)
-            k, placement = self.steps_per_execution, self.placement
+            k, placement = plan.steps_per_execution, self.placement
             train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
                                                source.scale)
             eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
@@ -349,23 +371,17 @@ class _LoaderLease:
 
     def __init__(self, cache: dict, key: tuple, loader: Loader):
         self.cache, self.key, self.loader = cache, key, loader
-        self._peeked: dict | None = None
-
-    def peek(self) -> dict:
-        if self._peeked is None:
-            self._peeked = next(self.loader)
-        return self._peeked
+        self.peek = loader.peek
+        self._start = loader.iteration
 
     def __next__(self) -> dict:
-        chunk, self._peeked = (self._peeked, None) if self._peeked is not None else (
-            next(self.loader), None)
-        return chunk
+        return next(self.loader)
 
     def __enter__(self) -> _LoaderLease:
         return self
 
     def __exit__(self, kind, *_):
-        if kind is not None or self._peeked is not None:
+        if kind is not None or (self.loader.iteration - self._start) % self.loader.plan.chunks_per_epoch:
             self.cache.pop(self.key, None)
             self.loader.close()
 

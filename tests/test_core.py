@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 
-import easyfit as ef
 import jax
 import numpy as np
 import optax
 import pytest
 from conftest import flat_params
 from models import NNXMLP, SmallMLP
+
+import easyfit as ef
 
 
 def _trainer(**kw):
@@ -73,15 +74,41 @@ def test_predict_rows_follow_the_file_order(mnist_dir, mnist_arrays):
     np.testing.assert_allclose(predictions, np.asarray(direct), rtol=1e-4, atol=1e-4)
 
 
-def test_shuffle_mixes_the_whole_dataset_every_epoch():
-    x = np.arange(1000, dtype=np.float32)[:, None]
-    y = (np.arange(1000) // 100).astype(np.int32)  # sorted classes, like class folders
-    plan = ef.data.Plan(num_samples=1000, batch_size=100, seed=0)
-    first = {e: plan.order(e)[:100] for e in (0, 1)}
-    assert len(set(y[first[0]])) == 10  # a 1k-sample buffer would give one or two classes
-    assert not np.array_equal(first[0], first[1])
-    assert np.array_equal(plan.order(1), ef.data.Plan(1000, 100, seed=0).order(1))
-    assert sorted(plan.order(0)) == list(range(1000))
+def epoch_samples(source, batch_size, epochs, steps_per_execution=1, shuffle=True):
+    """Sample ids (x holds each sample's index) the real loader delivers, per epoch."""
+    from easyfit.data.loader import Loader
+    from easyfit.parallel import Placement
+
+    placement = Placement.create()
+    plan = ef.data.Plan(len(source), batch_size, shuffle=shuffle, seed=0,
+                        steps_per_execution=steps_per_execution, num_shards=placement.num_shards)
+    loader = Loader(source, plan, placement)
+    seen = []
+    for _ in range(epochs):
+        ids = []
+        for _ in range(plan.chunks_per_epoch):
+            chunk = next(loader)
+            x, mask = np.asarray(chunk["x"]).ravel(), np.asarray(chunk["mask"])
+            ids.append(x[mask].astype(int))
+        seen.append(np.concatenate(ids))
+    loader.close()
+    return seen
+
+
+def test_loader_shuffles_the_whole_dataset_every_epoch():
+    n = 1000
+    y = (np.arange(n) // 100).astype(np.int32)  # sorted classes, like class folders
+    source = ef.data.Arrays(np.arange(n, dtype=np.float32)[:, None], y)
+    for batch_size, k in ((100, 1), (96, 4)):  # with and without a padded last chunk
+        epochs = epoch_samples(source, batch_size, epochs=2, steps_per_execution=k)
+        for ids in epochs:
+            assert sorted(ids.tolist()) == list(range(n))  # each sample exactly once
+        assert len(set(y[epochs[0][:batch_size]])) == 10  # a 1k buffer would give 1 or 2 classes
+        assert not np.array_equal(epochs[0], epochs[1])
+    again = epoch_samples(source, 96, epochs=1, steps_per_execution=4)
+    assert np.array_equal(again[0], epochs[0])  # a function of (seed, epoch) alone
+    ordered = epoch_samples(source, 96, epochs=1, shuffle=False)
+    assert ordered[0].tolist() == list(range(n))
 
 
 def test_validation_data_overrides_the_folder(mnist_dir, mnist_arrays):
@@ -115,6 +142,7 @@ def test_progress_verbose_levels(mnist_dir, capsys):
     _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=0)
     assert capsys.readouterr().out == ""
     _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=1)  # stdout is not a terminal
-    lines = capsys.readouterr().out.strip().splitlines()
+    note, *lines = capsys.readouterr().out.strip().splitlines()
+    assert note.startswith("easyfit: caching the decoded dataset")  # what cache="auto" chose
     assert [ln.split(" - ")[0] for ln in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert "val_accuracy:" in lines[-1]

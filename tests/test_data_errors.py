@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 
-import easyfit as ef
 import numpy as np
 import pytest
 from models import SmallMLP
+
+import easyfit as ef
 
 
 def test_missing_directory(tmp_path):
@@ -72,3 +73,19 @@ def test_rgb_and_inferred_color_mode(tmp_path):
     assert folder.color_mode == "rgb" and folder.image_shape == (6, 5, 3)
     gray = ef.data.ImageFolder(tmp_path, color_mode="grayscale")
     assert gray.image_shape == (6, 5, 1)
+
+
+def _folder(root, classes):
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        ef.datasets.write_png(root / c / "0.png", np.full((4, 4), 10 * len(c), np.uint8))
+    return root
+
+
+def test_validation_folder_takes_the_training_classes(tmp_path):
+    train = ef.data.ImageFolder(_folder(tmp_path / "train", ["a", "b", "c"]))
+    val = ef.data.to_source(str(_folder(tmp_path / "val", ["a", "c"])), like=train)
+    assert val.class_names == ["a", "b", "c"]
+    assert val.labels.tolist() == [0, 2]  # "c" keeps its training label despite "b" missing
+    with pytest.raises(ef.errors.DataError, match="not among the training classes"):
+        ef.data.to_source(str(_folder(tmp_path / "other", ["a", "z"])), like=train)

@@ -76,6 +76,10 @@ class Arrays(Source):
     def label_dtype(self) -> np.dtype:
         return self.y.dtype
 
+    @property
+    def sample_nbytes(self) -> int:
+        return self.x[0].nbytes + self.y[0].nbytes
+
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.x[indices], self.y[indices]
 

@@ -70,6 +70,15 @@ class Source(abc.ABC):
         """dtype of the labels (integer labels mean class indices)."""
         return np.dtype(np.int32)
 
+    @property
+    def sample_nbytes(self) -> int | None:
+        """Bytes of one decoded sample (inputs and label), if known without decoding."""
+        return None
+
+    #: Whether ``graph`` applies random operations (augmentation): such a source is never
+    #: cached, since its samples differ every epoch.
+    random: bool = False
+
     def check(self) -> None:
         """Checks cheap to do before a pipeline starts; raises DataError. Default: nothing."""
 
@@ -105,6 +114,14 @@ class Subset(Source):
     @property
     def label_dtype(self) -> np.dtype:
         return self.source.label_dtype
+
+    @property
+    def sample_nbytes(self) -> int | None:
+        return self.source.sample_nbytes
+
+    @property
+    def random(self) -> bool:  # type: ignore[override]
+        return self.source.random
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])

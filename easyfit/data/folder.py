@@ -19,17 +19,26 @@ _SAMPLED = 64          # images decoded to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
 
 
-def _scan(root: str) -> tuple[list[str], list[str], np.ndarray]:
+def _scan(root: str, class_names: Sequence[str] | None
+          ) -> tuple[list[str], list[str], np.ndarray]:
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such directory")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
-    if not classes:
+    found_classes = sorted(e.name for e in os.scandir(root)
+                           if e.is_dir() and not e.name.startswith("."))
+    if not found_classes:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<image files>)")
+    classes = list(class_names) if class_names is not None else found_classes
+    unknown = sorted(set(found_classes) - set(classes))
+    if unknown:
+        raise DataError(f"{os.path.join(root, unknown[0])}: class folder not among the training "
+                        f"classes {classes}")
     files: list[str] = []
     labels: list[int] = []
     empty = []
     for label, name in enumerate(classes):
         folder = os.path.join(root, name)
+        if name not in found_classes:
+            continue
         found = sorted(e.path for e in os.scandir(folder)
                        if e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS))
         if not found:
@@ -39,7 +48,7 @@ def _scan(root: str) -> tuple[list[str], list[str], np.ndarray]:
     if not files:
         raise DataError(f"{root}: no images in any class folder "
                         f"(extensions looked for: {', '.join(IMAGE_EXTENSIONS)})")
-    if empty:
+    if empty and class_names is None:
         raise DataError(f"{empty[0]}: class folder with no images"
                         + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""))
     return classes, files, np.asarray(labels, np.int32)
@@ -98,8 +107,13 @@ class ImageFolder(Source):
         decoder: where to decode on a GPU: ``"auto"`` (the CPU for images under 128x128,
             where the GPU's hardware JPEG decoder is slower, else ``"mixed"``), ``"mixed"`` or
             ``"cpu"``. On a CPU-only machine decoding is always on the CPU.
+        class_names: the classes, in label order, when they must match another folder's (the
+            validation folder takes the training folder's); sub-folders must be among them and
+            may be missing or empty. None: the sorted sub-folder names, none of them empty.
         transform: optional ``f(images) -> images`` on DALI data nodes, applied after decoding
-            (and resizing) to every split read from this folder.
+            (and resizing) to every split read from this folder. easyfit assumes it is random
+            (so the decoded dataset is never cached) unless it has an attribute
+            ``random = False``.
 
     Example:
         >>> import easyfit as ef
@@ -111,6 +125,7 @@ class ImageFolder(Source):
 
     def __init__(self, root: str | os.PathLike, image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
+                 class_names: Sequence[str] | None = None,
                  transform: Callable[[Any], Any] | None = None):
         self.root = os.fspath(root)
         if color_mode not in (None, "grayscale", "rgb"):
@@ -121,7 +136,7 @@ class ImageFolder(Source):
             if len(image_size) != 2 or min(image_size) < 1:
                 raise DataError(f"image_size={image_size!r}: expected (height, width)")
             image_size = (int(image_size[0]), int(image_size[1]))
-        self.class_names, self.files, self.labels = _scan(self.root)
+        self.class_names, self.files, self.labels = _scan(self.root, class_names)
         self._paths = [np.frombuffer(os.fsencode(f), np.uint8) for f in self.files]
         self.decoder = decoder
         self.transform = transform
@@ -163,6 +178,14 @@ class ImageFolder(Source):
     @property
     def num_feeds(self) -> int:
         return 2
+
+    @property
+    def sample_nbytes(self) -> int:
+        return int(np.prod(self.image_shape)) + 4  # uint8 pixels, int32 label
+
+    @property
+    def random(self) -> bool:  # type: ignore[override]
+        return getattr(self.transform, "random", self.transform is not None)
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return [self._paths[i] for i in indices], self.labels[indices]

@@ -13,6 +13,7 @@ epochs follow each other without a pipeline reset and prefetching crosses epoch 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from typing import Any
 
@@ -77,12 +78,24 @@ class Loader:
         start: index of the first chunk (resume).
         num_threads: DALI threads per pipeline (None: :func:`default_num_threads`).
         prefetch: DALI's prefetch queue depth.
+        threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
+            so that the training thread only dispatches (None: on GPUs, where the host would
+            otherwise be the bottleneck; see docs/performance.md).
+        ahead: chunks the background thread may hold ready.
+
+    Attributes:
+        iteration: index of the next chunk ``__next__`` returns.
     """
 
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
-                 num_threads: int | None = None, prefetch: int = 2):
+                 num_threads: int | None = None, prefetch: int = 2,
+                 threaded: bool | None = None, ahead: int = 2):
         self.source, self.plan, self.placement = source, plan, placement
         self.iteration = start
+        self._peeked: dict[str, jax.Array] | None = None
+        self._threaded = placement.platform == "gpu" if threaded is None else threaded
+        self._ahead = ahead
+        self._thread: threading.Thread | None = None
         self._on_gpu = placement.platform == "gpu"
         local = placement.local_shards
         groups = [[i] for i, _ in local] if self._on_gpu else [[i for i, _ in local]]
@@ -117,16 +130,63 @@ class Loader:
         return self
 
     def __next__(self) -> dict[str, jax.Array]:
-        outputs = [self._run(p) for p in self._pipes]
-        _, mask = self._feeders[0].chunk(self.iteration)
+        if self._peeked is not None:
+            item, self._peeked = self._peeked, None
+        elif self._threaded:
+            if self._thread is None:
+                self._start_thread()
+            item = self._queue.get()
+            if isinstance(item, BaseException):
+                self.close()
+                raise item
+        else:
+            item = self._produce(self.iteration)
         self.iteration += 1
+        return item
+
+    def peek(self) -> dict[str, jax.Array]:
+        """The next chunk, without consuming it."""
+        if self._peeked is None:
+            batch = next(self)
+            self.iteration -= 1
+            self._peeked = batch
+        return self._peeked
+
+    def _produce(self, iteration: int) -> dict[str, jax.Array]:
+        outputs = [self._run(p) for p in self._pipes]
+        _, mask = self._feeders[0].chunk(iteration)
         if self._on_gpu:
             xs, ys = zip(*outputs)
             x, y = self.placement.shard_device_rows(xs), self.placement.shard_device_rows(ys)
         else:
             (x, y), = outputs
             x, y = self.placement.shard_host_rows(x), self.placement.shard_host_rows(y)
-        return {"x": x, "y": y, "mask": self.placement.shard_host_rows(mask[self._mask_rows])}
+        mask = self.placement.shard_host_rows(mask[self._mask_rows])
+        return {"x": x, "y": y, "mask": mask}
+
+    def _start_thread(self) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=self._ahead)
+        self._stop = threading.Event()
+
+        def work(iteration: int) -> None:
+            while not self._stop.is_set():
+                try:
+                    item: Any = self._produce(iteration)
+                except BaseException as e:  # handed to the consumer, raised there
+                    item = e
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if isinstance(item, BaseException):
+                    return
+                iteration += 1
+
+        self._thread = threading.Thread(target=work, args=(self.iteration,), daemon=True,
+                                        name="easyfit-loader")
+        self._thread.start()
 
     def _run(self, pipe) -> tuple[Any, Any]:
         try:
@@ -149,6 +209,11 @@ class Loader:
         return array if self._pipes[0].exec_dynamic else array.copy()
 
     def close(self) -> None:
+        """Stops the prefetching thread and releases the pipelines."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         self._pipes.clear()
 
 

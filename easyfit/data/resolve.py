@@ -58,7 +58,7 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
             return ImageFolder(data)
         folder = ImageFolder(data, image_size=like.image_size if like.resize else None,
                              color_mode=like.color_mode, decoder=like.decoder,
-                             transform=like.transform)
+                             class_names=like.class_names, transform=like.transform)
         if folder.image_size != like.image_size:
             raise DataError(f"{folder.root}: images are {folder.image_size[0]}x"
                             f"{folder.image_size[1]} but those of {like.root} are "

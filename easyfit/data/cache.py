@@ -1,0 +1,135 @@
+"""Device-cached training: decode once with DALI, then shuffle and batch on the device.
+
+While the first full epoch streams through DALI, every decoded chunk is also kept on the device;
+at its end they are scattered, by sample index, into one array per output (replicated on every
+device, in the source's order). From then on each chunk is a gather of that epoch's indices (the
+same :class:`~easyfit.data.order.Plan`, so the same samples in the same steps as streaming):
+no input pipeline is left, and DALI's pipelines are released.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..parallel import Placement
+from .base import Source
+from .loader import Loader
+
+__all__ = ["CachedLoader", "cache_budget", "decide_cache"]
+
+log = logging.getLogger("easyfit")
+
+#: Fraction of one device's memory (host memory on a CPU-only machine) the cache may take.
+CACHE_FRACTION = 0.4
+
+
+def cache_budget(placement: Placement) -> int:
+    """Bytes the cache may take on each device."""
+    stats = placement.devices[0].memory_stats() or {}
+    if "bytes_limit" in stats:
+        return int(CACHE_FRACTION * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # CPU devices share the host's memory: each holds a replica.
+    return int(CACHE_FRACTION * host / max(1, len(placement.local_shards)))
+
+
+def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tuple[bool, str]:
+    """Whether to cache, and why (a sentence for the log).
+
+    Args:
+        cache: the user's choice: ``"auto"``, True or False.
+        source: the training source (its ``sample_nbytes`` and ``random``).
+        placement: the devices.
+    """
+    if cache not in ("auto", True, False):
+        raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
+    if cache is False:
+        return False, "cache=False: streaming from DALI every epoch"
+    if getattr(source, "random", False):
+        if cache is True:
+            raise ValueError("cache=True: the training source applies random augmentation, "
+                             "which must run every epoch; use cache=False or 'auto'")
+        return False, "random augmentation must run every epoch: streaming from DALI"
+    if source.sample_nbytes is None:
+        if cache is True:
+            return True, "cache=True: caching the decoded dataset after the first epoch"
+        return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
+    need, budget = source.sample_nbytes * source.num_samples, cache_budget(placement)
+    size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
+    if need > budget:
+        return False, (f"the decoded dataset would not fit in device memory ({size}): "
+                       "streaming from DALI every epoch")
+    return True, f"caching the decoded dataset on the device after the first epoch ({size})"
+
+
+class CachedLoader:
+    """Streams the first full epoch from ``loader`` while recording it, then gathers chunks from
+    device memory. Same interface as :class:`Loader`."""
+
+    def __init__(self, loader: Loader):
+        self.loader, self.plan, self.placement = loader, loader.plan, loader.placement
+        self.iteration = loader.iteration
+        cpe = self.plan.chunks_per_epoch
+        self._record_from = -(-self.iteration // cpe) * cpe  # first whole epoch from here
+        self._parts: list[tuple[tuple[np.ndarray, np.ndarray], dict[str, jax.Array]]] = []
+        self._data: dict[str, jax.Array] | None = None
+        self._gather = jax.jit(_gather, out_shardings=self.placement.data)
+
+    def __iter__(self) -> CachedLoader:
+        return self
+
+    def peek(self) -> dict[str, jax.Array]:
+        return self.loader.peek() if self._data is None else self._next(peek=True)
+
+    def __next__(self) -> dict[str, jax.Array]:
+        return self._next(peek=False)
+
+    def _next(self, peek: bool) -> dict[str, jax.Array]:
+        if self._data is None:
+            batch = next(self.loader)
+            if self.iteration >= self._record_from:
+                self._parts.append((self.plan.chunk(self.iteration), batch))
+                if len(self._parts) == self.plan.chunks_per_epoch:
+                    self._fill()
+            self.iteration += 1
+            return batch
+        index, mask = self.plan.chunk(self.iteration)
+        self.iteration += 0 if peek else 1
+        index = self.placement.shard_host_rows(index.astype(np.int32))
+        batch = self._gather(self._data, index)
+        batch["mask"] = self.placement.shard_host_rows(mask)
+        return batch
+
+    def _fill(self) -> None:
+        n = self.plan.num_samples
+        index = np.concatenate([i for (i, _), _ in self._parts])
+        valid = np.concatenate([m for (_, m), _ in self._parts])
+        index = np.where(valid, index, n).astype(np.int32)  # padding rows: out of range, dropped
+        parts = {k: [b[k] for _, b in self._parts] for k in ("x", "y")}
+        scatter = jax.jit(_scatter, static_argnums=(2,), out_shardings=self.placement.replicated)
+        self._data = scatter(parts, index, n)
+        self._parts.clear()
+        self.loader.close()
+        log.info("easyfit: %d samples cached on the device; DALI pipelines released", n)
+
+    def close(self) -> None:
+        self.loader.close()
+        self._parts.clear()
+
+
+def _scatter(parts: dict[str, list[jax.Array]], index: jax.Array, n: int) -> dict[str, jax.Array]:
+    out = {}
+    for key, chunks in parts.items():
+        rows = jnp.concatenate(chunks)
+        out[key] = jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
+    return out
+
+
+def _gather(data: dict[str, jax.Array], index: jax.Array) -> dict[str, Any]:
+    return {key: jnp.take(value, index, axis=0) for key, value in data.items()}
