@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import easyfit as ef
 import numpy as np
 import optax
 import pytest
+from models import SmallMLP
+
+import easyfit as ef
 from conftest import flat_params
 from easyfit.data.cache import decide_cache
 from easyfit.parallel import Placement
-from models import SmallMLP
 
 
 def _fit(root, cache, epochs=3):
