@@ -78,6 +78,13 @@ class Placement:
         global_shape = (local.shape[0] * self.num_shards // len(self.local_shards), *local.shape[1:])
         return jax.make_array_from_process_local_data(self.data, local, global_shape)
 
+    def shard_global_rows(self, rows: np.ndarray) -> jax.Array:
+        """Global array from host data that every process holds whole (shard-major rows)."""
+        per_shard = rows.shape[0] // self.num_shards
+        mine = np.concatenate([np.arange(s * per_shard, (s + 1) * per_shard)
+                               for s, _ in self.local_shards])
+        return self.shard_host_rows(rows[mine])
+
     def shard_device_rows(self, per_device: Sequence[jax.Array]) -> jax.Array:
         """Global array from one array per local device (already on that device)."""
         rows = per_device[0].shape[0]

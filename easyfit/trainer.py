@@ -161,6 +161,7 @@ class Trainer:
         Returns:
             The History of this fit (also ``trainer.history``).
         """
+        verbose = verbose if jax.process_index() == 0 else 0  # only process 0 reports
         train, val = self._fit_sources(x, y, validation_data)
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         self.placement.check_batch_size(batch_size)
@@ -228,7 +229,7 @@ class Trainer:
         batch_size = int(batch_size or self.batch_size)
         self.placement.check_batch_size(batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}))
-        if verbose:
+        if verbose and jax.process_index() == 0:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
         return logs
 

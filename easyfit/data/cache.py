@@ -31,7 +31,7 @@ CACHE_FRACTION = 0.4
 
 def cache_budget(placement: Placement) -> int:
     """Bytes the cache may take on each device."""
-    stats = placement.devices[0].memory_stats() or {}
+    stats = placement.local_shards[0][1].memory_stats() or {}
     if "bytes_limit" in stats:
         return int(CACHE_FRACTION * (stats["bytes_limit"] - stats.get("bytes_in_use", 0)))
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -60,12 +60,21 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         if cache is True:
             return True, "cache=True: caching the decoded dataset after the first epoch"
         return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
-    need, budget = source.sample_nbytes * source.num_samples, cache_budget(placement)
+    need, budget = source.sample_nbytes * source.num_samples, _agreed(cache_budget(placement))
     size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
     if need > budget:
         return False, (f"the decoded dataset would not fit in device memory ({size}): "
                        "streaming from DALI every epoch")
     return True, f"caching the decoded dataset on the device after the first epoch ({size})"
+
+
+def _agreed(budget: int) -> int:
+    """Process 0's budget in every process: they must all make the same choice."""
+    if jax.process_count() == 1:
+        return budget
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int64(budget)))
 
 
 class CachedLoader:
@@ -101,9 +110,9 @@ class CachedLoader:
             return batch
         index, mask = self.plan.chunk(self.iteration)
         self.iteration += 0 if peek else 1
-        index = self.placement.shard_host_rows(index.astype(np.int32))
+        index = self.placement.shard_global_rows(index.astype(np.int32))
         batch = self._gather(self._data, index)
-        batch["mask"] = self.placement.shard_host_rows(mask)
+        batch["mask"] = self.placement.shard_global_rows(mask)
         return batch
 
     def _fill(self) -> None:

@@ -100,8 +100,6 @@ class Loader:
         local = placement.local_shards
         groups = [[i] for i, _ in local] if self._on_gpu else [[i for i, _ in local]]
         threads = num_threads or default_num_threads(placement.platform, len(groups))
-        self._mask_rows = np.concatenate(
-            [np.arange(s * plan.rows_per_shard, (s + 1) * plan.rows_per_shard) for s, _ in local])
         self._feeders = [_Feeder(source, plan, g, start) for g in groups]
         devices = [d for _, d in local]
         self._pipes = [self._build(f, len(g) * plan.rows_per_shard, threads,
@@ -161,7 +159,7 @@ class Loader:
         else:
             (x, y), = outputs
             x, y = self.placement.shard_host_rows(x), self.placement.shard_host_rows(y)
-        mask = self.placement.shard_host_rows(mask[self._mask_rows])
+        mask = self.placement.shard_global_rows(mask)
         return {"x": x, "y": y, "mask": mask}
 
     def _start_thread(self) -> None:

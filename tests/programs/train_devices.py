@@ -22,6 +22,7 @@ ap.add_argument("root")
 ap.add_argument("--batch-size", type=int, default=200)
 ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument("--steps-per-execution", type=int, default=1)
+ap.add_argument("--save", default=None, help="write the trained parameters to this .npz")
 args = ap.parse_args()
 
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
@@ -37,6 +38,8 @@ replicas_identical = all(
     all(np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
         for s in leaf.addressable_shards) for leaf in leaves)
 predictions = trainer.predict(args.root + "/val")
+if args.save:
+    np.savez(args.save, *jax.tree_util.tree_leaves(jax.device_get(trainer.params)))
 print(json.dumps({
     "devices": jax.device_count(),
     "shards_per_leaf": len(leaves[0].addressable_shards),

@@ -1,0 +1,82 @@
+"""Two processes x two CPU devices on localhost, against one process x four devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import PROGRAMS, last_json, run_program
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _launch(root, out, *extra):
+    port = _free_port()
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "PYTHONUNBUFFERED": "1"}
+    return [subprocess.Popen([sys.executable, str(PROGRAMS / "train_multiprocess.py"), root,
+                              str(i), "2", str(port), str(out), *extra],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_processes(mnist_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("multiprocess")
+    procs = _launch(mnist_dir, out)
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    return out, json.loads(logs[0].strip().splitlines()[-1]), logs
+
+
+def test_same_parameters_as_one_process_with_four_devices(two_processes, mnist_dir, tmp_path):
+    out, result, logs = two_processes
+    assert result["processes"] == 2 and result["devices"] == 4
+    single = tmp_path / "single.npz"
+    last_json(run_program("train_devices.py", mnist_dir, "--save", str(single), devices=4))
+    a, b = np.load(out / "params.npz"), np.load(single)
+    assert len(a.files) == len(b.files) > 0
+    for key in a.files:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-5)
+
+
+def test_every_sample_once_per_epoch_across_processes(two_processes):
+    out, _, _ = two_processes
+    per_process = [json.loads((out / f"seen-{i}.json").read_text()) for i in range(2)]
+    for epoch in range(2):
+        union = sorted(per_process[0][epoch] + per_process[1][epoch])
+        assert union == list(range(1000))
+        assert per_process[0][epoch] and per_process[1][epoch]
+
+
+def test_evaluate_and_predict_see_each_sample_once(two_processes):
+    _, result, logs = two_processes
+    assert result["predict_rows"] == 500
+    assert 0.85 < result["evaluate"]["accuracy"] <= 1.0
+    assert "Epoch 1/2" in logs[0] and "Epoch 1/2" not in logs[1]  # only process 0 reports
+
+
+def test_a_dead_process_stops_the_other_within_the_timeout(mnist_dir, tmp_path):
+    procs = _launch(mnist_dir, tmp_path, "--epochs", "50", "--die-after-epoch", "0")
+    victim, survivor = procs[1], procs[0]
+    victim.communicate(timeout=300)
+    died = time.monotonic()
+    assert victim.returncode == 3
+    try:
+        survivor.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        survivor.kill()
+        pytest.fail("the surviving process still runs 120 s after its peer died")
+    assert survivor.returncode != 0
+    assert time.monotonic() - died < 120
