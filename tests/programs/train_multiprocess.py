@@ -1,7 +1,7 @@
 """One process of a multi-process run on CPU devices (gloo collectives).
 
     python train_multiprocess.py ROOT PROCESS_ID NUM_PROCESSES PORT OUT_DIR [--epochs 2]
-        [--hang-after-epoch E]
+        [--die-after-epoch E]
 
 Trains the small MLP like train_devices.py; writes OUT_DIR/params.npz (process 0) and
 OUT_DIR/seen-<process>.json: the sample ids this process's devices received, per epoch.
@@ -25,7 +25,8 @@ ap.add_argument("num_processes", type=int)
 ap.add_argument("port")
 ap.add_argument("out")
 ap.add_argument("--epochs", type=int, default=2)
-ap.add_argument("--die-after-epoch", type=int, default=None)
+ap.add_argument("--die-after-epoch", type=int, default=None,
+                help="process 1 exits (code 3) at the end of this epoch")
 args = ap.parse_args()
 
 ef.distributed.initialize(f"localhost:{args.port}", args.num_processes, args.process_id,
@@ -42,7 +43,7 @@ from easyfit.parallel import Placement  # noqa: E402
 
 class Die(ef.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
-        if epoch == args.die_after_epoch:
+        if epoch == args.die_after_epoch and args.process_id == 1:
             print(f"process {args.process_id} dies", flush=True)
             os._exit(3)
 
