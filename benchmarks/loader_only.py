@@ -20,12 +20,16 @@ ap.add_argument("--threads", type=int, default=None)
 ap.add_argument("--prefetch", type=int, default=2)
 ap.add_argument("--decoder", default="auto")
 ap.add_argument("--epochs", type=int, default=2)
+ap.add_argument("--pipelines", type=int, default=None, help="DALI pipelines per GPU")
+ap.add_argument("--k", type=int, default=1, help="steps per chunk")
 args = ap.parse_args()
 
 source = ef.data.ImageFolder(args.root, decoder=args.decoder)
 placement = Placement.create()
-plan = ef.data.Plan(len(source), args.batch_size, num_shards=placement.num_shards)
-loader = Loader(source, plan, placement, num_threads=args.threads, prefetch=args.prefetch)
+plan = ef.data.Plan(len(source), args.batch_size, num_shards=placement.num_shards,
+                    steps_per_execution=args.k)
+loader = Loader(source, plan, placement, num_threads=args.threads, prefetch=args.prefetch,
+                pipelines_per_device=args.pipelines)
 rates = []
 for _ in range(args.epochs):
     t = time.perf_counter()
@@ -34,4 +38,5 @@ for _ in range(args.epochs):
     jax.block_until_ready(batch)
     rates.append(len(source) / (time.perf_counter() - t))
 print(json.dumps({"threads": args.threads, "prefetch": args.prefetch, "decoder": args.decoder,
+                  "pipelines": args.pipelines, "k": args.k,
                   "samples_per_s": [round(r) for r in rates]}))

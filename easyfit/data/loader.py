@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import DataError
@@ -28,6 +29,11 @@ from .order import Plan
 __all__ = ["Loader", "default_num_threads"]
 
 
+def _cores() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
+
+
 def default_num_threads(platform: str, pipelines: int) -> int:
     """DALI worker threads per pipeline.
 
@@ -35,8 +41,7 @@ def default_num_threads(platform: str, pipelines: int) -> int:
     machines each pipeline gets its share of the cores, capped at 8 (more does not help; see
     docs/performance.md).
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cores = cores or 1
+    cores = _cores()
     if platform == "cpu":
         return max(1, cores // 2)
     return max(1, min(8, cores // max(1, pipelines)))
@@ -45,10 +50,8 @@ def default_num_threads(platform: str, pipelines: int) -> int:
 class _Feeder:
     """The external_source callback of one pipeline: its rows of chunk ``start + iteration``."""
 
-    def __init__(self, source: Source, plan: Plan, shards: list[int], start: int):
-        self.source, self.plan, self.start = source, plan, start
-        rows = plan.rows_per_shard
-        self.rows = np.concatenate([np.arange(s * rows, (s + 1) * rows) for s in shards])
+    def __init__(self, source: Source, plan: Plan, rows: np.ndarray, start: int):
+        self.source, self.plan, self.start, self.rows = source, plan, start, rows
         self._lock = threading.Lock()
         self._order: tuple[int, np.ndarray] | None = None
 
@@ -78,6 +81,9 @@ class Loader:
         start: index of the first chunk (resume).
         num_threads: DALI threads per pipeline (None: :func:`default_num_threads`).
         prefetch: DALI's prefetch queue depth.
+        pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
+            device's rows (None: 2 when each GPU has at least 8 cores, else 1: one pipeline's
+            executor tops out before the cores do on small images; see docs/performance.md).
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, where the host would
             otherwise be the bottleneck; see docs/performance.md).
@@ -89,7 +95,8 @@ class Loader:
 
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
                  num_threads: int | None = None, prefetch: int = 2,
-                 threaded: bool | None = None, ahead: int = 2):
+                 pipelines_per_device: int | None = None, threaded: bool | None = None,
+                 ahead: int = 2):
         self.source, self.plan, self.placement = source, plan, placement
         self.iteration = start
         self._peeked: dict[str, jax.Array] | None = None
@@ -97,14 +104,19 @@ class Loader:
         self._ahead = ahead
         self._thread: threading.Thread | None = None
         self._on_gpu = placement.platform == "gpu"
-        local = placement.local_shards
-        groups = [[i] for i, _ in local] if self._on_gpu else [[i for i, _ in local]]
-        threads = num_threads or default_num_threads(placement.platform, len(groups))
-        self._feeders = [_Feeder(source, plan, g, start) for g in groups]
-        devices = [d for _, d in local]
-        self._pipes = [self._build(f, len(g) * plan.rows_per_shard, threads,
-                                   devices[k].local_hardware_id if self._on_gpu else None, prefetch)
-                       for k, (f, g) in enumerate(zip(self._feeders, groups))]
+        local, per = placement.local_shards, plan.rows_per_shard
+        if self._on_gpu:  # (rows, device) of each pipeline: a part of one device's rows
+            parts = pipelines_per_device or (2 if _cores() >= 8 * len(local) else 1)
+            specs = [(rows, d) for s, d in local
+                     for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)]
+        else:  # one pipeline for every local row (CPU pipelines all land on CPU device 0)
+            specs = [(np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local]), None)]
+        self._devices = [d for _, d in specs]
+        threads = num_threads or default_num_threads(placement.platform, len(specs))
+        self._feeders = [_Feeder(source, plan, rows, start) for rows, _ in specs]
+        self._pipes = [self._build(f, len(rows), threads,
+                                   d.local_hardware_id if d is not None else None, prefetch)
+                       for f, (rows, d) in zip(self._feeders, specs)]
 
     def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None,
                prefetch: int):
@@ -154,13 +166,21 @@ class Loader:
         outputs = [self._run(p) for p in self._pipes]
         _, mask = self._feeders[0].chunk(iteration)
         if self._on_gpu:
-            xs, ys = zip(*outputs)
-            x, y = self.placement.shard_device_rows(xs), self.placement.shard_device_rows(ys)
+            x, y = (self.placement.shard_device_rows(self._per_device(arrays))
+                    for arrays in zip(*outputs))
         else:
             (x, y), = outputs
             x, y = self.placement.shard_host_rows(x), self.placement.shard_host_rows(y)
         mask = self.placement.shard_global_rows(mask)
         return {"x": x, "y": y, "mask": mask}
+
+    def _per_device(self, arrays: tuple[jax.Array, ...]) -> list[jax.Array]:
+        """One array per local device, joining the parts of its pipelines (in row order)."""
+        joined: dict[Any, list[jax.Array]] = {}
+        for device, array in zip(self._devices, arrays):
+            joined.setdefault(device, []).append(array)
+        return [parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+                for parts in joined.values()]
 
     def _start_thread(self) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=self._ahead)
