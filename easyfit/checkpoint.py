@@ -75,7 +75,9 @@ class Progress:
 
 
 def _abstract(tree: Any) -> Any:
-    return jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)
+    return jax.tree_util.tree_map(
+        lambda a: a if isinstance(a, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(a),
+        tree)
 
 
 def _plan_json(plan: Plan | None) -> dict | None:
@@ -162,19 +164,21 @@ Reader = Callable[[ocp.args.Composite], Mapping[str, Any]]
 
 
 def restore(read: Reader, trainer: Trainer, meta: Mapping[str, Any],
-            metrics_template: Any = None) -> Any:
+            metrics_template: Any = None, target: Any = None) -> Any:
     """Restores the items of a checkpoint into ``trainer.state``, in place of its arrays.
 
     Args:
         read: reads the given Orbax items of one checkpoint (a path or a manager's step).
-        trainer: a trainer with a state (its structure and shardings are the target).
+        trainer: the trainer to restore into.
         meta: the checkpoint's metadata.
         metrics_template: an empty metric accumulator, to restore a mid-epoch one.
+        target: the state whose structure, shapes and shardings are restored to (arrays or
+            ``jax.ShapeDtypeStruct``); default ``trainer.state``.
 
     Returns:
         The restored metric accumulator, or None.
     """
-    target = trainer.state
+    target = trainer.state if target is None else target
     if meta["kind"] == "weights":
         weights = {"params": target.params, "model_state": target.model_state}
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
@@ -199,11 +203,13 @@ def load(path: str | os.PathLike, trainer: Trainer) -> dict[str, Any]:
     """
     path = os.path.abspath(os.fspath(path))
     meta = read_metadata(path)
-    if trainer.state is None:
+    target = trainer.state
+    if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
         if meta["input_shape"] is None and trainer._adapter.kind != "nnx":
             raise DataError(f"{path}: no input shape recorded; call fit or evaluate first")
-        trainer._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"])
-    restore(lambda args: _checkpointer().restore(path, args=args), trainer, meta)
+        target = trainer._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"],
+                                     abstract=meta["kind"] == "full")
+    restore(lambda args: _checkpointer().restore(path, args=args), trainer, meta, target=target)
     if meta["class_names"] is not None:
         trainer.class_names = list(meta["class_names"])
     if meta["kind"] == "full":

@@ -7,6 +7,7 @@ global batches, the pure steps (``easyfit.steps``) train and evaluate, callbacks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -409,18 +410,28 @@ class Trainer:
         if self.class_names is None:
             self.class_names = source.class_names
 
-    def _init_state(self, shape: tuple[int, ...], dtype: str | None) -> None:
+    def _init_state(self, shape: tuple[int, ...], dtype: str | None,
+                    abstract: bool = False) -> Any:
+        """Creates ``self.state`` for inputs of ``shape``; with ``abstract``, returns its shapes,
+        dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape), dtype)
         init_rng, train_rng = jax.random.split(jax.random.PRNGKey(self.seed))
         if self._adapter.kind == "nnx":
             params, model_state = self._nnx_variables
         else:
             sample = jnp.zeros((1, *shape), jnp.float32)
-            params, model_state = jax.jit(self._adapter.init)(init_rng, sample)
-        state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=self.optimizer.init(params), model_state=model_state,
-                           rng=train_rng)
+            init = jax.jit(self._adapter.init) if not abstract else functools.partial(
+                jax.eval_shape, self._adapter.init)
+            params, model_state = init(init_rng, sample)
+        opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(self.optimizer.init, params)
+        state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
+                           model_state=model_state, rng=train_rng)
+        if abstract:
+            rep = self.placement.replicated
+            return jax.tree_util.tree_map(
+                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), state)
         self.state = self.placement.replicate(state)
+        return self.state
 
     def _require_state(self) -> None:
         if self.state is None:
