@@ -125,3 +125,27 @@ def test_lambda_callback_calls_what_it_is_given_and_nothing_else(trainer, data):
     _fit(trainer, data, [LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b))],
          epochs=1)
     assert batches == list(range(6))
+
+
+def test_no_batch_hook_unless_asked(tmp_path):
+    from easyfit.callbacks import (
+        BackupAndRestore,
+        CSVLogger,
+        History,
+        ModelCheckpoint,
+        TensorBoard,
+    )
+
+    def wants_batches(*callbacks):
+        return CallbackList(list(callbacks), None, {}).wants("on_train_batch_end")
+
+    per_epoch = [History(), CSVLogger(tmp_path / "a.csv"), EarlyStopping(), ReduceLROnPlateau(),
+                 LearningRateScheduler(lambda epoch: 0.1), ModelCheckpoint(tmp_path / "m"),
+                 BackupAndRestore(tmp_path / "b"), TensorBoard(tmp_path / "t")]
+    assert not wants_batches(*per_epoch)
+    for every_n in (ModelCheckpoint(tmp_path / "m", save_freq=5),
+                    BackupAndRestore(tmp_path / "b", save_freq=5),
+                    TensorBoard(tmp_path / "t", update_freq=5), TerminateOnNaN()):
+        assert wants_batches(*per_epoch, every_n)
+    with pytest.raises(ValueError, match="save_freq=0"):
+        ModelCheckpoint(tmp_path / "m", save_freq=0)
