@@ -89,7 +89,7 @@ class ModelCheckpoint(Callback):
             current = self._monitor.value(logs, "ModelCheckpoint")
             if current is None:
                 return
-            best = f"{self.best:.5f}" if self.best is not None else "inf"
+            best = f"{self.best:.5f}" if self.best is not None else str(self._monitor.worst)
             if not self._monitor.improved(current, self.best):
                 if self.verbose > 0:
                     print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {best}",
