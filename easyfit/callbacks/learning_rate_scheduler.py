@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..learning_rate import get_learning_rate, set_learning_rate
 from .callback import Callback, Logs
@@ -10,7 +11,7 @@ from .callback import Callback, Logs
 __all__ = ["LearningRateScheduler", "apply_learning_rate"]
 
 
-def apply_learning_rate(trainer, value: float) -> None:
+def apply_learning_rate(trainer: Any, value: float) -> None:
     """Puts ``value`` into the trainer's optimizer state (see ``easyfit.learning_rate``)."""
     state = trainer.state
     trainer.state = state.replace(opt_state=set_learning_rate(state.opt_state, value))
