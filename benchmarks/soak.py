@@ -13,9 +13,10 @@ import json
 import sys
 import tempfile
 
-import easyfit as ef
 import optax
 from flax import linen as nn
+
+import easyfit as ef
 
 
 def rss_mb() -> float:

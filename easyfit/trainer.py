@@ -7,6 +7,7 @@ global batches, the pure steps (``easyfit.steps``) train and evaluate, callbacks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +19,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from . import steps
+from . import checkpoint, steps
+from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data import Source, to_source
@@ -26,6 +28,7 @@ from .data.cache import CachedLoader, decide_cache
 from .data.loader import Loader
 from .data.order import Plan
 from .data.resolve import split_layout
+from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss
 from .metrics import build_collection
 from .models import adapt
@@ -117,6 +120,8 @@ class Trainer:
         self._compiled: dict[Any, _Compiled] = {}
         self._sources: dict[str, Source] = {}
         self._loaders: dict[tuple, tuple[Source, Loader]] = {}
+        self._input_spec: tuple[list[int], str] | None = None
+        self._progress: checkpoint.Progress | None = None
 
     # ----------------------------------------------------------------------------- public state
     @property
@@ -132,6 +137,12 @@ class Trainer:
             return nnx.merge(self._adapter.module, jax.device_get(self.state.params),
                              jax.device_get(self.state.model_state))
         return self._model
+
+    @property
+    def progress(self) -> checkpoint.Progress | None:
+        """Where the current (or last) fit stands: epoch, batch, loader position (what a
+        checkpoint records)."""
+        return self._progress
 
     # ------------------------------------------------------------------------------------ fit
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
@@ -158,6 +169,11 @@ class Trainer:
                 when it fits (see ``easyfit.data.cache``) and no random augmentation is asked
                 for, and says what it chose in the log; True insists, False always streams.
 
+        A callback with a ``restore_point()`` method (``BackupAndRestore``) may make fit resume
+        where an earlier run stopped, mid-epoch included; see ``easyfit.checkpoint.ResumePoint``.
+        On Ctrl-C, fit stops after the step in progress, calls the callbacks' ``on_interrupt``
+        and ``on_train_end``, then lets the KeyboardInterrupt through.
+
         Returns:
             The History of this fit (also ``trainer.history``).
         """
@@ -170,14 +186,23 @@ class Trainer:
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)
         plan = self._plan(train, batch_size, shuffle, cached=use_cache)
+        resume = checkpoint.find_resume_point(callbacks or [])
+        if resume is not None:
+            resume.check(plan)
+            initial_epoch = resume.epoch
         loader: Loader | CachedLoader = Loader(
             train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
-            num_threads=self.num_threads)
+            position=resume.position if resume else None, num_threads=self.num_threads)
         if use_cache:
             loader = CachedLoader(loader)
+        start = loader.position()
         first: dict | None = next(loader)
         self._ensure_state(first, train)
         fns = self._functions(train, plan)
+        acc = (resume.restore(self, self.placement.replicate(fns.metrics.empty())) if resume
+               else None)
+        first_batch = resume.batch if resume else 0
+        self._progress = checkpoint.Progress(initial_epoch, first_batch, start, acc, plan)
         history = History()
         cbs = CallbackList([history, *([ProgbarLogger(verbose)] if verbose else []),
                             *(callbacks or [])], self,
@@ -187,28 +212,83 @@ class Trainer:
         logs: dict[str, float] = {}
         cbs.call("on_train_begin")
         try:
-            for epoch in range(initial_epoch, epochs):
-                cbs.call("on_epoch_begin", epoch)
-                acc = fns.metrics.empty()
-                for batch in range(plan.chunks_per_epoch):
-                    chunk, first = first if first is not None else next(loader), None
-                    cbs.call("on_train_batch_begin", batch)
-                    self.state, acc = fns.train(self.state, acc, chunk)
-                    if cbs.wants("on_train_batch_end"):
-                        cbs.call("on_train_batch_end", batch, logs=LazyLogs(lambda a=acc: _compute(a)))
+            with deferred_sigint() as interrupted:
+                for epoch in range(initial_epoch, epochs):
+                    cbs.call("on_epoch_begin", epoch)
+                    acc = acc if acc is not None else fns.metrics.empty()
+                    for batch in range(first_batch, plan.chunks_per_epoch):
+                        chunk, first = first if first is not None else next(loader), None
+                        cbs.call("on_train_batch_begin", batch)
+                        state, acc = fns.train(self.state, acc, chunk)
+                        self.state, self._progress = state, checkpoint.Progress(
+                            epoch, batch + 1, loader.position(), acc, plan)
+                        if cbs.wants("on_train_batch_end"):
+                            cbs.call("on_train_batch_end", batch,
+                                     logs=LazyLogs(lambda a=acc: _compute(a)))
+                        if self.stop_training or interrupted():
+                            break
+                    else:
+                        self._progress = checkpoint.Progress(
+                            epoch + 1, 0, start if first is not None else loader.position(),
+                            None, plan)
+                    if interrupted():
+                        raise KeyboardInterrupt
+                    logs, acc, first_batch = self._epoch_logs(acc), None, 0
+                    if val is not None:
+                        val_logs = self._evaluate(val, batch_size, cbs)
+                        logs.update({f"val_{k}": v for k, v in val_logs.items()})
+                    cbs.call("on_epoch_end", epoch, logs=logs)
+                    if interrupted():
+                        raise KeyboardInterrupt
                     if self.stop_training:
                         break
-                logs = _compute(acc)
-                if val is not None:
-                    val_logs = self._evaluate(val, batch_size, cbs)
-                    logs.update({f"val_{k}": v for k, v in val_logs.items()})
-                cbs.call("on_epoch_end", epoch, logs=logs)
-                if self.stop_training:
-                    break
+        except KeyboardInterrupt:
+            cbs.call("on_interrupt", logs=logs)
+            raise
         finally:
             loader.close()
             cbs.call("on_train_end", logs=logs)
         return history
+
+    def _epoch_logs(self, acc: Any) -> dict[str, float]:
+        logs = _compute(acc)
+        learning_rate = get_learning_rate(self.state.opt_state)
+        if learning_rate is not None:
+            logs["learning_rate"] = learning_rate
+        return logs
+
+    # ---------------------------------------------------------------------------- checkpoints
+    def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
+        """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
+        reached and the seed (see ``easyfit.checkpoint``). Replaces a checkpoint already at
+        ``path`` only once the new one is complete.
+
+        Args:
+            path: the checkpoint's directory.
+            weights_only: save the parameters (and model state) only.
+
+        Returns:
+            The absolute path written.
+        """
+        return checkpoint.save(path, self, weights_only=weights_only)
+
+    def load(self, path: str | os.PathLike) -> dict[str, Any]:
+        """Restores a checkpoint written by :meth:`save` (or ``ModelCheckpoint``).
+
+        The trainer must have been built with the same model and optimizer. Continue training
+        with ``fit(..., initial_epoch=meta["epoch"])``.
+
+        Returns:
+            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
+        """
+        return checkpoint.load(path, self)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, model: Any, **kwargs: Any) -> Trainer:
+        """A Trainer for ``model`` (built with ``kwargs``) holding the checkpoint at ``path``."""
+        trainer = cls(model, **kwargs)
+        trainer.load(path)
+        return trainer
 
     # ------------------------------------------------------------------------------- evaluate
     def evaluate(self, x: Any, y: Any = None, *, batch_size: int | None = None,
@@ -348,18 +428,32 @@ class Trainer:
     def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
         if self.state is not None:
             return
+        self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
+        if self.class_names is None:
+            self.class_names = source.class_names
+
+    def _init_state(self, shape: tuple[int, ...], dtype: str | None,
+                    abstract: bool = False) -> Any:
+        """Creates ``self.state`` for inputs of ``shape``; with ``abstract``, returns its shapes,
+        dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
+        self._input_spec = (list(shape), dtype)
         init_rng, train_rng = jax.random.split(jax.random.PRNGKey(self.seed))
         if self._adapter.kind == "nnx":
             params, model_state = self._nnx_variables
         else:
-            sample = jnp.zeros((1, *chunk["x"].shape[1:]), jnp.float32)
-            params, model_state = jax.jit(self._adapter.init)(init_rng, sample)
-        state = TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=self.optimizer.init(params), model_state=model_state,
-                           rng=train_rng)
+            sample = jnp.zeros((1, *shape), jnp.float32)
+            init = jax.jit(self._adapter.init) if not abstract else functools.partial(
+                jax.eval_shape, self._adapter.init)
+            params, model_state = init(init_rng, sample)
+        opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(self.optimizer.init, params)
+        state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
+                           model_state=model_state, rng=train_rng)
+        if abstract:
+            rep = self.placement.replicated
+            return jax.tree_util.tree_map(
+                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), state)
         self.state = self.placement.replicate(state)
-        if self.class_names is None:
-            self.class_names = source.class_names
+        return self.state
 
     def _require_state(self) -> None:
         if self.state is None:

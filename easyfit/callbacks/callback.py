@@ -23,7 +23,12 @@ class Callback:
     as in Keras.
 
     Set ``self.trainer.stop_training = True`` to stop training (after the current batch; the
-    epoch's end hooks still run).
+    epoch's end hooks still run). ``self.model`` is the Trainer too (Keras' name), and
+    ``self.trainer.state`` the training state.
+
+    A hook may also be given per instance (``self.on_train_batch_end = fn`` in ``__init__``):
+    a callback that wants batch hooks only in some configurations then costs nothing in the
+    others.
 
     Example:
         >>> import easyfit as ef
@@ -57,6 +62,10 @@ class Callback:
 
     def on_train_end(self, logs: Logs | None = None) -> None:
         """After the last epoch, also when training stops early or is interrupted."""
+
+    def on_interrupt(self, logs: Logs | None = None) -> None:
+        """fit was interrupted (Ctrl-C) after its last completed step; ``on_train_end``
+        follows, then the KeyboardInterrupt reaches the caller."""
 
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         """Before each epoch."""

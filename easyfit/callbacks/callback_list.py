@@ -36,7 +36,8 @@ class LazyLogs(Mapping):
 
 
 def _overrides(cb: Callback, hook: str) -> bool:
-    return getattr(type(cb), hook) is not getattr(Callback, hook)
+    method = getattr(cb, hook)
+    return getattr(method, "__func__", method) is not getattr(Callback, hook)
 
 
 class CallbackList:

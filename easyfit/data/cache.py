@@ -93,6 +93,10 @@ class CachedLoader:
     def __iter__(self) -> CachedLoader:
         return self
 
+    def position(self) -> dict[str, int]:
+        """Where the stream stands (see :meth:`Loader.position`)."""
+        return {"chunk": self.iteration}
+
     def peek(self) -> dict[str, jax.Array]:
         return self.loader.peek() if self._data is None else self._next(peek=True)
 

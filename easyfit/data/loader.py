@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -79,6 +80,7 @@ class Loader:
         plan: which samples make up each chunk.
         placement: the devices and shardings.
         start: index of the first chunk (resume).
+        position: a position from :meth:`position` to start at instead of ``start``.
         num_threads: DALI threads per pipeline (None: :func:`default_num_threads`).
         prefetch: DALI's prefetch queue depth.
         pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
@@ -94,10 +96,12 @@ class Loader:
     """
 
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
-                 num_threads: int | None = None, prefetch: int = 2,
-                 pipelines_per_device: int | None = None, threaded: bool | None = None,
-                 ahead: int = 2):
+                 position: Mapping[str, Any] | None = None, num_threads: int | None = None,
+                 prefetch: int = 2, pipelines_per_device: int | None = None,
+                 threaded: bool | None = None, ahead: int = 2):
         self.source, self.plan, self.placement = source, plan, placement
+        if position is not None:
+            start = int(position["chunk"])
         self.iteration = start
         self._peeked: dict[str, jax.Array] | None = None
         self._threaded = placement.platform == "gpu" if threaded is None else threaded
@@ -135,6 +139,19 @@ class Loader:
         pipe = pipeline()
         pipe.build()
         return pipe
+
+    def position(self) -> dict[str, Any]:
+        """Where the stream stands: an opaque, JSON-serialisable dict to save with a checkpoint
+        and give back as ``Loader(..., position=...)`` to go on with the next chunk.
+
+        For these index-driven sources the sample order is a pure function of (seed, epoch), so
+        the position is just the index of the next chunk, ``{"chunk": i}``, and resuming needs
+        no state from DALI. A loader built on DALI's own readers (LMDB, TFRecord, ...), which
+        keep their own order, would build its pipelines with ``enable_checkpointing=True`` and
+        put the strings of the pipelines' ``checkpoint()`` (the DALI iterator's
+        ``checkpoints()``) in this dict, to restore them with ``checkpoint=`` when rebuilding.
+        """
+        return {"chunk": self.iteration}
 
     def __iter__(self) -> Loader:
         return self

@@ -1,0 +1,121 @@
+"""BackupAndRestore: training that survives being killed, resumed exactly where it stopped."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import jax
+import orbax.checkpoint as ocp
+
+from ..checkpoint import ResumePoint, checkpoint_args
+from ._monitor import check_freq
+from .callback import Callback, Logs
+
+__all__ = ["BackupAndRestore"]
+
+
+class BackupAndRestore(Callback):
+    """Backs the training up in ``backup_dir`` and, when fit starts again with a backup there,
+    resumes from it: same epoch, same batch, same samples next, same state.
+
+    A backup holds the whole training state (parameters, optimizer state, step, RNG key), the
+    epoch's running metrics and the training loader's position. Sample order is a pure function
+    of (seed, epoch), so a run killed at any moment (even with SIGKILL) and started again with
+    the same command ends with the same parameters as a run never interrupted, bit for bit on
+    CPU. Backups are written by Orbax into a temporary directory and renamed when complete (a
+    half-written one is ignored), and asynchronously: training goes on while they are written.
+
+    fit asks this callback for its :meth:`restore_point` before building the loader. Starting
+    again with other data, batch size, seed or ``steps_per_execution`` raises ValueError
+    (the backup would not mean the same samples); delete ``backup_dir`` to start afresh.
+
+    On Ctrl-C, a backup of the last completed step is written before the KeyboardInterrupt
+    goes through. Other callbacks' own counters (EarlyStopping's patience, ...) are not backed
+    up, as in Keras.
+
+    Args:
+        backup_dir: where the backup lives (one per training run).
+        save_freq: ``"epoch"``: at each epoch's end; an integer: every that many batches
+            (dispatches) as well as on Ctrl-C.
+        delete_checkpoint: delete ``backup_dir`` when training finishes (not when it is
+            interrupted or fails).
+
+    Example:
+        >>> from easyfit.callbacks import BackupAndRestore
+        >>> backup = BackupAndRestore(DOCS_TMP + "/backup", save_freq=100)
+        >>> backup.restore_point() is None  # nothing to resume from yet
+        True
+    """
+
+    def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
+                 delete_checkpoint: bool = True):
+        super().__init__()
+        self.backup_dir = os.path.abspath(os.fspath(backup_dir))
+        self.save_freq = check_freq(save_freq, "save_freq")
+        self.delete_checkpoint = delete_checkpoint
+        self._manager: ocp.CheckpointManager | None = None
+        self._saved: int | None = None
+        self._since, self._interrupted = 0, False
+        if self.save_freq != "epoch":
+            self.on_train_batch_end = self._on_batch_end
+
+    def _open(self) -> ocp.CheckpointManager:
+        if self._manager is None:
+            options = ocp.CheckpointManagerOptions(max_to_keep=1, create=True,
+                                                   cleanup_tmp_directories=True)
+            self._manager = ocp.CheckpointManager(self.backup_dir, options=options)
+        return self._manager
+
+    def restore_point(self) -> ResumePoint | None:
+        """The latest complete backup, as a ResumePoint for fit; None when there is none."""
+        if not os.path.isdir(self.backup_dir):
+            return None
+        manager = self._open()
+        step = manager.latest_step()
+        if step is None:
+            return None
+        meta = manager.restore(step, args=ocp.args.Composite(
+            metadata=ocp.args.JsonRestore()))["metadata"]
+        self._saved = step
+        return ResumePoint(epoch=meta["epoch"], batch=meta["batch"], position=meta["position"],
+                           meta=meta, read=lambda args: manager.restore(step, args=args),
+                           source=f"{self.backup_dir} (backup {step})")
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self._since, self._interrupted = 0, False
+
+    def _backup(self) -> None:
+        progress = self.trainer.progress
+        step = progress.epoch * (self.params["steps"] + 1) + progress.batch  # grows with both
+        if step == self._saved:
+            return
+        self._open().save(step, args=checkpoint_args(self.trainer), force=True)
+        self._saved = step
+
+    def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        self._since += 1
+        if self._since >= self.save_freq:
+            self._since = 0
+            self._backup()
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        if self.save_freq == "epoch":
+            self._backup()
+
+    def on_interrupt(self, logs: Logs | None = None) -> None:
+        self._interrupted = True
+        self._backup()
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        if self._manager is None:
+            return
+        self._manager.wait_until_finished()
+        progress = self.trainer.progress
+        finished = self.trainer.stop_training or (
+            progress.batch == 0 and progress.epoch >= self.params["epochs"])
+        if self.delete_checkpoint and finished and not self._interrupted:
+            self._manager.close()
+            self._manager, self._saved = None, None
+            if jax.process_index() == 0:
+                shutil.rmtree(self.backup_dir, ignore_errors=True)

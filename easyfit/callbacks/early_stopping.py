@@ -1,0 +1,90 @@
+"""EarlyStopping: stop when a monitored metric has stopped improving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._monitor import Monitor
+from .callback import Callback, Logs
+
+__all__ = ["EarlyStopping"]
+
+
+class EarlyStopping(Callback):
+    """Stops training when ``monitor`` has not improved for ``patience`` epochs (Keras
+    semantics).
+
+    Args:
+        monitor: the metric to watch (``"val_loss"``, ``"val_accuracy"``, ``"loss"``, ...).
+        min_delta: the smallest change that counts as an improvement.
+        patience: epochs without improvement after which training stops.
+        verbose: 1 prints a line when stopping and when restoring weights.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (from the name).
+        baseline: a value the metric must beat; until then ``patience`` keeps counting.
+        restore_best_weights: at the end of training, put back the parameters (and model state)
+            of the best epoch. The copies stay on the device.
+        start_from_epoch: epochs to wait before watching (warm-up).
+
+    Attributes:
+        stopped_epoch: the epoch at which training stopped (0 if it did not stop early).
+        best: the best value seen; ``best_epoch`` its epoch.
+
+    Example:
+        >>> from easyfit.callbacks import EarlyStopping
+        >>> stop = EarlyStopping(monitor="val_accuracy", patience=2)
+        >>> stop.mode
+        'max'
+    """
+
+    def __init__(self, monitor: str = "val_loss", min_delta: float = 0.0, patience: int = 0,
+                 verbose: int = 0, mode: str = "auto", baseline: float | None = None,
+                 restore_best_weights: bool = False, start_from_epoch: int = 0):
+        super().__init__()
+        self._monitor = Monitor(monitor, mode, min_delta)
+        self.monitor, self.mode = monitor, self._monitor.mode
+        self.patience, self.verbose, self.baseline = int(patience), verbose, baseline
+        self.restore_best_weights = restore_best_weights
+        self.start_from_epoch = int(start_from_epoch)
+        self.on_train_begin()
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.wait, self.stopped_epoch, self.best_epoch = 0, 0, 0
+        self.best: float = self._monitor.worst
+        self.best_weights: Any = None
+
+    def _weights(self) -> Any:
+        state = self.trainer.state
+        return jax.tree_util.tree_map(jnp.copy, (state.params, state.model_state))
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        current = self._monitor.value(logs, "EarlyStopping")
+        if current is None or epoch < self.start_from_epoch:
+            return
+        if self.restore_best_weights and self.best_weights is None:
+            self.best_weights, self.best_epoch = self._weights(), epoch
+        self.wait += 1
+        if self._monitor.improved(current, self.best):
+            self.best, self.best_epoch = current, epoch
+            if self.restore_best_weights:
+                self.best_weights = self._weights()
+            if self.baseline is None or self._monitor.improved(current, self.baseline):
+                self.wait = 0
+            return
+        if self.wait >= self.patience and epoch > 0:
+            self.stopped_epoch = epoch
+            self.trainer.stop_training = True
+
+    def on_train_end(self, logs: Logs | None = None) -> None:
+        if self.stopped_epoch > 0 and self.verbose > 0:
+            print(f"Epoch {self.stopped_epoch + 1}: early stopping", flush=True)
+        if self.restore_best_weights and self.best_weights is not None:
+            if self.verbose > 0:
+                print(f"Restoring model weights from the end of the best epoch: "
+                      f"{self.best_epoch + 1}.", flush=True)
+            params, model_state = self.best_weights
+            self.trainer.state = self.trainer.state.replace(params=params,
+                                                            model_state=model_state)
+            self.best_weights = None

@@ -1,0 +1,55 @@
+"""LambdaCallback: a callback made of plain functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .callback import Callback
+
+__all__ = ["LambdaCallback"]
+
+
+def _hooks() -> set[str]:
+    return {name for name in vars(Callback) if name.startswith("on_")}
+
+
+class LambdaCallback(Callback):
+    """Calls the given functions at the matching hooks (Keras semantics).
+
+    Epoch hooks get ``(epoch, logs)``, batch hooks ``(batch, logs)``, the others ``(logs)``.
+    Hooks not given cost nothing (batch logs are never built for them).
+
+    Args:
+        on_epoch_begin, on_epoch_end, on_train_begin, on_train_end, on_train_batch_begin,
+        on_train_batch_end: functions; any other hook name (``on_test_end``, ...) may be given
+            as a keyword too.
+
+    Example:
+        >>> from easyfit.callbacks import LambdaCallback
+        >>> seen = []
+        >>> cb = LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(epoch))
+        >>> cb.on_epoch_end(0, {"loss": 1.0}); seen
+        [0]
+        >>> LambdaCallback(on_epoch_ending=print)
+        Traceback (most recent call last):
+        ...
+        TypeError: LambdaCallback: on_epoch_ending is not a callback hook
+    """
+
+    def __init__(self, on_epoch_begin: Callable | None = None,
+                 on_epoch_end: Callable | None = None, on_train_begin: Callable | None = None,
+                 on_train_end: Callable | None = None,
+                 on_train_batch_begin: Callable | None = None,
+                 on_train_batch_end: Callable | None = None, **kwargs: Callable):
+        super().__init__()
+        given: dict[str, Any] = {"on_epoch_begin": on_epoch_begin, "on_epoch_end": on_epoch_end,
+                                 "on_train_begin": on_train_begin, "on_train_end": on_train_end,
+                                 "on_train_batch_begin": on_train_batch_begin,
+                                 "on_train_batch_end": on_train_batch_end, **kwargs}
+        hooks = _hooks()
+        for name, fn in given.items():
+            if name not in hooks:
+                raise TypeError(f"LambdaCallback: {name} is not a callback hook")
+            if fn is not None:
+                setattr(self, name, fn)

@@ -1,0 +1,104 @@
+"""ModelCheckpoint: save the model (or its weights) every epoch or every N batches."""
+
+from __future__ import annotations
+
+import os
+import string
+from collections.abc import Mapping
+from typing import Any
+
+from ._monitor import Monitor, check_freq
+from .callback import Callback, Logs
+
+__all__ = ["ModelCheckpoint"]
+
+
+class ModelCheckpoint(Callback):
+    """Saves an Orbax checkpoint (``Trainer.save``) at some frequency, as Keras does.
+
+    ``filepath`` names a checkpoint *directory* and may hold placeholders filled with
+    ``str.format``: ``{epoch}`` (1-based, as in Keras), ``{batch}`` (1-based, with an integer
+    ``save_freq``) and any key of the logs, e.g. ``"ckpt/{epoch:02d}-{val_loss:.3f}"``. Load
+    one with ``trainer.load(path)`` or ``Trainer.from_checkpoint(path, model)``. A checkpoint
+    already at the path is replaced only once the new one is complete.
+
+    Args:
+        filepath: the checkpoint directory, with optional placeholders.
+        monitor: the metric compared when ``save_best_only``.
+        verbose: 1 prints a line per save (and per non-improvement).
+        save_best_only: save only when ``monitor`` improves on the best so far.
+        save_weights_only: save parameters and model state only, not the optimizer state.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (from the name of ``monitor``).
+        save_freq: ``"epoch"``, or an integer: every that many batches (the logs are then the
+            epoch's running metrics, read from the device only at those batches).
+        initial_value_threshold: the value ``monitor`` must beat for the first save.
+
+    Example:
+        >>> from easyfit.callbacks import ModelCheckpoint
+        >>> ModelCheckpoint("ckpt/{epoch:02d}-{val_accuracy:.3f}", monitor="val_accuracy",
+        ...                 save_best_only=True).mode
+        'max'
+    """
+
+    def __init__(self, filepath: str | os.PathLike, monitor: str = "val_loss", verbose: int = 0,
+                 save_best_only: bool = False, save_weights_only: bool = False,
+                 mode: str = "auto", save_freq: str | int = "epoch",
+                 initial_value_threshold: float | None = None):
+        super().__init__()
+        self.filepath = os.fspath(filepath)
+        self._monitor = Monitor(monitor, mode)
+        self.monitor, self.mode, self.verbose = monitor, self._monitor.mode, verbose
+        self.save_best_only, self.save_weights_only = save_best_only, save_weights_only
+        self.save_freq = check_freq(save_freq, "save_freq")
+        self.best = initial_value_threshold
+        self._fields = {f for _, f, _, _ in string.Formatter().parse(self.filepath) if f}
+        self._epoch, self._since = 0, 0
+        if self.save_freq != "epoch":
+            self.on_train_batch_end = self._on_batch_end
+
+    def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        if self.save_freq == "epoch":
+            self._save(epoch, None, logs)
+
+    def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        self._since += 1
+        if self._since >= self.save_freq:
+            self._since = 0
+            self._save(self._epoch, batch, logs)
+
+    def _path(self, epoch: int, batch: int | None, logs: Mapping[str, Any]) -> str:
+        names: dict[str, Any] = {"epoch": epoch + 1}
+        if batch is not None:
+            names["batch"] = batch + 1
+        if self._fields - names.keys():  # reading batch logs syncs with the device: only if used
+            names = {**logs, **names}
+        try:
+            return self.filepath.format(**names)
+        except KeyError as e:
+            raise ValueError(f"ModelCheckpoint: filepath {self.filepath!r} names {e}, which is "
+                             f"neither epoch, batch nor a key of the logs "
+                             f"({', '.join(sorted(logs))})") from None
+
+    def _save(self, epoch: int, batch: int | None, logs: Logs | None) -> None:
+        logs = logs or {}
+        what = "saving"
+        if self.save_best_only:
+            current = self._monitor.value(logs, "ModelCheckpoint")
+            if current is None:
+                return
+            best = f"{self.best:.5f}" if self.best is not None else str(self._monitor.worst)
+            if not self._monitor.improved(current, self.best):
+                if self.verbose > 0:
+                    print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {best}",
+                          flush=True)
+                return
+            what = f"{self.monitor} improved from {best} to {current:.5f}, saving"
+            self.best = current
+        path = self._path(epoch, batch, logs)
+        if self.verbose > 0:
+            kind = "weights" if self.save_weights_only else "model"
+            print(f"Epoch {epoch + 1}: {what} {kind} to {path}", flush=True)
+        self.trainer.save(path, weights_only=self.save_weights_only)

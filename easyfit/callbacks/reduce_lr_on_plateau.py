@@ -1,0 +1,77 @@
+"""ReduceLROnPlateau: lower the learning rate when a metric has stopped improving."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..learning_rate import get_learning_rate, set_learning_rate
+from ._monitor import Monitor
+from .callback import Callback, Logs
+from .learning_rate_scheduler import apply_learning_rate
+
+__all__ = ["ReduceLROnPlateau"]
+
+
+class ReduceLROnPlateau(Callback):
+    """Multiplies the learning rate by ``factor`` when ``monitor`` has not improved for
+    ``patience`` epochs (Keras semantics).
+
+    The optimizer must be built with ``optax.inject_hyperparams`` (see
+    ``LearningRateScheduler``); fit raises ValueError otherwise.
+
+    Args:
+        monitor: the metric to watch.
+        factor: the multiplier, below 1.
+        patience: epochs without improvement before reducing.
+        verbose: 1 prints a line at each reduction.
+        mode: ``"min"``, ``"max"`` or ``"auto"``.
+        min_delta: the smallest change that counts as an improvement.
+        cooldown: epochs to wait after a reduction before counting again.
+        min_lr: the learning rate never goes below this.
+
+    Example:
+        >>> from easyfit.callbacks import ReduceLROnPlateau
+        >>> ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=2).mode
+        'min'
+    """
+
+    def __init__(self, monitor: str = "val_loss", factor: float = 0.1, patience: int = 10,
+                 verbose: int = 0, mode: str = "auto", min_delta: float = 1e-4,
+                 cooldown: int = 0, min_lr: float = 0.0):
+        super().__init__()
+        if factor >= 1.0:
+            raise ValueError(f"ReduceLROnPlateau: factor={factor} must be below 1")
+        self._monitor = Monitor(monitor, mode, min_delta)
+        self.monitor, self.mode, self.factor = monitor, self._monitor.mode, float(factor)
+        self.patience, self.verbose, self.cooldown = int(patience), verbose, int(cooldown)
+        self.min_delta, self.min_lr = min_delta, float(min_lr)
+        self.on_train_begin()
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        self.best, self.wait, self.cooldown_counter = self._monitor.worst, 0, 0
+        if self.trainer is not None:
+            set_learning_rate(self.trainer.state.opt_state, 0.0)  # raises if there is none
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        current = self._monitor.value(logs, "ReduceLROnPlateau")
+        if current is None:
+            return
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.wait = 0
+        if self._monitor.improved(current, self.best):
+            self.best, self.wait = current, 0
+            return
+        if self.cooldown_counter > 0:
+            return
+        self.wait += 1
+        if self.wait < self.patience:
+            return
+        old = get_learning_rate(self.trainer.state.opt_state)
+        if old > np.float32(self.min_lr):
+            new = max(old * self.factor, self.min_lr)
+            apply_learning_rate(self.trainer, new)
+            if self.verbose > 0:
+                print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.",
+                      flush=True)
+            self.cooldown_counter, self.wait = self.cooldown, 0

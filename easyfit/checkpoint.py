@@ -1,0 +1,260 @@
+"""Checkpoints with Orbax: the training state, where training stands, and nothing pickled.
+
+A checkpoint is a directory written by Orbax's composite handler with these items:
+
+* ``state``: the whole :class:`~easyfit.state.TrainState` (step, parameters, optimizer state,
+  model state, the dropout RNG key), as arrays (``weights`` instead, holding ``params`` and
+  ``model_state`` only, for a weights-only checkpoint);
+* ``epoch_metrics``: the epoch's metric accumulator, when the checkpoint was taken mid-epoch;
+* ``metadata``: JSON: the epoch and the batch reached, the train loader's position, the seed,
+  the input shape, the class names and the batching plan.
+
+Orbax writes into a temporary directory and renames it when complete, so a process killed while
+saving leaves either the previous checkpoint or a temporary directory, which :func:`load` refuses
+and which backups ignore; never a checkpoint that loads as something else. Restored arrays take
+the shardings of the trainer's current state.
+
+Example:
+    >>> import optax, easyfit as ef
+    >>> from flax import linen as nn
+    >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist-ckpt", limit=(200, 100), source=MNIST_IDX)
+    >>> def model():
+    ...     return nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])
+    >>> trainer = ef.Trainer(model(), optimizer=optax.adam(1e-3), seed=0)
+    >>> _ = trainer.fit(root, epochs=1, batch_size=50, verbose=0)
+    >>> path = trainer.save(DOCS_TMP + "/ckpt")
+    >>> again = ef.Trainer.from_checkpoint(path, model(), optimizer=optax.adam(1e-3))
+    >>> ef.checkpoint.read_metadata(path)["epoch"], int(again.state.step)
+    (1, 4)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from .errors import DataError
+
+if TYPE_CHECKING:
+    from .data.order import Plan
+    from .trainer import Trainer
+
+__all__ = ["Progress", "ResumePoint", "checkpoint_args", "find_resume_point", "load",
+           "read_metadata", "restore", "save"]
+
+FORMAT = "easyfit-checkpoint"
+VERSION = 1
+#: Plan fields that give a loader position its meaning (the number of devices does not).
+_PLAN_KEYS = ("num_samples", "batch_size", "shuffle", "seed", "steps_per_execution")
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where a fit stands.
+
+    Attributes:
+        epoch: the epoch in progress, or the next one to run when ``batch`` is 0.
+        batch: dispatches of that epoch already trained.
+        position: the training loader's position (``Loader.position()``), opaque JSON.
+        metrics: the epoch's metric accumulator (a clu Collection) when ``batch > 0``.
+        plan: the training data's batching plan.
+    """
+
+    epoch: int
+    batch: int = 0
+    position: Mapping[str, Any] | None = None
+    metrics: Any = None
+    plan: Plan | None = None
+
+
+def _abstract(tree: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda a: a if isinstance(a, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(a),
+        tree)
+
+
+def _plan_json(plan: Plan | None) -> dict | None:
+    return None if plan is None else {k: getattr(plan, k) for k in _PLAN_KEYS}
+
+
+def _metadata(trainer: Trainer, kind: str) -> dict[str, Any]:
+    progress = trainer._progress or Progress(0)
+    shape, dtype = trainer._input_spec or (None, None)
+    return {"format": FORMAT, "version": VERSION, "kind": kind, "epoch": progress.epoch,
+            "batch": progress.batch, "position": dict(progress.position or {}) or None,
+            "step": int(np.asarray(jax.device_get(trainer.state.step))), "seed": trainer.seed,
+            "input_shape": shape, "input_dtype": dtype, "class_names": trainer.class_names,
+            "plan": _plan_json(progress.plan),
+            "has_metrics": kind == "full" and progress.metrics is not None}
+
+
+def checkpoint_args(trainer: Trainer, *, weights_only: bool = False) -> ocp.args.Composite:
+    """The Orbax save arguments for the trainer's state and progress."""
+    trainer._require_state()
+    state = trainer.state
+    meta = _metadata(trainer, "weights" if weights_only else "full")
+    items: dict[str, Any] = {"metadata": ocp.args.JsonSave(meta)}
+    if weights_only:
+        items["weights"] = ocp.args.StandardSave({"params": state.params,
+                                                   "model_state": state.model_state})
+    else:
+        items["state"] = ocp.args.StandardSave(state)
+        if meta["has_metrics"]:
+            items["epoch_metrics"] = ocp.args.StandardSave(trainer._progress.metrics)
+    return ocp.args.Composite(**items)
+
+
+def _checkpointer() -> ocp.Checkpointer:
+    return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
+
+
+def save(path: str | os.PathLike, trainer: Trainer, *, weights_only: bool = False) -> str:
+    """Writes a checkpoint of ``trainer`` at ``path`` (replacing one already there).
+
+    An existing checkpoint is replaced only once the new one is complete.
+
+    Returns:
+        The absolute path written.
+    """
+    path = os.path.abspath(os.fspath(path))
+    args = checkpoint_args(trainer, weights_only=weights_only)
+    ckptr = _checkpointer()
+    if not os.path.exists(path) or jax.process_count() > 1:
+        ckptr.save(path, args=args, force=True)
+        return path
+    new, old = path + ".easyfit-new", path + ".easyfit-old"
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    ckptr.save(new, args=args)
+    os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON metadata of the checkpoint at ``path``.
+
+    Raises:
+        DataError: ``path`` is not a complete easyfit checkpoint (missing, or a temporary
+            directory left by a save that did not finish).
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isdir(path):
+        raise DataError(f"{path}: no such checkpoint directory")
+    if ocp.utils.TMP_DIR_SUFFIX in os.path.basename(path) or path.endswith(".easyfit-new"):
+        raise DataError(f"{path}: an unfinished checkpoint (a save was interrupted)")
+    if not os.path.isdir(os.path.join(path, "metadata")):
+        raise DataError(f"{path}: not an easyfit checkpoint (no metadata item)")
+    meta = _checkpointer().restore(
+        path, args=ocp.args.Composite(metadata=ocp.args.JsonRestore()))["metadata"]
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DataError(f"{path}: not an easyfit checkpoint")
+    return meta
+
+
+Reader = Callable[[ocp.args.Composite], Mapping[str, Any]]
+
+
+def restore(read: Reader, trainer: Trainer, meta: Mapping[str, Any],
+            metrics_template: Any = None, target: Any = None) -> Any:
+    """Restores the items of a checkpoint into ``trainer.state``, in place of its arrays.
+
+    Args:
+        read: reads the given Orbax items of one checkpoint (a path or a manager's step).
+        trainer: the trainer to restore into.
+        meta: the checkpoint's metadata.
+        metrics_template: an empty metric accumulator, to restore a mid-epoch one.
+        target: the state whose structure, shapes and shardings are restored to (arrays or
+            ``jax.ShapeDtypeStruct``); default ``trainer.state``.
+
+    Returns:
+        The restored metric accumulator, or None.
+    """
+    target = trainer.state if target is None else target
+    if meta["kind"] == "weights":
+        weights = {"params": target.params, "model_state": target.model_state}
+        got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
+        trainer.state = target.replace(**got["weights"])
+        return None
+    items = {"state": ocp.args.StandardRestore(_abstract(target))}
+    if meta.get("has_metrics") and metrics_template is not None:
+        items["epoch_metrics"] = ocp.args.StandardRestore(_abstract(metrics_template))
+    got = read(ocp.args.Composite(**items))
+    trainer.state = got["state"]
+    return got.get("epoch_metrics")
+
+
+def load(path: str | os.PathLike, trainer: Trainer) -> dict[str, Any]:
+    """Restores the checkpoint at ``path`` into ``trainer`` (creating its state if needed).
+
+    A full checkpoint also restores the seed, the class names and the epoch reached; pass
+    ``initial_epoch=meta["epoch"]`` to ``fit`` to go on from there.
+
+    Returns:
+        The checkpoint's metadata.
+    """
+    path = os.path.abspath(os.fspath(path))
+    meta = read_metadata(path)
+    target = trainer.state
+    if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
+        if meta["input_shape"] is None and trainer._adapter.kind != "nnx":
+            raise DataError(f"{path}: no input shape recorded; call fit or evaluate first")
+        target = trainer._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"],
+                                     abstract=meta["kind"] == "full")
+    restore(lambda args: _checkpointer().restore(path, args=args), trainer, meta, target=target)
+    if meta["class_names"] is not None:
+        trainer.class_names = list(meta["class_names"])
+    if meta["kind"] == "full":
+        trainer.seed = int(meta["seed"])
+        trainer._progress = Progress(meta["epoch"])
+    return meta
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """Where a fit should resume, offered by a callback's ``restore_point()``.
+
+    ``fit`` asks each callback that has a ``restore_point()`` method, before it builds the
+    training loader; the first one that returns a ResumePoint wins. fit then starts the loader at
+    ``position``, the epoch loop at ``(epoch, batch)``, and calls :meth:`restore` once the
+    state exists.
+    """
+
+    epoch: int
+    batch: int
+    position: Mapping[str, Any] | None
+    meta: Mapping[str, Any]
+    read: Reader
+    source: str = "checkpoint"
+
+    def check(self, plan: Plan) -> None:
+        """Raises ValueError if the checkpoint's batching plan differs from ``plan`` (its
+        loader position would then mean other samples)."""
+        saved, now = self.meta.get("plan"), _plan_json(plan)
+        if saved is not None and saved != now:
+            diff = ", ".join(f"{k}: {saved.get(k)} -> {now[k]}" for k in _PLAN_KEYS
+                             if saved.get(k) != now[k])
+            raise ValueError(f"{self.source}: cannot resume exactly, the training data or its "
+                             f"batching changed ({diff}); delete the backup to start afresh")
+
+    def restore(self, trainer: Trainer, metrics_template: Any) -> Any:
+        """Restores the state into ``trainer``; returns the epoch's metric accumulator."""
+        return restore(self.read, trainer, self.meta, metrics_template)
+
+
+def find_resume_point(callbacks: Any) -> ResumePoint | None:
+    """The first ResumePoint offered by a callback's ``restore_point()`` method, if any."""
+    for cb in callbacks:
+        offer = getattr(cb, "restore_point", None)
+        point = offer() if callable(offer) else None
+        if point is not None:
+            return point
+    return None

@@ -1,0 +1,129 @@
+"""Orbax checkpoints: Trainer.save / load / from_checkpoint, and ModelCheckpoint."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+import optax
+import pytest
+from models import NNXMLP, SmallMLP
+
+import easyfit as ef
+from conftest import flat_params
+from easyfit.callbacks import LambdaCallback, ModelCheckpoint
+
+
+@pytest.fixture(scope="module")
+def data(mnist_arrays):
+    (x, y), (xv, yv) = mnist_arrays["train"], mnist_arrays["val"]
+    return ef.data.Arrays(x[:600], y[:600], scale=1 / 255), (xv[:200], yv[:200])
+
+
+def _trainer(**kw):
+    return ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=2, **kw)
+
+
+def _fit(trainer, data, callbacks=(), epochs=2, initial_epoch=0):
+    train, val = data
+    return trainer.fit(train, epochs=epochs, batch_size=100, verbose=0, validation_data=val,
+                       callbacks=list(callbacks), initial_epoch=initial_epoch)
+
+
+def _keep_params(trainer, into):
+    return LambdaCallback(on_epoch_end=lambda epoch, logs: into.append(
+        flat_params(jax.device_get(trainer.params))))
+
+
+@pytest.fixture(scope="module")
+def run(data, tmp_path_factory):
+    """One fit of 3 epochs (6 batches each) with several ModelCheckpoints."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    trainer, seen = _trainer(), []
+    callbacks = [
+        _keep_params(trainer, seen),
+        ModelCheckpoint(str(root / "named" / "ckpt-{epoch:02d}-{val_loss:.4f}")),
+        ModelCheckpoint(root / "best", monitor="loss", mode="max", save_best_only=True,
+                        save_weights_only=True),  # the loss falls: only epoch 1 is "best"
+        ModelCheckpoint(root / "latest"),  # the same path every epoch
+        ModelCheckpoint(root / "batches" / "e{epoch}-b{batch}", save_freq=4),
+    ]
+    history = _fit(trainer, data, callbacks, epochs=3)
+    return trainer, root, seen, history
+
+
+def _load(path):
+    return ef.Trainer.from_checkpoint(path, SmallMLP(), optimizer=optax.adam(1e-3))
+
+
+def test_save_then_from_checkpoint_goes_on_exactly(tmp_path, data):
+    first = _trainer()
+    _fit(first, data, epochs=1)
+    path = first.save(tmp_path / "ckpt")
+    meta = ef.checkpoint.read_metadata(path)
+    assert (meta["epoch"], meta["step"], meta["kind"]) == (1, 6, "full")
+    second = _load(path)
+    assert second.seed == 2  # the seed (the data order) comes with the checkpoint
+    for a, b in zip(jax.tree_util.tree_leaves(first.state), jax.tree_util.tree_leaves(
+            second.state), strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    _fit(first, data, epochs=2, initial_epoch=1)
+    _fit(second, data, epochs=2, initial_epoch=meta["epoch"])
+    assert np.array_equal(flat_params(second.params), flat_params(first.params))
+
+
+def test_load_refuses_what_is_not_a_complete_checkpoint(tmp_path):
+    trainer = _trainer()
+    with pytest.raises(ef.DataError, match="no such checkpoint"):
+        trainer.load(tmp_path / "missing")
+    unfinished = tmp_path / "ckpt.orbax-checkpoint-tmp-1700000000"
+    os.makedirs(unfinished / "state")
+    with pytest.raises(ef.DataError, match="unfinished checkpoint"):
+        trainer.load(unfinished)
+    os.makedirs(tmp_path / "other")
+    with pytest.raises(ef.DataError, match="not an easyfit checkpoint"):
+        trainer.load(tmp_path / "other")
+
+
+def test_model_checkpoint_every_epoch_with_metrics_in_the_name(run):
+    _, root, seen, history = run
+    names = sorted(os.listdir(root / "named"))
+    assert names == [f"ckpt-{e + 1:02d}-{v:.4f}" for e, v in enumerate(
+        history.history["val_loss"])]
+    for name, params in zip(names, seen, strict=True):
+        assert np.array_equal(flat_params(_load(root / "named" / name).params), params)
+
+
+def test_model_checkpoint_best_only_weights_only_and_overwrite(run):
+    _, root, seen, _ = run
+    assert sorted(os.listdir(root)) == ["batches", "best", "latest", "named"]  # no leftovers
+    meta = ef.checkpoint.read_metadata(root / "best")
+    assert meta["kind"] == "weights" and meta["step"] == 6
+    fresh = _trainer()
+    fresh.load(root / "best")
+    assert np.array_equal(flat_params(fresh.params), seen[0])
+    assert int(fresh.state.step) == 0  # weights only: the optimizer state is not restored
+    fresh.load(root / "latest")
+    assert np.array_equal(flat_params(fresh.params), seen[-1]) and int(fresh.state.step) == 18
+
+
+def test_model_checkpoint_every_n_batches(run, data):
+    trainer, root, _, _ = run
+    assert sorted(os.listdir(root / "batches")) == ["e1-b4", "e2-b2", "e2-b6", "e3-b4"]
+    meta = ef.checkpoint.read_metadata(root / "batches" / "e2-b2")
+    assert (meta["epoch"], meta["batch"], meta["step"], meta["has_metrics"]) == (1, 2, 8, True)
+    with pytest.raises(ValueError, match="names 'val_auc'"):
+        _fit(trainer, data, [ModelCheckpoint(root / "{val_auc}")], epochs=1)
+
+
+def test_nnx_model_round_trip(tmp_path, data):
+    from flax import nnx
+
+    trainer = ef.Trainer(NNXMLP(nnx.Rngs(0)), optimizer=optax.adam(1e-3))
+    _fit(trainer, data, epochs=1)
+    path = trainer.save(tmp_path / "nnx")
+    again = ef.Trainer.from_checkpoint(path, NNXMLP(nnx.Rngs(5)), optimizer=optax.adam(1e-3))
+    assert np.array_equal(flat_params(again.params), flat_params(trainer.params))
+    x = np.asarray(data[1][0][:4], np.float32) / 255
+    np.testing.assert_array_equal(np.asarray(again.model(x)), np.asarray(trainer.model(x)))

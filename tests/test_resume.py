@@ -1,0 +1,143 @@
+"""Exact resume: a run killed (SIGKILL), crashed or interrupted (Ctrl-C) and started again ends
+with the parameters of a run never stopped, bit for bit on CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import optax
+import pytest
+from models import SmallMLP
+
+import easyfit as ef
+from conftest import MNIST_IDX, PROGRAMS, flat_params, last_json
+from easyfit.callbacks import BackupAndRestore, LambdaCallback
+
+
+def _npz(path) -> list[np.ndarray]:
+    with np.load(path) as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def test_sigkill_mid_epoch_then_restart_gives_the_same_parameters(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+           "PYTHONUNBUFFERED": "1"}
+    program = [sys.executable, str(PROGRAMS / "train_resume.py"), str(MNIST_IDX)]
+    never_killed = subprocess.Popen(program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+    cmd = program + [str(tmp_path / "backup"), str(tmp_path / "resumed.npz"), "--delay", "0.15"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        for line in proc.stdout:  # 15 batches an epoch, a backup every 3: kill in epoch 1
+            if line.split()[:3] == ["batch", "1", "7"]:
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (tmp_path / "resumed.npz").exists()
+    point = BackupAndRestore(tmp_path / "backup").restore_point()
+    assert point is not None and point.epoch == 1 and 0 < point.batch < 15  # mid-epoch
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    resumed = last_json(again)
+    out, err = never_killed.communicate(timeout=300)
+    reference = last_json(subprocess.CompletedProcess(cmd, never_killed.returncode, out, err))
+    assert resumed["epochs"] == [1]  # only the epoch it resumed in was run again
+    assert resumed["step"] == reference["step"]
+    assert resumed["last"] == reference["last"]  # the epoch's metrics, restored mid-epoch
+    for a, b in zip(_npz(tmp_path / "ref.npz"), _npz(tmp_path / "resumed.npz"), strict=True):
+        assert np.array_equal(a, b)
+    assert not (tmp_path / "backup").exists()  # deleted once training finished
+
+
+K = 3  # steps per execution: 10 steps an epoch make 4 dispatches, the last one padded
+
+
+@pytest.fixture(scope="module")
+def data(mnist_arrays):
+    (x, y), (xv, yv) = mnist_arrays["train"], mnist_arrays["val"]
+    return ef.data.Arrays(x[:1000], y[:1000], scale=1 / 255), (xv[:200], yv[:200])
+
+
+def _trainer():
+    return ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=1, steps_per_execution=K)
+
+
+def _fit(trainer, data, callbacks=(), epochs=2, batch_size=100):
+    train, val = data
+    return trainer.fit(train, epochs=epochs, batch_size=batch_size, verbose=0,
+                       validation_data=val, callbacks=list(callbacks))
+
+
+@pytest.fixture(scope="module")
+def reference(data):
+    trainer = _trainer()
+    return trainer, _fit(trainer, data)
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
+    ref, ref_history = reference
+    trainer = _trainer()
+
+    def crash(batch, logs):
+        if trainer.progress.epoch == 1 and batch == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        _fit(trainer, data, [BackupAndRestore(tmp_path / "b", save_freq=3),
+                             LambdaCallback(on_train_batch_end=crash)])
+    point = BackupAndRestore(tmp_path / "b").restore_point()
+    assert (point.epoch, point.batch) == (1, 2)  # the backup of dispatch 6 of 8
+    # a half-written backup (a save killed before its rename) is ignored:
+    os.makedirs(tmp_path / "b" / "99.orbax-checkpoint-tmp-1234567" / "state")
+    resumed = _trainer()
+    history = _fit(resumed, data, [BackupAndRestore(tmp_path / "b", save_freq=3)])
+    assert history.epoch == [1]
+    assert {k: v[-1] for k, v in history.history.items()} == {
+        k: v[-1] for k, v in ref_history.history.items()}
+    assert int(resumed.state.step) == int(ref.state.step)
+    assert np.array_equal(flat_params(resumed.params), flat_params(ref.params))
+    assert np.array_equal(flat_params(resumed.state.opt_state), flat_params(ref.state.opt_state))
+    assert not (tmp_path / "b").exists()
+
+
+def test_ctrl_c_backs_up_runs_on_train_end_and_reraises(tmp_path, data, reference):
+    ended = []
+    trainer = _trainer()
+
+    def press_ctrl_c(batch, logs):
+        if trainer.progress.epoch == 0 and batch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    callbacks = [BackupAndRestore(tmp_path / "b"),  # backs up at epoch ends, and on Ctrl-C
+                 LambdaCallback(on_train_batch_end=press_ctrl_c,
+                                on_train_end=lambda logs: ended.append(True))]
+    with pytest.raises(KeyboardInterrupt):
+        _fit(trainer, data, callbacks)
+    assert ended == [True]
+    assert int(trainer.state.step) == 2 * K  # stopped after the dispatch in progress
+    point = BackupAndRestore(tmp_path / "b").restore_point()
+    assert (point.epoch, point.batch) == (0, 2)
+    resumed = _trainer()
+    assert _fit(resumed, data, [BackupAndRestore(tmp_path / "b")]).epoch == [0, 1]
+    assert np.array_equal(flat_params(resumed.params), flat_params(reference[0].params))
+
+
+def test_backup_kept_on_request_and_refused_for_other_batching(tmp_path, data):
+    trainer = _trainer()
+    _fit(trainer, data, [BackupAndRestore(tmp_path / "b", delete_checkpoint=False)], epochs=1)
+    point = BackupAndRestore(tmp_path / "b").restore_point()
+    assert (point.epoch, point.batch) == (1, 0)
+    with pytest.raises(ValueError, match="batch_size: 100 -> 50"):
+        _fit(_trainer(), data, [BackupAndRestore(tmp_path / "b")], batch_size=50)
