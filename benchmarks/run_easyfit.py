@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--cache", default="auto")
     ap.add_argument("--steps-per-execution", default="auto")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--pipelines", type=int, default=None, help="DALI pipelines per GPU")
     ap.add_argument("--label", default="easyfit")
     args = ap.parse_args()
 
@@ -68,7 +69,7 @@ def main() -> None:
     spe = args.steps_per_execution
     trainer = ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
                          steps_per_execution=int(spe) if spe.isdigit() else spe,
-                         num_threads=args.threads)
+                         num_threads=args.threads, pipelines_per_device=args.pipelines)
     timer = EpochTimer()
     fit_kwargs = {} if args.cache == "none" else {"cache": {"auto": "auto", "true": True,
                                                             "false": False}[args.cache]}

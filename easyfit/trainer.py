@@ -76,7 +76,9 @@ class Trainer:
             samples per dispatch when streaming and about 12,800 when training from the device
             cache, never more than an epoch.
         devices: the devices to train on (default: all of ``jax.devices()``).
-        num_threads: DALI threads per pipeline (default: chosen from the cores).
+        num_threads: DALI threads per pipeline (default: chosen from the cores; see
+            docs/performance.md).
+        pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
 
     Example:
         >>> import optax, easyfit as ef
@@ -97,7 +99,8 @@ class Trainer:
     def __init__(self, model: Any, optimizer: optax.GradientTransformation | None = None,
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
                  None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
-                 devices: Sequence[jax.Device] | None = None, num_threads: int | None = None):
+                 devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
+                 pipelines_per_device: int | None = None):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = optimizer if optimizer is not None else optax.adam(1e-3)
@@ -110,7 +113,8 @@ class Trainer:
                              "or an integer >= 1")
         self.steps_per_execution = steps_per_execution
         self.placement = Placement.create(devices)
-        self.num_threads = num_threads
+        self._loader_options = {"num_threads": num_threads,
+                                "pipelines_per_device": pipelines_per_device}
         self.state: TrainState | None = None
         self.stop_training = False
         self.history: History | None = None
@@ -192,7 +196,7 @@ class Trainer:
             initial_epoch = resume.epoch
         loader: Loader | CachedLoader = Loader(
             train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
-            position=resume.position if resume else None, num_threads=self.num_threads)
+            position=resume.position if resume else None, **self._loader_options)
         if use_cache:
             loader = CachedLoader(loader)
         start = loader.position()
@@ -396,7 +400,7 @@ class Trainer:
         key = (id(source), plan)
         hit = self._loaders.get(key)
         if hit is None or hit[0] is not source:
-            hit = (source, Loader(source, plan, self.placement, num_threads=self.num_threads))
+            hit = (source, Loader(source, plan, self.placement, **self._loader_options))
             self._loaders[key] = hit
         return _LoaderLease(self._loaders, key, hit[1])
 

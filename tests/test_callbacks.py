@@ -31,7 +31,7 @@ def data(mnist_arrays):
 def trainer():
     """One trainer (compiled once) reused by the tests: each fit goes on training it."""
     return ef.Trainer(SmallMLP(), optimizer=optax.inject_hyperparams(optax.adam)(
-        learning_rate=1e-3), seed=0)
+        learning_rate=1e-3), seed=0, steps_per_execution=1)  # batch hooks at every step
 
 
 def _fit(trainer, data, callbacks, epochs=4):
@@ -95,7 +95,7 @@ def test_reduce_lr_on_plateau(trainer, data):
 
 
 def test_changing_the_rate_needs_an_injected_rate(data):
-    plain = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0)
+    plain = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0, steps_per_execution=1)
     for callback in (ReduceLROnPlateau(), LearningRateScheduler(lambda epoch: 0.1)):
         with pytest.raises(ValueError, match="optax.inject_hyperparams"):
             _fit(plain, data, [callback], epochs=1)
@@ -105,7 +105,7 @@ def test_terminate_on_nan_stops_after_the_first_bad_batch(data):
     def nan_loss(outputs, labels):
         return jnp.log(-jnp.abs(outputs).sum(-1) - 1.0)  # log of a negative number
 
-    trainer = ef.Trainer(SmallMLP(), loss=nan_loss, metrics=[], seed=0)
+    trainer = ef.Trainer(SmallMLP(), loss=nan_loss, metrics=[], seed=0, steps_per_execution=1)
     history = _fit(trainer, data, [TerminateOnNaN()])
     assert history.epoch == [0] and int(trainer.state.step) == 1
     assert np.isnan(history.history["loss"][0])

@@ -22,6 +22,7 @@ def data(mnist_arrays):
 
 
 def _trainer(**kw):
+    kw.setdefault("steps_per_execution", 1)  # batch hooks at every step
     return ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=2, **kw)
 
 

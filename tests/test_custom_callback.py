@@ -36,7 +36,8 @@ class StopBelowLoss(ef.callbacks.Callback):
 
 def test_user_callback_reads_metrics_stops_and_writes(tmp_path, mnist_arrays):
     (x, y), (xv, yv) = mnist_arrays["train"], mnist_arrays["val"]
-    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
+                         steps_per_execution=1)  # batch hooks at every step
     stop = StopBelowLoss(1.0, str(tmp_path / "log.json"))
     history = trainer.fit(ef.data.Arrays(x[:2000], y[:2000], scale=1 / 255), epochs=5,
                           batch_size=100, verbose=0, validation_data=(xv[:200], yv[:200]),

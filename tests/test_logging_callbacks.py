@@ -16,7 +16,7 @@ from easyfit.callbacks import CSVLogger, TensorBoard
 @pytest.fixture(scope="module")
 def trainer():
     return ef.Trainer(SmallMLP(), optimizer=optax.inject_hyperparams(optax.adam)(
-        learning_rate=1e-3), seed=0)
+        learning_rate=1e-3), seed=0, steps_per_execution=1)  # batch hooks at every step
 
 
 def _fit(trainer, mnist_arrays, callbacks, epochs=2):
