@@ -72,9 +72,9 @@ class Trainer:
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
-            callbacks then fire every that many steps. ``"auto"`` (default) takes about 2,000
+            callbacks then fire every that many steps. ``"auto"`` (default) takes about 6,000
             samples per dispatch when streaming and about 12,800 when training from the device
-            cache, never more than an epoch.
+            cache, never more than an epoch (measured on an H200: docs/performance.md).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
@@ -368,7 +368,7 @@ class Trainer:
         k = self.steps_per_execution
         if k == "auto":
             steps = -(-source.num_samples // batch_size)
-            k = min(steps, max(1, round((12_800 if cached else 2_000) / batch_size)))
+            k = min(steps, max(1, round((12_800 if cached else 6_000) / batch_size)))
         return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
                     steps_per_execution=k, num_shards=self.placement.num_shards)
 

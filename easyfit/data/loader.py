@@ -89,7 +89,9 @@ class Loader:
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, where the host would
             otherwise be the bottleneck; see docs/performance.md).
-        ahead: chunks the background thread may hold ready.
+        ahead: chunks the background thread may hold ready (None: as many as fit in 256 MiB,
+            between 2 and 64, so that the pipelines fill the queue while the first step
+            compiles).
 
     Attributes:
         iteration: index of the next chunk ``__next__`` returns.
@@ -98,19 +100,21 @@ class Loader:
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
                  position: Mapping[str, Any] | None = None, num_threads: int | None = None,
                  prefetch: int = 2, pipelines_per_device: int | None = None,
-                 threaded: bool | None = None, ahead: int = 2):
+                 threaded: bool | None = None, ahead: int | None = None):
         self.source, self.plan, self.placement = source, plan, placement
         if position is not None:
             start = int(position["chunk"])
         self.iteration = start
         self._peeked: dict[str, jax.Array] | None = None
         self._threaded = placement.platform == "gpu" if threaded is None else threaded
-        self._ahead = ahead
+        chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
+        self._ahead = ahead or max(2, min(64, 2**28 // chunk_bytes))
         self._thread: threading.Thread | None = None
         self._on_gpu = placement.platform == "gpu"
         local, per = placement.local_shards, plan.rows_per_shard
         if self._on_gpu:  # (rows, device) of each pipeline: a part of one device's rows
-            parts = pipelines_per_device or (2 if _cores() >= 8 * len(local) else 1)
+            cores = _cores() // len(local)
+            parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
             specs = [(rows, d) for s, d in local
                      for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)]
         else:  # one pipeline for every local row (CPU pipelines all land on CPU device 0)
