@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,9 +22,11 @@ from . import steps
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data import Source, to_source
-from .data.loader import Loader
+from .data.checks import check_labels
+from .data.loader import Loader, make_loader
 from .data.order import Plan
 from .data.resolve import split_layout
+from .data.split import split_validation
 from .losses import LossFn, get_loss
 from .metrics import build_collection
 from .models import adapt
@@ -109,6 +112,7 @@ class Trainer:
         self._compiled: dict[Any, _Compiled] = {}
         self._sources: dict[str, Source] = {}
         self._loaders: dict[tuple, tuple[Source, Loader]] = {}
+        self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
 
     # ----------------------------------------------------------------------------- public state
     @property
@@ -127,8 +131,9 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ fit
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
-            validation_data: Any = None, callbacks: Sequence[Callback] | None = None,
-            verbose: int = 1, shuffle: bool = True, initial_epoch: int = 0) -> History:
+            validation_data: Any = None, validation_split: float = 0.0,
+            callbacks: Sequence[Callback] | None = None, verbose: int = 1, shuffle: bool = True,
+            initial_epoch: int = 0) -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
@@ -139,7 +144,10 @@ class Trainer:
                 the number of devices.
             epochs: index of the last epoch (as in Keras, with ``initial_epoch``).
             validation_data: a folder, a source or ``(x_val, y_val)``; overrides the folder
-                found beside ``train/``.
+                found beside ``train/`` and ``validation_split``.
+            validation_split: hold this fraction of the training data out for validation
+                (seeded by ``seed``: the same samples on every run and device count); it
+                replaces a folder found beside ``train/``.
             callbacks: ``easyfit.callbacks.Callback`` instances.
             verbose: 0 silent, 1 progress bar (a line per epoch when stdout is not a terminal),
                 2 a line per epoch.
@@ -149,12 +157,13 @@ class Trainer:
         Returns:
             The History of this fit (also ``trainer.history``).
         """
-        train, val = self._fit_sources(x, y, validation_data)
+        train, val = self._fit_sources(x, y, validation_data, validation_split)
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         self.placement.check_batch_size(batch_size)
         plan = self._plan(train, batch_size, shuffle)
-        loader = Loader(train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
-                        num_threads=self.num_threads)
+        loader = make_loader(train, plan, self.placement, num_threads=self.num_threads,
+                             start=initial_epoch * plan.chunks_per_epoch, training=True)
+        plan = loader.plan
         first: dict | None = next(loader)
         self._ensure_state(first, train)
         fns = self._functions(train)
@@ -221,7 +230,7 @@ class Trainer:
             fns = self._functions(source)
             cbs.call("on_test_begin")
             acc = fns.metrics.empty()
-            for batch in range(plan.chunks_per_epoch):
+            for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_test_batch_begin", batch)
                 acc = fns.eval(self.state, acc, next(loader))
                 cbs.call("on_test_batch_end", batch)
@@ -251,7 +260,7 @@ class Trainer:
             self._ensure_state(loader.peek(), source)
             fns = self._functions(source)
             cbs.call("on_predict_begin")
-            for batch in range(plan.chunks_per_epoch):
+            for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
                 outputs.append(fns.predict(self.state, next(loader)))
                 cbs.call("on_predict_batch_end", batch)
@@ -265,13 +274,16 @@ class Trainer:
                     steps_per_execution=self.steps_per_execution,
                     num_shards=self.placement.num_shards)
 
-    def _fit_sources(self, x: Any, y: Any, validation_data: Any) -> tuple[Source, Source | None]:
+    def _fit_sources(self, x: Any, y: Any, validation_data: Any,
+                     validation_split: float = 0.0) -> tuple[Source, Source | None]:
         if x is None:
             raise ValueError("fit: give the training data (a folder, a source or arrays)")
         val_path = None
         if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
             x, val_path = layout
         train = self._source(x, y, like=None)
+        if validation_split and validation_data is None:
+            train, validation_data = split_validation(train, validation_split, self.seed)
         self._train_source = train
         self.class_names = train.class_names
         if validation_data is not None:
@@ -293,7 +305,7 @@ class Trainer:
         key = (id(source), plan)
         hit = self._loaders.get(key)
         if hit is None or hit[0] is not source:
-            hit = (source, Loader(source, plan, self.placement, num_threads=self.num_threads))
+            hit = (source, make_loader(source, plan, self.placement, num_threads=self.num_threads))
             self._loaders[key] = hit
         return _LoaderLease(self._loaders, key, hit[1])
 
@@ -323,8 +335,18 @@ class Trainer:
         return self._compiled[key]
 
     def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
-        if self.state is not None:
-            return
+        if self.state is None:
+            self._init_state(chunk, source)
+        if source not in self._checked:
+            self._checked.add(source)
+            x = jax.ShapeDtypeStruct((1, *chunk["x"].shape[1:]), jnp.float32)
+            out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
+                                 self.state.params, self.state.model_state, x)
+            self._resolved_loss(source)  # sets self.loss when it was None
+            check_labels(source, self.loss, out.shape[-1], _local(chunk["y"]),
+                         _local(chunk["mask"]))
+
+    def _init_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
         init_rng, train_rng = jax.random.split(jax.random.PRNGKey(self.seed))
         if self._adapter.kind == "nnx":
             params, model_state = self._nnx_variables
@@ -356,6 +378,10 @@ class _LoaderLease:
             self._peeked = next(self.loader)
         return self._peeked
 
+    @property
+    def plan(self) -> Plan:
+        return self.loader.plan
+
     def __next__(self) -> dict:
         chunk, self._peeked = (self._peeked, None) if self._peeked is not None else (
             next(self.loader), None)
@@ -368,6 +394,11 @@ class _LoaderLease:
         if kind is not None or self._peeked is not None:
             self.cache.pop(self.key, None)
             self.loader.close()
+
+
+def _local(a: jax.Array) -> np.ndarray:
+    """This process's rows of a batch-sharded array."""
+    return np.concatenate([np.asarray(s.data) for s in a.addressable_shards])
 
 
 def _host(a: jax.Array) -> np.ndarray:

@@ -38,12 +38,6 @@ def mnist_arrays():
     return ef.datasets.mnist_arrays(MNIST_IDX)
 
 
-@pytest.fixture(autouse=True)
-def _doctest_names(doctest_namespace, tmp_path):
-    doctest_namespace["DOCS_TMP"] = str(tmp_path)
-    doctest_namespace["MNIST_IDX"] = str(MNIST_IDX)
-
-
 def run_program(name: str, *args: str, devices: int = 1, timeout: float = 600,
                 env: dict | None = None) -> subprocess.CompletedProcess:
     """Runs tests/programs/<name> in a fresh interpreter with ``devices`` CPU devices."""

@@ -22,9 +22,10 @@ import numpy as np
 from ..errors import DataError
 from ..parallel import Placement
 from .base import Source
+from .images import first_line
 from .order import Plan
 
-__all__ = ["Loader", "default_num_threads"]
+__all__ = ["Loader", "default_num_threads", "make_loader"]
 
 
 def default_num_threads(platform: str, pipelines: int) -> int:
@@ -77,11 +78,13 @@ class Loader:
         start: index of the first chunk (resume).
         num_threads: DALI threads per pipeline (None: :func:`default_num_threads`).
         prefetch: DALI's prefetch queue depth.
+        training: apply the source's ``augment`` (training batches only).
     """
 
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
-                 num_threads: int | None = None, prefetch: int = 2):
+                 num_threads: int | None = None, prefetch: int = 2, training: bool = False):
         self.source, self.plan, self.placement = source, plan, placement
+        self.training, self.prefetch = training, prefetch
         self.iteration = start
         self._on_gpu = placement.platform == "gpu"
         local = placement.local_shards
@@ -107,7 +110,7 @@ class Loader:
         def pipeline():
             nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
                                        num_outputs=source.num_feeds)
-            return source.graph(*nodes, device=where)
+            return augmented(source, source.graph(*nodes, device=where), self.training)
 
         pipe = pipeline()
         pipe.build()
@@ -132,9 +135,15 @@ class Loader:
         try:
             outs = pipe.run()
         except RuntimeError as e:
-            raise DataError(f"{self.source.describe()}: DALI failed to produce a batch: "
-                            f"{_first_line(e)}") from e
+            suspects = self._suspects()
+            self.close()
+            raise batch_error(self.source, e, suspects) from None
         return tuple(self._convert(o, name) for o, name in zip(outs, ("x", "y")))
+
+    def _suspects(self) -> list[int]:
+        """The samples DALI may have been reading: this chunk's and those prefetched after it."""
+        chunks = range(self.iteration, self.iteration + self.prefetch + 2)
+        return [int(i) for c in chunks for i in self._feeders[0].chunk(c)[0]]
 
     def _convert(self, out: Any, name: str) -> Any:
         if not out.is_dense_tensor():
@@ -152,6 +161,26 @@ class Loader:
         self._pipes.clear()
 
 
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+def augmented(source: Source, xy: tuple[Any, Any], training: bool) -> tuple[Any, Any]:
+    """``(x, y)`` with the source's training augmentation applied to ``x`` when training."""
+    x, y = xy
+    return (source.augment(x) if training and source.augment is not None else x), y
+
+
+def batch_error(source: Source, error: RuntimeError, suspects: list[int]) -> DataError:
+    """A DataError for a batch DALI failed to produce, naming the bad sample when one is found."""
+    culprit = source.diagnose(suspects)
+    if culprit:
+        return DataError(culprit)
+    return DataError(f"{source.describe()}: DALI failed to produce a batch: {first_line(error)}")
+
+
+def make_loader(source: Source, plan: Plan, placement: Placement, **kwargs: Any) -> Any:
+    """The loader for ``source``: :class:`Loader`, or a ``ReaderLoader`` for a reader-driven
+    source. Both iterate over dicts of ``x``, ``y``, ``mask`` and have ``plan`` and ``close``.
+    """
+    if source.reader_driven:
+        from .reader import ReaderLoader
+
+        return ReaderLoader(source, plan, placement, **kwargs)
+    return Loader(source, plan, placement, **kwargs)

@@ -27,7 +27,7 @@ def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
         >>> p = epoch_permutation(5, seed=0, epoch=0)
         >>> sorted(p.tolist()) == [0, 1, 2, 3, 4]
         True
-        >>> (p == epoch_permutation(5, seed=0, epoch=0)).all()
+        >>> bool((p == epoch_permutation(5, seed=0, epoch=0)).all())
         True
     """
     return np.random.default_rng([seed, epoch, 0x5EED]).permutation(num_samples)
