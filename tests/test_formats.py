@@ -7,7 +7,6 @@ import os
 import numpy as np
 import optax
 import pytest
-from formats import mnist_in
 from models import SmallMLP
 
 import easyfit as ef
@@ -20,9 +19,8 @@ KIND = {"lmdb": "Caffe2LMDB", "recordio": "RecordIO", "tfrecord": "TFRecord",
 
 
 @pytest.fixture(scope="module")
-def roots(tmp_path_factory, mnist_arrays) -> dict[str, str]:
-    base = tmp_path_factory.mktemp("formats")
-    return {fmt: mnist_in(fmt, base / fmt, mnist_arrays, (N_TRAIN, N_VAL)) for fmt in KIND}
+def roots(format_roots) -> dict[str, str]:
+    return format_roots
 
 
 @pytest.fixture(scope="module")

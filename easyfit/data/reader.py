@@ -98,26 +98,27 @@ class ReaderPlan(Plan):
 class ReaderLoader(Loader):
     """Chunks of global batches from a :class:`ReaderSource`, like :class:`Loader`.
 
-    One pipeline per local GPU (reader shard = the device's shard), or one per process on CPUs
-    (reader shard = the process). ``plan`` gives the batch size, steps per execution, seed and
-    whether to shuffle; the loader's own :attr:`plan` (a :class:`ReaderPlan`) adds the reader's
-    epoch length.
+    One pipeline per local GPU (reader shard = the device's shard), or on CPUs ``pipelines``
+    per process (default 1), each reading one shard for an equal share of the local devices.
+    ``plan`` gives the batch size, steps per execution, seed and whether to shuffle; the
+    loader's own :attr:`plan` (a :class:`ReaderPlan`) adds the reader's epoch length.
     """
 
     def __init__(self, source: ReaderSource, plan: Plan, placement: Placement, *,
                  start: int = 0, num_threads: int | None = None, prefetch: int = 2,
-                 training: bool = False):
+                 training: bool = False, pipelines: int | None = None):
         self.source, self.placement = source, placement
         self.training, self.prefetch = training, prefetch
         self._on_gpu = placement.platform == "gpu"
         local = placement.local_shards
-        if self._on_gpu:
-            groups = [[i] for i, _ in local]
-            readers, ids = placement.num_shards, [i for i, _ in local]
-        else:
-            groups = [[i for i, _ in local]]
-            readers, ids = jax.process_count(), [jax.process_index()]
-        self._group = len(groups[0])
+        per_process = len(local) if self._on_gpu else (pipelines or 1)
+        if len(local) % per_process:
+            raise ValueError(f"pipelines={pipelines}: must divide the {len(local)} local devices")
+        size = len(local) // per_process
+        groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
+        readers = per_process * jax.process_count()
+        ids = [jax.process_index() * per_process + k for k in range(per_process)]
+        self._group = size
         batch = self._group * plan.rows_per_shard
         threads = num_threads or default_num_threads(placement.platform, len(groups))
         self._pipes = [self._build_reader(shard, readers, plan, batch, threads,
@@ -179,9 +180,9 @@ class ReaderLoader(Loader):
             xs, ys = zip(*outputs, strict=True)
             x, y = self.placement.shard_device_rows(xs), self.placement.shard_device_rows(ys)
         else:
-            (x, y), = outputs
-            x = self.placement.shard_host_rows(self._layout(x))
-            y = self.placement.shard_host_rows(self._layout(y))
+            x, y = (self.placement.shard_host_rows(np.concatenate([self._layout(o[j])
+                                                                   for o in outputs]))
+                    for j in (0, 1))
         return {"x": x, "y": y,
                 "mask": self.placement.shard_host_rows(np.concatenate(masks))}
 
