@@ -8,8 +8,14 @@ import struct
 
 import numpy as np
 import pytest
-from formats import (MAGIC, encode, write_npy_folder, write_recordio, write_tfrecord,
-                     write_webdataset)
+from formats import (
+    MAGIC,
+    encode,
+    write_npy_folder,
+    write_recordio,
+    write_tfrecord,
+    write_webdataset,
+)
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
