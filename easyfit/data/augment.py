@@ -30,7 +30,7 @@ class Augment:
             ``[1 - contrast, 1 + contrast]``.
 
     A user function on DALI nodes works the same way: ``augment=lambda x: fn.flip(x,
-    vertical=fn.random.coin_flip())``, or a composition with this one.
+    horizontal=0, vertical=fn.random.coin_flip())``, or a composition with this one.
 
     Example:
         >>> import easyfit as ef
