@@ -27,8 +27,9 @@ def find_bad_sample(source: Source, indices: Iterable[int]) -> str | None:
         >>> from easyfit.data.diagnose import find_bad_sample
         >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(20, 10), source=MNIST_IDX)
         >>> folder = ef.data.ImageFolder(root + "/train")
-        >>> with open(folder.files[3], "r+b") as f:
-        ...     _ = f.truncate(60)
+        >>> with open(folder.files[3], "r+b") as f:  # scramble the pixel data, keep the frame
+        ...     _ = f.seek(50)
+        ...     _ = f.write(bytes(range(40)))
         >>> find_bad_sample(folder, range(10)).startswith(folder.files[3] + ": cannot be decoded")
         True
     """

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import DataError
 from .base import Source
-from .images import EncodedImages, file_problem, read_file, sample_positions
+from .images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
 
 __all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "scan_classes"]
 
@@ -59,7 +59,10 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
 class ClassFiles(Source):
     """Base of sources with one file per sample in class folders (``root/<class>/<file>``).
 
-    Feeds file paths (read by ``fn.io.file.read``) and the class indices as labels.
+    Feeds file paths (read by ``fn.io.file.read``) and the class indices as labels. The first
+    time a file is fed, :meth:`sample_problem` checks it on the host (readable, not empty, the
+    whole of an image...): a broken file raises DataError naming it instead of reaching DALI,
+    whose decoders can crash the process on one.
     """
 
     root: str
@@ -73,6 +76,8 @@ class ClassFiles(Source):
         self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what,
                                                                  classes)
         self._paths = [np.frombuffer(os.fsencode(f), np.uint8) for f in self.files]
+        self._checked = np.zeros(len(self.files), bool)
+        self._unchecked = len(self.files)
 
     @property
     def num_samples(self) -> int:
@@ -83,6 +88,13 @@ class ClassFiles(Source):
         return 2
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        if self._unchecked:
+            for i in indices[~self._checked[indices]]:
+                problem = self.sample_problem(int(i))
+                if problem:
+                    raise DataError(f"{self.files[i]}: {problem}")
+                self._checked[i] = True
+                self._unchecked -= 1
         return [self._paths[i] for i in indices], self.labels[indices]
 
     def known_labels(self) -> np.ndarray:
@@ -144,6 +156,9 @@ class ImageFolder(EncodedImages, ClassFiles):
 
         images = self.decode(fn.io.file.read(paths), device=device)
         return images, (labels.gpu() if device == "gpu" else labels)
+
+    def sample_problem(self, index: int) -> str | None:
+        return file_problem(self.files[index], encoded_problem)
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
         other = ImageFolder(path, **self.image_settings(), classes=self.class_names)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["EncodedImages", "first_line", "peek_shapes"]
+__all__ = ["EncodedImages", "encoded_problem", "file_problem", "first_line", "peek_shapes"]
 
 SAMPLED = 64             # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
@@ -39,8 +39,9 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
     from nvidia.dali import fn, pipeline_def, types
 
     for name, data in samples:
-        if len(data) == 0:
-            raise DataError(f"{name}: empty file, not an image")
+        problem = encoded_problem(data[:16], data[-TAIL:], len(data))
+        if problem:
+            raise DataError(f"{name}: {problem}")
     data = [np.frombuffer(b, np.uint8) for _, b in samples]
 
     @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)
@@ -171,15 +172,65 @@ def read_file(path: str) -> bytes:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
-def file_problem(path: str) -> str | None:
-    """Why ``path`` cannot be an image file (unreadable, empty), or None."""
+TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
+_PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
+_SIGNATURES = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"BM": "BMP",
+               b"II*\0": "TIFF", b"MM\0*": "TIFF", b"\0\0\0\x0cjP  \r\n\x87\n": "JPEG 2000",
+               b"\xffO\xffQ": "JPEG 2000"}
+
+
+def encoded_problem(head: bytes, tail: bytes, size: int) -> str | None:
+    """Why bytes cannot be a whole encoded image, from their first 16 and last :data:`TAIL`
+    bytes and their size; None when they look whole.
+
+    Catches what DALI 2.4 must never see: its CPU decoders can crash the process (not raise)
+    on a broken image in the middle of a batch. Recognises JPEG, PNG, BMP, WebP, TIFF, PNM
+    and JPEG 2000; checks that JPEG, PNG, BMP and WebP data are complete (a JPEG's or PNG's
+    end marker may be followed by a little more data, as some writers leave).
+
+    Example:
+        >>> from easyfit.data.images import encoded_problem
+        >>> encoded_problem(b"hello", b"hello", 5)
+        "not an image (starts with b'hello')"
+        >>> encoded_problem(b"\\x89PNG\\r\\n\\x1a\\n....", b"...", 2000)
+        'truncated PNG (no IEND chunk at its end)'
+    """
+    if size == 0:
+        return "empty file"
+    kind = next((k for sig, k in _SIGNATURES.items() if head.startswith(sig)), None)
+    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        kind = "WebP"
+    if kind is None and len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
+        kind = "PNM"
+    if kind is None:
+        return f"not an image (starts with {head[:8]!r})"
+    if kind == "PNG" and _PNG_END not in tail:
+        return "truncated PNG (no IEND chunk at its end)"
+    if kind == "JPEG" and b"\xff\xd9" not in tail:
+        return "truncated JPEG (no end-of-image marker)"
+    if kind == "BMP" and len(head) >= 6 and int.from_bytes(head[2:6], "little") > size:
+        return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
+    if kind == "WebP" and int.from_bytes(head[4:8], "little") + 8 > size:
+        return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
+    return None
+
+
+def file_problem(path: str, check: Callable[[bytes, bytes, int], str | None] | None = None
+                 ) -> str | None:
+    """Why file ``path`` cannot be read (or is empty), or what ``check(head, tail, size)``
+    finds wrong with its first 16 and last :data:`TAIL` bytes; None when all is well."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
     try:
-        if os.fstat(fd).st_size == 0:
+        size = os.fstat(fd).st_size
+        if size == 0:
             return "empty file"
+        if check is None:
+            return None
+        return check(os.pread(fd, 16, 0), os.pread(fd, TAIL, max(0, size - TAIL)), size)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
-    return None

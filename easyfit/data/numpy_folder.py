@@ -10,13 +10,13 @@ import numpy as np
 
 from ..errors import DataError
 from .folder import ClassFiles
-from .images import sample_positions
+from .images import file_problem, sample_positions
 
 __all__ = ["NumpyFolder"]
 
 
-def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
-    """Shape and dtype from an ``.npy`` header (the data is not read)."""
+def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset from an ``.npy`` header (the data is not read)."""
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
@@ -24,13 +24,14 @@ def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
                 raise DataError(f"{path}: .npy format version {version[0]}.{version[1]}; DALI "
                                 "reads version 1.0 (what np.save writes)")
             shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            end = f.tell()
     except OSError as e:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
     except ValueError as e:
         raise DataError(f"{path}: not a NumPy .npy file ({e})") from None
     if dtype.kind not in "biuf" or dtype.hasobject:
         raise DataError(f"{path}: dtype {dtype} is not numeric")
-    return tuple(shape), dtype
+    return tuple(shape), dtype, end
 
 
 class NumpyFolder(ClassFiles):
@@ -67,7 +68,7 @@ class NumpyFolder(ClassFiles):
                  augment: Callable[[Any], Any] | None = None,
                  classes: Sequence[str] | None = None):
         self._init_files(root, (".npy",), "NumPy files", classes)
-        headers = [(self.files[i], *_header(self.files[i]))
+        headers = [(self.files[i], *_header(self.files[i])[:2])
                    for i in sample_positions(len(self.files))]
         first = headers[0]
         for name, shape, dtype in headers[1:]:
@@ -92,6 +93,21 @@ class NumpyFolder(ClassFiles):
         if device == "gpu":
             x, labels = x.gpu(), labels.gpu()
         return x, labels
+
+    def sample_problem(self, index: int) -> str | None:
+        path = self.files[index]
+        problem = file_problem(path)
+        if problem:
+            return problem
+        try:
+            shape, dtype, end = _header(path)
+        except DataError as e:
+            return str(e).removeprefix(f"{path}: ")
+        if (shape, dtype) != (self.sample_shape, self.dtype):
+            return f"holds {dtype} {shape}, not {self.dtype} {self.sample_shape} like the others"
+        expected = end + int(np.prod(shape)) * dtype.itemsize
+        size = os.path.getsize(path)
+        return f"truncated .npy file ({size} of {expected} bytes)" if size < expected else None
 
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
         other = NumpyFolder(path, scale=self.scale, classes=self.class_names)

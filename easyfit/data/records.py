@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError
 from .base import Source
-from .images import EncodedImages, sample_positions
+from .images import TAIL, EncodedImages, encoded_problem, sample_positions
 
 __all__ = ["RecordFiles", "list_files"]
 
@@ -112,6 +112,9 @@ class RecordFiles(EncodedImages, Source):
         images, labels = [], []
         for i in indices:
             image, label = self.parse(int(i), self.read(int(i)))
+            problem = encoded_problem(image[:16], image[-TAIL:], len(image))
+            if problem:
+                raise DataError(f"{self.locate(int(i))}: {problem}")
             images.append(np.frombuffer(image, np.uint8))
             labels.append(label)
         if self._labels is not None:
@@ -124,7 +127,7 @@ class RecordFiles(EncodedImages, Source):
 
     def sample_problem(self, index: int) -> str | None:
         image, _ = self.parse(index, self.read(index))
-        return "empty image" if len(image) == 0 else None
+        return encoded_problem(image[:16], image[-TAIL:], len(image))
 
     def locate(self, index: int) -> str:
         f = int(self._file[index])
