@@ -69,3 +69,14 @@ def format_roots(tmp_path_factory, mnist_arrays) -> dict[str, str]:
     base = tmp_path_factory.mktemp("formats")
     return {fmt: mnist_in(fmt, base / fmt, mnist_arrays, (1000, 300))
             for fmt in ("lmdb", "recordio", "tfrecord", "webdataset", "npy")}
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    """A SmallMLP Trainer shared by one module's tests, so its steps compile once."""
+    import optax
+    from models import SmallMLP
+
+    import easyfit as ef
+
+    return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)

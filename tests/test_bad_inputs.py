@@ -11,7 +11,6 @@ import sys
 import tempfile
 
 import numpy as np
-import optax
 import pytest
 from conftest import PROGRAMS
 from formats import encode, write_lmdb, write_recordio, write_tfrecord, write_webdataset
@@ -22,11 +21,6 @@ from easyfit.data.images import sample_positions
 
 N = 100
 LATE = next(i for i in range(N) if i not in set(sample_positions(N)))  # not read up front
-
-
-@pytest.fixture(scope="module")
-def trainer():
-    return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import optax
 import pytest
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.data.split import split_validation
-
-
-@pytest.fixture(scope="module")
-def trainer():
-    return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=5)
 
 
 @pytest.fixture(scope="module")
