@@ -110,3 +110,14 @@ def test_every_format_trains_from_a_train_val_root(roots):
         history = trainer.fit(roots[fmt], epochs=1, batch_size=100, verbose=0)
         assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}, fmt
         assert history.history["val_accuracy"][-1] > 0.7, fmt
+
+
+def test_a_reader_driven_loader_resumes_where_the_stream_was(roots):
+    source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "val"))
+    plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
+    stream = _chunks(source, 8, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
+    loader = make_loader(source, plan, ef.trainer.Placement.create(), start=6)
+    resumed = {k: np.asarray(v) for k, v in next(loader).items()}
+    loader.close()
+    for key in ("x", "y", "mask"):
+        np.testing.assert_array_equal(resumed[key], stream[6][key])

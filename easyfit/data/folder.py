@@ -43,7 +43,7 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
         folder = os.path.join(root, name)
         found = sorted(e.path for e in os.scandir(folder)
                        if e.is_file() and e.name.lower().endswith(extensions))
-        if not found:
+        if not found and classes is None:  # another split may lack a class of the training one
             empty.append(folder)
         files += found
         labels += [label] * len(found)

@@ -133,7 +133,8 @@ class ReaderLoader(Loader):
         self._stick = bool(meta["stick_to_shard"])
         self._ids, self._readers, self._batch = ids, readers, batch
         self.iteration = 0
-        for _ in range(start):  # DALI readers cannot seek: read and drop
+        epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
+        for _ in range(epoch * chunks + rest):  # DALI readers cannot seek: read and drop
             [p.run() for p in self._pipes]
             self.iteration += 1
 
