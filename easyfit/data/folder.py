@@ -19,10 +19,11 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", "
 
 
 def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
-                 classes: Sequence[str] | None = None) -> tuple[list[str], list[str], np.ndarray]:
+                 class_names: Sequence[str] | None = None
+                 ) -> tuple[list[str], list[str], np.ndarray]:
     """``(class names, files, labels)`` of ``root/<class>/<file>`` with one of ``extensions``.
 
-    ``classes`` fixes the class names (and so the labels: their indices), e.g. those of the
+    ``class_names`` fixes the class names (and so the labels: their indices), e.g. those of the
     training folder when reading the validation folder, which may lack some.
     """
     if not os.path.isdir(root):
@@ -30,7 +31,7 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     found = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
-    names = list(found if classes is None else classes)
+    names = list(found if class_names is None else class_names)
     unknown = [c for c in found if c not in names]
     if unknown:
         raise DataError(f"{os.path.join(root, unknown[0])}: not one of the classes "
@@ -43,7 +44,7 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
         folder = os.path.join(root, name)
         found = sorted(e.path for e in os.scandir(folder)
                        if e.is_file() and e.name.lower().endswith(extensions))
-        if not found and classes is None:  # another split may lack a class of the training one
+        if not found and class_names is None:  # another split may lack a training class
             empty.append(folder)
         files += found
         labels += [label] * len(found)
@@ -71,10 +72,10 @@ class ClassFiles(Source):
     labels: np.ndarray
 
     def _init_files(self, root: str | os.PathLike, extensions: tuple[str, ...], what: str,
-                    classes: Sequence[str] | None) -> None:
+                    class_names: Sequence[str] | None) -> None:
         self.root = os.fspath(root)
         self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what,
-                                                                 classes)
+                                                                 class_names)
         self._paths = [np.frombuffer(os.fsencode(f), np.uint8) for f in self.files]
         self._checked = np.zeros(len(self.files), bool)
         self._unchecked = len(self.files)
@@ -125,12 +126,13 @@ class ImageFolder(EncodedImages, ClassFiles):
         decoder: where to decode on a GPU: ``"auto"`` (the CPU for images under 128x128,
             where the GPU's hardware JPEG decoder is slower, else ``"mixed"``), ``"mixed"`` or
             ``"cpu"``. On a CPU-only machine decoding is always on the CPU.
+        class_names: the classes, in label order, when they must match another folder's (the
+            validation folder takes the training folder's): sub-folders must be among them and
+            may be missing or empty. None: the sorted sub-folder names, none of them empty.
         transform: optional ``f(images) -> images`` on DALI data nodes, applied after decoding
             (and resizing) to every split read from this folder.
         augment: optional ``f(images) -> images`` on DALI data nodes applied to training
             batches only, e.g. ``easyfit.data.Augment(flip=True)``.
-        classes: the class names, in label order (default: the sorted sub-folder names); a
-            folder of another split may lack some, but holds no other.
 
     Example:
         >>> import easyfit as ef
@@ -142,10 +144,10 @@ class ImageFolder(EncodedImages, ClassFiles):
 
     def __init__(self, root: str | os.PathLike, image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
+                 class_names: Sequence[str] | None = None,
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None,
-                 classes: Sequence[str] | None = None):
-        self._init_files(root, IMAGE_EXTENSIONS, "images", classes)
+                 augment: Callable[[Any], Any] | None = None):
+        self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
         self.augment = augment
         self._init_images(lambda: [(self.files[i], read_file(self.files[i]))
                                    for i in sample_positions(len(self.files))],
@@ -161,7 +163,7 @@ class ImageFolder(EncodedImages, ClassFiles):
         return file_problem(self.files[index], encoded_problem)
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
-        other = ImageFolder(path, **self.image_settings(), classes=self.class_names)
+        other = ImageFolder(path, **self.image_settings(), class_names=self.class_names)
         self.check_same_images(other, self.root, other.root)
         return other
 

@@ -55,7 +55,8 @@ class NumpyFolder(ClassFiles):
             ``1/255`` for uint8 arrays (images) and None (no scaling) for any other dtype.
         augment: optional ``f(x) -> x`` on DALI data nodes for training batches only (for
             HWC image arrays, e.g. ``easyfit.data.Augment(flip=True)``).
-        classes: the class names, in label order (default: the sorted sub-folder names).
+        class_names: the classes, in label order (default: the sorted sub-folder names), as
+            for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef
@@ -66,8 +67,8 @@ class NumpyFolder(ClassFiles):
 
     def __init__(self, root: str | os.PathLike, scale: float | None | str = "auto",
                  augment: Callable[[Any], Any] | None = None,
-                 classes: Sequence[str] | None = None):
-        self._init_files(root, (".npy",), "NumPy files", classes)
+                 class_names: Sequence[str] | None = None):
+        self._init_files(root, (".npy",), "NumPy files", class_names)
         headers = [(self.files[i], *_header(self.files[i])[:2])
                    for i in sample_positions(len(self.files))]
         first = headers[0]
@@ -110,7 +111,7 @@ class NumpyFolder(ClassFiles):
         return f"truncated .npy file ({size} of {expected} bytes)" if size < expected else None
 
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
-        other = NumpyFolder(path, scale=self.scale, classes=self.class_names)
+        other = NumpyFolder(path, scale=self.scale, class_names=self.class_names)
         if (other.sample_shape, other.dtype) != (self.sample_shape, self.dtype):
             raise DataError(f"{other.root}: arrays are {other.dtype} {other.sample_shape} but "
                             f"those of {self.root} are {self.dtype} {self.sample_shape}")
