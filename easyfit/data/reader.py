@@ -174,9 +174,14 @@ class ReaderLoader(Loader):
         return []
 
     def __next__(self) -> dict[str, jax.Array]:
-        outputs = [self._run(p) for p in self._pipes]
-        masks = [self._layout(self._mask(k, self.iteration)) for k in range(len(self._pipes))]
+        item = self._produce(self.iteration)
         self.iteration += 1
+        return item
+
+    def _produce(self, iteration: int) -> dict[str, jax.Array]:
+        """Chunk ``iteration`` of the stream: the pipelines' next batches, with their masks."""
+        outputs = [self._run(p) for p in self._pipes]
+        masks = [self._layout(self._mask(k, iteration)) for k in range(len(self._pipes))]
         if self._on_gpu:
             xs, ys = zip(*outputs, strict=True)
             x, y = self.placement.shard_device_rows(xs), self.placement.shard_device_rows(ys)
