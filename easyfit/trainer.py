@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import logging
 import os
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,9 +26,11 @@ from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data import Source, to_source
 from .data.cache import CachedLoader, decide_cache
-from .data.loader import Loader
+from .data.checks import check_labels
+from .data.loader import Loader, make_loader
 from .data.order import Plan
 from .data.resolve import split_layout
+from .data.split import split_validation
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss
 from .metrics import build_collection
@@ -126,6 +129,7 @@ class Trainer:
         self._loaders: dict[tuple, tuple[Source, Loader]] = {}
         self._input_spec: tuple[list[int], str] | None = None
         self._progress: checkpoint.Progress | None = None
+        self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
 
     # ----------------------------------------------------------------------------- public state
     @property
@@ -150,9 +154,9 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ fit
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
-            validation_data: Any = None, callbacks: Sequence[Callback] | None = None,
-            verbose: int = 1, shuffle: bool = True, initial_epoch: int = 0,
-            cache: bool | str = "auto") -> History:
+            validation_data: Any = None, validation_split: float = 0.0,
+            callbacks: Sequence[Callback] | None = None, verbose: int = 1, shuffle: bool = True,
+            initial_epoch: int = 0, cache: bool | str = "auto") -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
@@ -163,7 +167,10 @@ class Trainer:
                 the number of devices.
             epochs: index of the last epoch (as in Keras, with ``initial_epoch``).
             validation_data: a folder, a source or ``(x_val, y_val)``; overrides the folder
-                found beside ``train/``.
+                found beside ``train/`` and ``validation_split``.
+            validation_split: hold this fraction of the training data out for validation
+                (seeded by ``seed``: the same samples on every run and device count); it
+                replaces a folder found beside ``train/``.
             callbacks: ``easyfit.callbacks.Callback`` instances.
             verbose: 0 silent, 1 progress bar (a line per epoch when stdout is not a terminal),
                 2 a line per epoch.
@@ -182,7 +189,7 @@ class Trainer:
             The History of this fit (also ``trainer.history``).
         """
         verbose = verbose if jax.process_index() == 0 else 0  # only process 0 reports
-        train, val = self._fit_sources(x, y, validation_data)
+        train, val = self._fit_sources(x, y, validation_data, validation_split)
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         self.placement.check_batch_size(batch_size)
         use_cache, why = decide_cache(cache, train, self.placement)
@@ -194,9 +201,11 @@ class Trainer:
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
-        loader: Loader | CachedLoader = Loader(
-            train, plan, self.placement, start=initial_epoch * plan.chunks_per_epoch,
-            position=resume.position if resume else None, **self._loader_options)
+        loader = make_loader(train, plan, self.placement, training=True,
+                             start=initial_epoch * plan.chunks_per_epoch,
+                             position=resume.position if resume else None,
+                             **self._loader_options)
+        plan = loader.plan
         if use_cache:
             loader = CachedLoader(loader)
         start = loader.position()
@@ -325,7 +334,7 @@ class Trainer:
             fns = self._functions(source, plan)
             cbs.call("on_test_begin")
             acc = fns.metrics.empty()
-            for batch in range(plan.chunks_per_epoch):
+            for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_test_batch_begin", batch)
                 acc = fns.eval(self.state, acc, next(loader))
                 cbs.call("on_test_batch_end", batch)
@@ -355,7 +364,7 @@ class Trainer:
             self._ensure_state(loader.peek(), source)
             fns = self._functions(source, plan)
             cbs.call("on_predict_begin")
-            for batch in range(plan.chunks_per_epoch):
+            for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
                 outputs.append(fns.predict(self.state, next(loader)))
                 cbs.call("on_predict_batch_end", batch)
@@ -372,13 +381,16 @@ class Trainer:
         return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
                     steps_per_execution=k, num_shards=self.placement.num_shards)
 
-    def _fit_sources(self, x: Any, y: Any, validation_data: Any) -> tuple[Source, Source | None]:
+    def _fit_sources(self, x: Any, y: Any, validation_data: Any,
+                     validation_split: float = 0.0) -> tuple[Source, Source | None]:
         if x is None:
             raise ValueError("fit: give the training data (a folder, a source or arrays)")
         val_path = None
         if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
             x, val_path = layout
         train = self._source(x, y, like=None)
+        if validation_split and validation_data is None:
+            train, validation_data = split_validation(train, validation_split, self.seed)
         self._train_source = train
         self.class_names = train.class_names
         if validation_data is not None:
@@ -400,7 +412,7 @@ class Trainer:
         key = (id(source), plan)
         hit = self._loaders.get(key)
         if hit is None or hit[0] is not source:
-            hit = (source, Loader(source, plan, self.placement, **self._loader_options))
+            hit = (source, make_loader(source, plan, self.placement, **self._loader_options))
             self._loaders[key] = hit
         return _LoaderLease(self._loaders, key, hit[1])
 
@@ -430,11 +442,18 @@ class Trainer:
         return self._compiled[key]
 
     def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
-        if self.state is not None:
-            return
-        self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
-        if self.class_names is None:
-            self.class_names = source.class_names
+        if self.state is None:
+            self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
+            if self.class_names is None:
+                self.class_names = source.class_names
+        if source not in self._checked:
+            self._checked.add(source)
+            x = jax.ShapeDtypeStruct((1, *chunk["x"].shape[1:]), jnp.float32)
+            out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
+                                 self.state.params, self.state.model_state, x)
+            self._resolved_loss(source)  # sets self.loss when it was None
+            check_labels(source, self.loss, out.shape[-1], _local(chunk["y"]),
+                         _local(chunk["mask"]))
 
     def _init_state(self, shape: tuple[int, ...], dtype: str | None,
                     abstract: bool = False) -> Any:
@@ -473,6 +492,10 @@ class _LoaderLease:
         self.peek = loader.peek
         self._start = loader.iteration
 
+    @property
+    def plan(self) -> Plan:
+        return self.loader.plan
+
     def __next__(self) -> dict:
         return next(self.loader)
 
@@ -483,6 +506,11 @@ class _LoaderLease:
         if kind is not None or (self.loader.iteration - self._start) % self.loader.plan.chunks_per_epoch:
             self.cache.pop(self.key, None)
             self.loader.close()
+
+
+def _local(a: jax.Array) -> np.ndarray:
+    """This process's rows of a batch-sharded array."""
+    return np.concatenate([np.asarray(s.data) for s in a.addressable_shards])
 
 
 def _host(a: jax.Array) -> np.ndarray:

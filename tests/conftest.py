@@ -60,3 +60,24 @@ def flat_params(tree) -> np.ndarray:
     import jax
 
     return np.concatenate([np.asarray(a).ravel() for a in jax.tree_util.tree_leaves(tree)])
+
+
+@pytest.fixture(scope="session")
+def format_roots(tmp_path_factory, mnist_arrays) -> dict[str, str]:
+    """MNIST (1,000 train / 300 val) as ``root/{train,val}`` in each reference format."""
+    from formats import mnist_in
+
+    base = tmp_path_factory.mktemp("formats")
+    return {fmt: mnist_in(fmt, base / fmt, mnist_arrays, (1000, 300))
+            for fmt in ("lmdb", "recordio", "tfrecord", "webdataset", "npy")}
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    """A SmallMLP Trainer shared by one module's tests, so its steps compile once."""
+    import optax
+    from models import SmallMLP
+
+    import easyfit as ef
+
+    return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)

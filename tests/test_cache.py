@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import optax
 import pytest
+from conftest import flat_params
 from models import SmallMLP
 
 import easyfit as ef
-from conftest import flat_params
 from easyfit.data.cache import decide_cache
 from easyfit.parallel import Placement
 
@@ -35,7 +35,7 @@ def test_auto_caches_what_fits_and_streams_what_does_not(mnist_dir):
     huge = ef.data.ImageFolder(mnist_dir + "/train", image_size=(30_000, 30_000))
     use, why = decide_cache("auto", huge, placement)
     assert not use and "would not fit" in why
-    augmented = ef.data.ImageFolder(mnist_dir + "/train", transform=lambda images: images)
+    augmented = ef.data.ImageFolder(mnist_dir + "/train", augment=ef.data.Augment(flip=True))
     use, why = decide_cache("auto", augmented, placement)
     assert not use and "random" in why
     with pytest.raises(ValueError, match="augmentation"):

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import flat_params
 from models import SmallMLP
 
 import easyfit as ef
-from conftest import flat_params
 from easyfit.callbacks import (
     CallbackList,
     EarlyStopping,

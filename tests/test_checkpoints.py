@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import optax
 import pytest
+from conftest import flat_params
 from models import NNXMLP, SmallMLP
 
 import easyfit as ef
-from conftest import flat_params
 from easyfit.callbacks import LambdaCallback, ModelCheckpoint
 
 

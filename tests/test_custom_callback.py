@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import optax
+from conftest import MNIST_IDX
 from models import SmallMLP
 
 import easyfit as ef
-from conftest import MNIST_IDX
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_callback.py"
 

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import PROGRAMS, last_json, run_program
 
 

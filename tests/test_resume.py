@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import optax
 import pytest
+from conftest import MNIST_IDX, PROGRAMS, flat_params, last_json
 from models import SmallMLP
 
 import easyfit as ef
-from conftest import MNIST_IDX, PROGRAMS, flat_params, last_json
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,8 @@ class Arrays(Source):
         scale: factor applied to ``x`` after casting to float32 (``1/255`` for 8-bit images
             you want in [0, 1]); None to leave the values as they are.
         class_names: optional names of the classes.
+        augment: optional ``f(x) -> x`` on DALI data nodes for training batches only (for NHWC
+            image arrays, e.g. ``easyfit.data.Augment(flip=True)``).
 
     Example:
         >>> import numpy as np, easyfit as ef
@@ -38,7 +40,8 @@ class Arrays(Source):
     """
 
     def __init__(self, x: Any, y: Any = None, *, scale: float | None = None,
-                 class_names: Sequence[str] | None = None):
+                 class_names: Sequence[str] | None = None,
+                 augment: Callable[[Any], Any] | None = None):
         x = np.asarray(x)
         if x.ndim < 1 or len(x) == 0:
             raise DataError(f"x: expected an array with one row per sample, got shape {x.shape}")
@@ -63,6 +66,7 @@ class Arrays(Source):
         self.y = np.ascontiguousarray(y)
         self.scale = scale
         self.class_names = list(class_names) if class_names is not None else None
+        self.augment = augment
 
     @property
     def num_samples(self) -> int:
@@ -83,7 +87,17 @@ class Arrays(Source):
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.x[indices], self.y[indices]
 
+    def known_labels(self) -> np.ndarray:
+        return self.y
+
+    def locate(self, index: int) -> str:
+        return f"x[{index}]"
+
     def graph(self, x: Any, y: Any, *, device: str) -> tuple[Any, Any]:
+        if self.x.ndim == 4:  # images: name the layout for DALI's image operators
+            from nvidia.dali import fn
+
+            x = fn.reshape(x, layout="HWC")
         if device == "gpu":
             return x.gpu(), y.gpu()
         return x, y

@@ -7,18 +7,22 @@ The contract, for index-driven sources (every sample addressable by an integer):
 
 * ``num_samples``: how many samples there are.
 * ``feed(indices)``: the host-side inputs for those samples, one array (or one list of
-  per-sample arrays) per DALI ``external_source``; cheap (paths, small arrays), never decoded
-  pixels unless the source is in memory anyway.
+  per-sample arrays) per DALI ``external_source``; cheap (paths, small arrays, the bytes of a
+  record), never decoded pixels unless the source is in memory anyway.
 * ``graph(*nodes, device=...)``: DALI operators from those inputs to ``(x, y)`` data nodes, run
   inside the pipeline definition. ``x`` is HWC (uint8 for images); ``y`` one label per sample.
 * ``scale``: the factor the train step multiplies ``x`` by after casting it to float32
   (``1/255`` for 8-bit images, so that batches arrive in [0, 1]; ``None`` for none).
+
+Reader-driven sources (``reader_driven = True``, see ``easyfit.data.reader``) let a DALI reader
+choose the order instead; the loader is picked by :func:`easyfit.data.loader.make_loader`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +41,10 @@ class Source(abc.ABC):
     scale: float | None = 1.0 / 255.0
     #: Sorted class names when labels are class indices, else None.
     class_names: list[str] | None = None
+    #: Training-only augmentation: ``f(x) -> x`` on DALI data nodes (see ``easyfit.data.Augment``).
+    augment: Callable[[Any], Any] | None = None
+    #: True when a DALI reader picks the order (``easyfit.data.reader.ReaderSource``).
+    reader_driven: bool = False
 
     @property
     @abc.abstractmethod
@@ -75,9 +83,37 @@ class Source(abc.ABC):
         """Bytes of one decoded sample (inputs and label), if known without decoding."""
         return None
 
-    #: Whether ``graph`` applies random operations (augmentation): such a source is never
-    #: cached, since its samples differ every epoch.
-    random: bool = False
+    @property
+    def random(self) -> bool:
+        """Whether training batches get random augmentation (``augment=``): such a source is
+        never cached, since its samples differ every epoch."""
+        return getattr(self, "augment", None) is not None
+
+    def known_labels(self) -> np.ndarray | None:
+        """Every label, when the source knows them without decoding (checked before training)."""
+        return None
+
+    def locate(self, index: int) -> str:
+        """Where sample ``index`` comes from (a file, a record), for error messages."""
+        return f"{self.describe()}: sample {index}"
+
+    def sample_problem(self, index: int) -> str | None:
+        """A cheap host-side reason why sample ``index`` cannot be read (e.g. an unreadable or
+        empty file), or None. Used to explain a failed batch."""
+        return None
+
+    def diagnose(self, suspects: Sequence[int]) -> str | None:
+        """``"<file or record>: <what is wrong>"`` for a bad sample among ``suspects`` (the
+        samples of a batch DALI failed to produce), or None. Default: each suspect is checked
+        alone (``easyfit.data.diagnose.find_bad_sample``)."""
+        from .diagnose import find_bad_sample
+
+        return find_bad_sample(self, suspects)
+
+    def sibling(self, path: str | os.PathLike) -> Source | None:
+        """A source of this kind for another split at ``path``, with the same settings (image
+        size, color mode, ...); None when ``path`` holds another kind of data."""
+        return None
 
     def check(self) -> None:
         """Checks cheap to do before a pipeline starts; raises DataError. Default: nothing."""
@@ -102,6 +138,7 @@ class Subset(Source):
         self.indices = np.asarray(indices, dtype=np.int64)
         self.scale = source.scale
         self.class_names = source.class_names
+        self.augment = source.augment
 
     @property
     def num_samples(self) -> int:
@@ -120,7 +157,7 @@ class Subset(Source):
         return self.source.sample_nbytes
 
     @property
-    def random(self) -> bool:  # type: ignore[override]
+    def random(self) -> bool:
         return self.source.random
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
@@ -128,6 +165,16 @@ class Subset(Source):
 
     def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
         return self.source.graph(*nodes, device=device)
+
+    def known_labels(self) -> np.ndarray | None:
+        labels = self.source.known_labels()
+        return None if labels is None else labels[self.indices]
+
+    def locate(self, index: int) -> str:
+        return self.source.locate(int(self.indices[index]))
+
+    def sample_problem(self, index: int) -> str | None:
+        return self.source.sample_problem(int(self.indices[index]))
 
     def describe(self) -> str:
         return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"

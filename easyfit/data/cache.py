@@ -51,7 +51,12 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
     if cache is False:
         return False, "cache=False: streaming from DALI every epoch"
-    if getattr(source, "random", False):
+    if source.reader_driven:
+        if cache is True:
+            raise ValueError(f"cache=True: {source.describe()} is read by a DALI reader in its "
+                             "own order, which the device cache cannot replay; use cache=False")
+        return False, "a DALI reader keeps its own order: streaming from DALI every epoch"
+    if source.random:
         if cache is True:
             raise ValueError("cache=True: the training source applies random augmentation, "
                              "which must run every epoch; use cache=False or 'auto'")

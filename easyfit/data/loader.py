@@ -25,9 +25,10 @@ import numpy as np
 from ..errors import DataError
 from ..parallel import Placement
 from .base import Source
+from .images import first_line
 from .order import Plan
 
-__all__ = ["Loader", "default_num_threads"]
+__all__ = ["Loader", "default_num_threads", "make_loader"]
 
 
 def _cores() -> int:
@@ -92,6 +93,7 @@ class Loader:
         ahead: chunks the background thread may hold ready (None: as many as fit in 256 MiB,
             between 2 and 64, so that the pipelines fill the queue while the first step
             compiles).
+        training: apply the source's ``augment`` (training batches only).
 
     Attributes:
         iteration: index of the next chunk ``__next__`` returns.
@@ -100,8 +102,9 @@ class Loader:
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
                  position: Mapping[str, Any] | None = None, num_threads: int | None = None,
                  prefetch: int = 2, pipelines_per_device: int | None = None,
-                 threaded: bool | None = None, ahead: int | None = None):
+                 threaded: bool | None = None, ahead: int | None = None, training: bool = False):
         self.source, self.plan, self.placement = source, plan, placement
+        self.training, self.prefetch = training, prefetch
         if position is not None:
             start = int(position["chunk"])
         self.iteration = start
@@ -138,7 +141,7 @@ class Loader:
         def pipeline():
             nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
                                        num_outputs=source.num_feeds)
-            return source.graph(*nodes, device=where)
+            return augmented(source, source.graph(*nodes, device=where), self.training)
 
         pipe = pipeline()
         pipe.build()
@@ -171,7 +174,11 @@ class Loader:
                 self.close()
                 raise item
         else:
-            item = self._produce(self.iteration)
+            try:
+                item = self._produce(self.iteration)
+            except BaseException:
+                self.close()
+                raise
         self.iteration += 1
         return item
 
@@ -184,7 +191,7 @@ class Loader:
         return self._peeked
 
     def _produce(self, iteration: int) -> dict[str, jax.Array]:
-        outputs = [self._run(p) for p in self._pipes]
+        outputs = [self._run(p, iteration) for p in self._pipes]
         _, mask = self._feeders[0].chunk(iteration)
         if self._on_gpu:
             x, y = (self.placement.shard_device_rows(self._per_device(arrays))
@@ -227,13 +234,17 @@ class Loader:
                                         name="easyfit-loader")
         self._thread.start()
 
-    def _run(self, pipe) -> tuple[Any, Any]:
+    def _run(self, pipe, iteration: int) -> tuple[Any, Any]:
         try:
             outs = pipe.run()
         except RuntimeError as e:
-            raise DataError(f"{self.source.describe()}: DALI failed to produce a batch: "
-                            f"{_first_line(e)}") from e
+            raise batch_error(self.source, e, self._suspects(iteration)) from None
         return tuple(self._convert(o, name) for o, name in zip(outs, ("x", "y")))
+
+    def _suspects(self, iteration: int) -> list[int]:
+        """The samples DALI may have been reading: this chunk's and those prefetched after it."""
+        chunks = range(iteration, iteration + self.prefetch + 2)
+        return [int(i) for c in chunks for i in self._feeders[0].chunk(c)[0]]
 
     def _convert(self, out: Any, name: str) -> Any:
         if not out.is_dense_tensor():
@@ -256,6 +267,26 @@ class Loader:
         self._pipes.clear()
 
 
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
+def augmented(source: Source, xy: tuple[Any, Any], training: bool) -> tuple[Any, Any]:
+    """``(x, y)`` with the source's training augmentation applied to ``x`` when training."""
+    x, y = xy
+    return (source.augment(x) if training and source.augment is not None else x), y
+
+
+def batch_error(source: Source, error: RuntimeError, suspects: list[int]) -> DataError:
+    """A DataError for a batch DALI failed to produce, naming the bad sample when one is found."""
+    culprit = source.diagnose(suspects)
+    if culprit:
+        return DataError(culprit)
+    return DataError(f"{source.describe()}: DALI failed to produce a batch: {first_line(error)}")
+
+
+def make_loader(source: Source, plan: Plan, placement: Placement, **kwargs: Any) -> Any:
+    """The loader for ``source``: :class:`Loader`, or a ``ReaderLoader`` for a reader-driven
+    source. Both iterate over dicts of ``x``, ``y``, ``mask`` and have ``plan`` and ``close``.
+    """
+    if source.reader_driven:
+        from .reader import ReaderLoader
+
+        return ReaderLoader(source, plan, placement, **kwargs)
+    return Loader(source, plan, placement, **kwargs)

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..errors import DataError
 from .arrays import Arrays
-from .base import Source
-from .folder import ImageFolder
+from .base import Source, Subset
+from .detect import detect
 
 __all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
 
@@ -18,6 +18,8 @@ VALIDATION_NAMES = ("val", "validation", "test", "testing")
 
 def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     """``(train, validation or None)`` when ``root`` holds ``train/``; else None.
+
+    Each of ``train/`` and ``val/`` may be of any format (:func:`easyfit.data.detect.detect`).
 
     Example:
         >>> import os, tempfile
@@ -44,30 +46,27 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
     Args:
         data: the data.
         y: labels, when ``data`` is an array.
-        like: a source whose image settings (size, color mode) a folder path should share,
-            e.g. the training folder when resolving the validation folder.
+        like: a source whose settings (image size, color mode, ...) a path of the same format
+            should share, e.g. the training data when resolving the validation folder.
         argument: the argument's name, for error messages.
     """
     if isinstance(data, Source):
         return data
+    base = like.source if isinstance(like, Subset) else like
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
             raise DataError(f"y: not used with a path ({os.fspath(data)}); labels come from "
-                            "the class folders")
-        if not isinstance(like, ImageFolder):
-            return ImageFolder(data)
-        folder = ImageFolder(data, image_size=like.image_size if like.resize else None,
-                             color_mode=like.color_mode, decoder=like.decoder,
-                             class_names=like.class_names, transform=like.transform)
-        if folder.image_size != like.image_size:
-            raise DataError(f"{folder.root}: images are {folder.image_size[0]}x"
-                            f"{folder.image_size[1]} but those of {like.root} are "
-                            f"{like.image_size[0]}x{like.image_size[1]}; pass "
-                            "ImageFolder(..., image_size=(height, width)) to resize them")
-        return folder
+                            "the data")
+        kind = detect(data)
+        if type(base) is kind:
+            sibling = base.sibling(data)
+            if sibling is not None:
+                return sibling
+        return kind(data)
+    scale = base.scale if isinstance(base, Arrays) else None
     if isinstance(data, tuple) and y is None and len(data) == 2:
-        return Arrays(*data, scale=like.scale if isinstance(like, Arrays) else None)
+        return Arrays(*data, scale=scale)
     if hasattr(data, "__array__") or isinstance(data, list):
-        return Arrays(data, y, scale=like.scale if isinstance(like, Arrays) else None)
+        return Arrays(data, y, scale=scale)
     raise DataError(f"{argument}: expected a path, arrays or an easyfit.data source, got "
                     f"{type(data).__name__}")

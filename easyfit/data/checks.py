@@ -1,0 +1,71 @@
+"""Labels checked against the loss and the model before training on them.
+
+A label outside the model's outputs or a float label under a sparse loss does not fail in the
+step: ``one_hot`` gives zeros, the integer cross-entropy gathers garbage, and training goes on
+to a silently wrong result. So each source's labels are checked once, on the host: all of them
+when the source knows them without decoding (folders, arrays, RecordIO, WebDataset), else those
+of the first batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .base import Source, Subset
+
+__all__ = ["check_labels"]
+
+_SPARSE = ("sparse_categorical_crossentropy",)
+_CLASS_INDICES = ("sparse_categorical_crossentropy", "categorical_crossentropy")
+
+
+def _origin(source: Source) -> str:
+    base = source.source if isinstance(source, Subset) else source
+    return "y" if type(base).__name__ == "Arrays" else source.describe()
+
+
+def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.ndarray,
+                 batch_mask: np.ndarray) -> None:
+    """Raises DataError if ``source``'s labels do not fit ``loss`` and ``num_outputs``.
+
+    Args:
+        source: the data.
+        loss: the loss (only Keras loss names are checked).
+        num_outputs: size of the model's last output axis.
+        batch_labels, batch_mask: labels and validity mask of a first batch, used when the
+            source does not know its labels.
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> from easyfit.data.checks import check_labels
+        >>> data = ef.data.Arrays(np.zeros((3, 2)), np.array([0, 4, 12]))
+        >>> check_labels(data, "sparse_categorical_crossentropy", 10, None, None)
+        Traceback (most recent call last):
+        ...
+        easyfit.errors.DataError: y: label 12 (at x[2]) is outside the model's 10 outputs; ...
+    """
+    if not isinstance(loss, str):
+        return
+    integer = np.issubdtype(source.label_dtype, np.integer)
+    if loss in _SPARSE and not integer:
+        raise DataError(f"{_origin(source)}: {source.label_dtype} labels given to loss={loss!r}, "
+                        "which takes integer class indices; pass integer labels (e.g. "
+                        "y.astype('int32')), or choose a loss for float targets such as 'mse'")
+    if loss not in _CLASS_INDICES or not integer:
+        return
+    labels = source.known_labels()
+    known = labels is not None
+    if not known:
+        labels = np.asarray(batch_labels)[np.asarray(batch_mask, bool)]
+    if np.ndim(labels) != 1:  # one-hot or multi-label targets: not class indices
+        return
+    bad = np.flatnonzero((labels < 0) | (labels >= num_outputs))
+    if len(bad):
+        i = int(bad[0])
+        where = f" (at {source.locate(i)})" if known else " (in the first batch)"
+        raise DataError(f"{_origin(source)}: label {int(labels[i])}{where} is outside the "
+                        f"model's {num_outputs} outputs; class indices must be in "
+                        f"0..{num_outputs - 1}")

@@ -1,0 +1,72 @@
+"""Which source reads a directory: decided from what it holds."""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import DataError
+from .base import Source
+from .caffe2 import Caffe2LMDB, is_lmdb
+from .folder import IMAGE_EXTENSIONS, ImageFolder
+from .numpy_folder import NumpyFolder
+from .recordio import RecordIO
+from .tfrecord import TFRECORD_SUFFIXES, TFRecord
+from .webdataset import WebDataset
+
+__all__ = ["detect"]
+
+_BY_SUFFIX: tuple[tuple[tuple[str, ...], type[Source]], ...] = (
+    ((".rec",), RecordIO), ((".tar",), WebDataset), (TFRECORD_SUFFIXES, TFRecord))
+
+
+def _class_folder_kind(root: str) -> type[Source]:
+    """ImageFolder or NumpyFolder, from the first data file found in the class folders."""
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        for f in os.scandir(entry.path):
+            name = f.name.lower()
+            if name.endswith(".npy"):
+                return NumpyFolder
+            if name.endswith(IMAGE_EXTENSIONS):
+                return ImageFolder
+    return ImageFolder  # its own checks say what is missing
+
+
+def detect(path: str | os.PathLike) -> type[Source]:
+    """The source class for ``path``, from its contents.
+
+    * a directory holding ``data.mdb``: :class:`~easyfit.data.Caffe2LMDB`;
+    * ``.rec`` files (with their ``.idx``): :class:`~easyfit.data.RecordIO`;
+    * ``.tar`` shards: :class:`~easyfit.data.WebDataset`;
+    * ``.tfrecord``/``.tfrecords``/``.tfrec`` files (with their ``.idx``):
+      :class:`~easyfit.data.TFRecord`;
+    * class folders of ``.npy`` files: :class:`~easyfit.data.NumpyFolder`;
+    * class folders of images: :class:`~easyfit.data.ImageFolder`.
+
+    A single file is recognised by its suffix.
+
+    Example:
+        >>> import easyfit as ef
+        >>> from easyfit.data.detect import detect
+        >>> [detect(MNIST_FORMATS[f] + "/train").__name__ for f in ("lmdb", "webdataset", "npy")]
+        ['Caffe2LMDB', 'WebDataset', 'NumpyFolder']
+    """
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        for suffixes, kind in _BY_SUFFIX:
+            if path.lower().endswith(suffixes):
+                return kind
+        raise DataError(f"{path}: a file easyfit cannot read; expected a directory, or a .rec, "
+                        ".tar or .tfrecord file")
+    if not os.path.isdir(path):
+        raise DataError(f"{path}: no such directory")
+    if is_lmdb(path):
+        return Caffe2LMDB
+    names = [e.name.lower() for e in os.scandir(path) if e.is_file()]
+    found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
+    if len(found) > 1:
+        raise DataError(f"{path}: holds files of several formats "
+                        f"({', '.join(k.__name__ for k in found)}); give one source explicitly, "
+                        "e.g. ef.data.RecordIO(path)")
+    return found[0] if found else _class_folder_kind(path)

@@ -1,0 +1,240 @@
+"""What every source of encoded images shares: settings, shape inference, the decode graph.
+
+A source of encoded images (files, records of a RecordIO/TFRecord/WebDataset/LMDB) mixes in
+:class:`EncodedImages`: it calls ``_init_images`` with a few sampled images and gets
+``color_mode``, ``image_size``, ``image_shape`` and :meth:`EncodedImages.decode`, which turns
+DALI nodes of encoded bytes into HWC uint8 images of that size and color mode.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+
+__all__ = ["EncodedImages", "encoded_problem", "file_problem", "first_line", "peek_shapes"]
+
+SAMPLED = 64             # images read to infer color mode and size
+_SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
+
+
+def first_line(e: BaseException) -> str:
+    """The first non-empty line of an exception's message (DALI's are long)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("Critical error")] or lines
+    return lines[0] if lines else type(e).__name__
+
+
+def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
+    """HWC shapes of encoded images ``(name, bytes)``, read from their headers by DALI.
+
+    (``fn.peek_image_shape`` with ``ANY_DATA``: channels as stored; decoding grayscale JPEGs with
+    ``ANY_DATA`` crashes DALI 2.4 on the CPU.) Raises DataError naming the first sample that is
+    not an image.
+    """
+    from nvidia.dali import fn, pipeline_def, types
+
+    for name, data in samples:
+        problem = encoded_problem(data[:16], data[-TAIL:], len(data))
+        if problem:
+            raise DataError(f"{name}: {problem}")
+    data = [np.frombuffer(b, np.uint8) for _, b in samples]
+
+    @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)
+    def peek():
+        encoded = fn.external_source(source=lambda: data, batch=True, dtype=types.UINT8)
+        return fn.peek_image_shape(encoded, image_type=types.ANY_DATA)
+
+    pipe = peek()
+    pipe.build()
+    try:
+        (out,) = pipe.run()
+    except RuntimeError as e:
+        if len(samples) == 1:
+            raise DataError(f"{samples[0][0]}: cannot be decoded as an image "
+                            f"({first_line(e)})") from None
+        return [s for sample in samples for s in peek_shapes([sample])]
+    finally:
+        del pipe
+    return [tuple(int(v) for v in out.at(i)) for i in range(len(data))]
+
+
+def sample_positions(n: int, k: int = SAMPLED) -> np.ndarray:
+    """Up to ``k`` evenly spread positions in ``range(n)``."""
+    return np.unique(np.linspace(0, n - 1, min(k, n)).astype(int))
+
+
+class EncodedImages:
+    """Image settings and the decode graph of a source of encoded images.
+
+    Subclasses call :meth:`_init_images` from their constructor.
+    """
+
+    color_mode: str
+    image_size: tuple[int, int]
+    resize: bool
+    decoder: str
+    transform: Callable[[Any], Any] | None
+
+    def _init_images(self, sample: Callable[[], Sequence[tuple[str, bytes]]],
+                     image_size: tuple[int, int] | None, color_mode: str | None, decoder: str,
+                     transform: Callable[[Any], Any] | None, where: str) -> None:
+        """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs)."""
+        if color_mode not in (None, "grayscale", "rgb"):
+            raise DataError(f"color_mode={color_mode!r}: expected 'grayscale', 'rgb' or None")
+        if decoder not in ("auto", "mixed", "cpu"):
+            raise DataError(f"decoder={decoder!r}: expected 'auto', 'mixed' or 'cpu'")
+        if image_size is not None:
+            if len(image_size) != 2 or min(image_size) < 1:
+                raise DataError(f"image_size={image_size!r}: expected (height, width)")
+            image_size = (int(image_size[0]), int(image_size[1]))
+        self.decoder = decoder
+        self.transform = transform
+        self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
+        if color_mode is None or image_size is None:
+            sampled = list(sample())
+            shapes = peek_shapes(sampled)
+            if color_mode is None:
+                color_mode = "grayscale" if all(s[2] == 1 for s in shapes) else "rgb"
+            if image_size is None:
+                image_size = self._common_size([n for n, _ in sampled], shapes, where)
+        self.color_mode, self.image_size = color_mode, image_size
+
+    @staticmethod
+    def _common_size(names: list[str], shapes: list[tuple[int, ...]],
+                     where: str) -> tuple[int, int]:
+        sizes = {s[:2] for s in shapes}
+        if len(sizes) > 1:
+            a, sa = names[0], shapes[0][:2]
+            b, sb = next((n, s[:2]) for n, s in zip(names, shapes, strict=True) if s[:2] != sa)
+            raise DataError(f"{where}: images differ in size ({a} is {sa[0]}x{sa[1]}, {b} is "
+                            f"{sb[0]}x{sb[1]}); pass image_size=(height, width) to resize them "
+                            "all")
+        return sizes.pop()
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.color_mode == "grayscale" else 3
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(height, width, channels)`` of the images the model receives."""
+        return (*self.image_size, self.channels)
+
+    @property
+    def sample_nbytes(self) -> int:
+        return int(np.prod(self.image_shape)) + 4  # uint8 pixels, an int32 label
+
+    def image_settings(self) -> dict[str, Any]:
+        """The keyword arguments that give another split the same images (size, color, ...)."""
+        return {"image_size": self.image_size if self.resize else None,
+                "color_mode": self.color_mode, "decoder": self.decoder,
+                "transform": self.transform}
+
+    def check_same_images(self, other: EncodedImages, name: str, other_name: str) -> None:
+        """DataError unless ``other`` delivers images of this source's size."""
+        if other.image_size != self.image_size:
+            (h, w), (oh, ow) = other.image_size, self.image_size
+            raise DataError(f"{other_name}: images are {h}x{w} but those of {name} are "
+                            f"{oh}x{ow}; pass image_size=(height, width) to resize them")
+
+    def decode_device(self, device: str) -> str:
+        """Where images are decoded when the pipeline's outputs are wanted on ``device``."""
+        if device == "cpu" or self.decoder == "cpu":
+            return "cpu"
+        if self.decoder == "mixed":
+            return "mixed"
+        return "cpu" if self.image_size[0] * self.image_size[1] < _SMALL_AREA else "mixed"
+
+    def decode(self, encoded: Any, *, device: str) -> Any:
+        """DALI graph: encoded bytes -> HWC uint8 images on ``device``, resized, transformed."""
+        from nvidia.dali import fn, types
+
+        where = self.decode_device(device)
+        gray = self.color_mode == "grayscale"
+        images = fn.decoders.image(encoded, device=where,
+                                   output_type=types.GRAY if gray else types.RGB)
+        if device == "gpu" and where == "cpu":
+            images = images.gpu()
+        if self.resize:
+            images = fn.resize(images, size=list(self.image_size), dtype=types.UINT8)
+        if self.transform is not None:
+            images = self.transform(images)
+        return images
+
+
+def read_file(path: str) -> bytes:
+    """The bytes of ``path``; DataError naming it when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
+
+
+TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
+_PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
+_SIGNATURES = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"BM": "BMP",
+               b"II*\0": "TIFF", b"MM\0*": "TIFF", b"\0\0\0\x0cjP  \r\n\x87\n": "JPEG 2000",
+               b"\xffO\xffQ": "JPEG 2000"}
+
+
+def encoded_problem(head: bytes, tail: bytes, size: int) -> str | None:
+    """Why bytes cannot be a whole encoded image, from their first 16 and last :data:`TAIL`
+    bytes and their size; None when they look whole.
+
+    Catches what DALI 2.4 must never see: its CPU decoders can crash the process (not raise)
+    on a broken image in the middle of a batch. Recognises JPEG, PNG, BMP, WebP, TIFF, PNM
+    and JPEG 2000; checks that JPEG, PNG, BMP and WebP data are complete (a JPEG's or PNG's
+    end marker may be followed by a little more data, as some writers leave).
+
+    Example:
+        >>> from easyfit.data.images import encoded_problem
+        >>> encoded_problem(b"hello", b"hello", 5)
+        "not an image (starts with b'hello')"
+        >>> encoded_problem(b"\\x89PNG\\r\\n\\x1a\\n....", b"...", 2000)
+        'truncated PNG (no IEND chunk at its end)'
+    """
+    if size == 0:
+        return "empty file"
+    kind = next((k for sig, k in _SIGNATURES.items() if head.startswith(sig)), None)
+    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        kind = "WebP"
+    if kind is None and len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
+        kind = "PNM"
+    if kind is None:
+        return f"not an image (starts with {head[:8]!r})"
+    if kind == "PNG" and _PNG_END not in tail:
+        return "truncated PNG (no IEND chunk at its end)"
+    if kind == "JPEG" and b"\xff\xd9" not in tail:
+        return "truncated JPEG (no end-of-image marker)"
+    if kind == "BMP" and len(head) >= 6 and int.from_bytes(head[2:6], "little") > size:
+        return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
+    if kind == "WebP" and int.from_bytes(head[4:8], "little") + 8 > size:
+        return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
+    return None
+
+
+def file_problem(path: str, check: Callable[[bytes, bytes, int], str | None] | None = None
+                 ) -> str | None:
+    """Why file ``path`` cannot be read (or is empty), or what ``check(head, tail, size)``
+    finds wrong with its first 16 and last :data:`TAIL` bytes; None when all is well."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return "empty file"
+        if check is None:
+            return None
+        return check(os.pread(fd, 16, 0), os.pread(fd, TAIL, max(0, size - TAIL)), size)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    finally:
+        os.close(fd)

@@ -1,0 +1,122 @@
+"""Folders of ``.npy`` files: ``root/<class>/<sample>.npy``, decoded by DALI."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .folder import ClassFiles
+from .images import file_problem, sample_positions
+
+__all__ = ["NumpyFolder"]
+
+
+def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset from an ``.npy`` header (the data is not read)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version != (1, 0):
+                raise DataError(f"{path}: .npy format version {version[0]}.{version[1]}; DALI "
+                                "reads version 1.0 (what np.save writes)")
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            end = f.tell()
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise DataError(f"{path}: not a NumPy .npy file ({e})") from None
+    if dtype.kind not in "biuf" or dtype.hasobject:
+        raise DataError(f"{path}: dtype {dtype} is not numeric")
+    return tuple(shape), dtype, end
+
+
+class NumpyFolder(ClassFiles):
+    """One ``.npy`` array per sample, in class folders: ``root/<class>/<sample>.npy``.
+
+    Labels are the indices of the sorted class-folder names, as for
+    :class:`~easyfit.data.ImageFolder`. Files are read with ``fn.io.file.read`` in easyfit's
+    order and decoded by DALI (``fn.decoders.numpy``). Every array must have the same shape and
+    dtype (checked on a sample of the files' headers)::
+
+        root/
+          cat/
+            0001.npy      # e.g. uint8 (32, 32, 3), or float32 (128,)
+            ...
+          dog/
+            ...
+
+    Args:
+        root: the folder holding one sub-folder per class.
+        scale: factor applied to the arrays after casting to float32; the default ``"auto"`` is
+            ``1/255`` for uint8 arrays (images) and None (no scaling) for any other dtype.
+        augment: optional ``f(x) -> x`` on DALI data nodes for training batches only (for
+            HWC image arrays, e.g. ``easyfit.data.Augment(flip=True)``).
+        class_names: the classes, in label order (default: the sorted sub-folder names), as
+            for :class:`~easyfit.data.ImageFolder`.
+
+    Example:
+        >>> import easyfit as ef
+        >>> train = ef.data.NumpyFolder(MNIST_FORMATS["npy"] + "/train")
+        >>> len(train), train.sample_shape, train.dtype, train.scale == 1 / 255
+        (200, (28, 28, 1), dtype('uint8'), True)
+    """
+
+    def __init__(self, root: str | os.PathLike, scale: float | None | str = "auto",
+                 augment: Callable[[Any], Any] | None = None,
+                 class_names: Sequence[str] | None = None):
+        self._init_files(root, (".npy",), "NumPy files", class_names)
+        headers = [(self.files[i], *_header(self.files[i])[:2])
+                   for i in sample_positions(len(self.files))]
+        first = headers[0]
+        for name, shape, dtype in headers[1:]:
+            if (shape, dtype) != first[1:]:
+                raise DataError(f"{self.root}: arrays differ ({first[0]} is {first[2]} "
+                                f"{first[1]}, {name} is {dtype} {shape}); every sample must "
+                                "have one shape and dtype")
+        self.sample_shape, self.dtype = first[1], first[2]
+        if isinstance(scale, str):
+            if scale != "auto":
+                raise DataError(f"scale={scale!r}: expected a number, None or 'auto'")
+            scale = 1.0 / 255.0 if self.dtype == np.uint8 else None
+        self.scale = scale
+        self.augment = augment
+
+    def graph(self, paths: Any, labels: Any, *, device: str) -> tuple[Any, Any]:
+        from nvidia.dali import fn
+
+        x = fn.decoders.numpy(fn.io.file.read(paths))
+        if len(self.sample_shape) == 3:
+            x = fn.reshape(x, layout="HWC")
+        if device == "gpu":
+            x, labels = x.gpu(), labels.gpu()
+        return x, labels
+
+    def sample_problem(self, index: int) -> str | None:
+        path = self.files[index]
+        problem = file_problem(path)
+        if problem:
+            return problem
+        try:
+            shape, dtype, end = _header(path)
+        except DataError as e:
+            return str(e).removeprefix(f"{path}: ")
+        if (shape, dtype) != (self.sample_shape, self.dtype):
+            return f"holds {dtype} {shape}, not {self.dtype} {self.sample_shape} like the others"
+        expected = end + int(np.prod(shape)) * dtype.itemsize
+        size = os.path.getsize(path)
+        return f"truncated .npy file ({size} of {expected} bytes)" if size < expected else None
+
+    def sibling(self, path: str | os.PathLike) -> NumpyFolder:
+        other = NumpyFolder(path, scale=self.scale, class_names=self.class_names)
+        if (other.sample_shape, other.dtype) != (self.sample_shape, self.dtype):
+            raise DataError(f"{other.root}: arrays are {other.dtype} {other.sample_shape} but "
+                            f"those of {self.root} are {self.dtype} {self.sample_shape}")
+        return other
+
+    def describe(self) -> str:
+        return (f"NumpyFolder({self.root!r}: {self.num_samples} arrays {self.dtype} "
+                f"{self.sample_shape}, {len(self.class_names)} classes)")

@@ -1,0 +1,160 @@
+"""Encoded images stored as byte ranges of larger files (RecordIO, TFRecord, WebDataset).
+
+Such a file is indexed once (from its index file, or by walking its headers) into
+``(file, offset, length)`` per sample. Then every sample is addressable: ``feed(indices)``
+reads those byte ranges with ``os.pread`` (no decoding in Python), DALI decodes them. The
+sources are therefore index-driven, like image folders: the same order, shards, masks and
+validation splits whatever the device count.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .base import Source
+from .images import TAIL, EncodedImages, encoded_problem, sample_positions
+
+__all__ = ["RecordFiles", "list_files"]
+
+
+def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
+    """Sorted files of ``root`` (a directory, or one file) ending with ``suffixes``."""
+    if os.path.isfile(root):
+        return [root]
+    if not os.path.isdir(root):
+        raise DataError(f"{root}: no such file or directory")
+    files = sorted(e.path for e in os.scandir(root)
+                   if e.is_file() and e.name.lower().endswith(suffixes))
+    if not files:
+        raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
+    return files
+
+
+class RecordFiles(EncodedImages, Source):
+    """Base of sources whose samples are byte ranges of ``files``.
+
+    Subclasses fill ``files``, ``_file`` (file index per sample), ``_offset`` and ``_length``
+    (byte range per sample), then call ``_init_records``; and implement :meth:`parse`.
+    """
+
+    files: list[str]
+    _file: np.ndarray
+    _offset: np.ndarray
+    _length: np.ndarray
+
+    def _set_ranges(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        """Sets ``_file``, ``_offset``, ``_length`` from ``(file, offset, length)`` per file."""
+        files, offsets, lengths = zip(*parts, strict=True)
+        self._file, self._offset = np.concatenate(files), np.concatenate(offsets)
+        self._length = np.concatenate(lengths)
+
+    def _init_records(self, root: str, labels: np.ndarray | None,
+                      image_size: tuple[int, int] | None, color_mode: str | None, decoder: str,
+                      transform: Callable[[Any], Any] | None,
+                      augment: Callable[[Any], Any] | None) -> None:
+        self.root = root
+        self._fds: dict[int, int] = {}
+        if len(self._offset) == 0:
+            raise DataError(f"{root}: no records")
+        self._labels = labels
+        self.augment = augment
+        picks = sample_positions(len(self._offset))
+        parsed = [self.parse(int(i), self.read(int(i))) for i in picks]
+        if labels is None:
+            kinds = {np.asarray(lab).dtype.kind for _, lab in parsed}
+            self._label_dtype = np.dtype(np.float32 if "f" in kinds else np.int32)
+        else:
+            self._label_dtype = labels.dtype
+        named = [(self.locate(int(i)), image) for i, (image, _) in zip(picks, parsed, strict=True)]
+        self._init_images(lambda: named, image_size, color_mode, decoder, transform, root)
+
+    @abc.abstractmethod
+    def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
+        """``(encoded image, label)`` from the bytes of record ``index``; DataError if bad."""
+
+    def read(self, index: int) -> bytes:
+        """The bytes of record ``index``."""
+        f = int(self._file[index])
+        fd = self._fds.get(f)
+        if fd is None:
+            try:
+                fd = self._fds[f] = os.open(self.files[f], os.O_RDONLY)
+            except OSError as e:
+                raise DataError(f"{self.files[f]}: cannot be read ({e.strerror or e})") from None
+        length = int(self._length[index])
+        raw = os.pread(fd, length, int(self._offset[index]))
+        if len(raw) != length:
+            raise DataError(f"{self.locate(index)}: truncated ({len(raw)} of {length} bytes)")
+        return raw
+
+    @property
+    def num_samples(self) -> int:
+        return len(self._offset)
+
+    @property
+    def num_feeds(self) -> int:
+        return 2
+
+    @property
+    def label_dtype(self) -> np.dtype:
+        return self._label_dtype
+
+    def known_labels(self) -> np.ndarray | None:
+        return self._labels
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        images, labels = [], []
+        for i in indices:
+            image, label = self.parse(int(i), self.read(int(i)))
+            problem = encoded_problem(image[:16], image[-TAIL:], len(image))
+            if problem:
+                raise DataError(f"{self.locate(int(i))}: {problem}")
+            images.append(np.frombuffer(image, np.uint8))
+            labels.append(label)
+        if self._labels is not None:
+            return images, self._labels[indices]
+        return images, np.asarray(labels, self._label_dtype)
+
+    def graph(self, images: Any, labels: Any, *, device: str) -> tuple[Any, Any]:
+        images = self.decode(images, device=device)
+        return images, (labels.gpu() if device == "gpu" else labels)
+
+    def sample_problem(self, index: int) -> str | None:
+        image, _ = self.parse(index, self.read(index))
+        return encoded_problem(image[:16], image[-TAIL:], len(image))
+
+    def locate(self, index: int) -> str:
+        f = int(self._file[index])
+        first = int(np.searchsorted(self._file, f))
+        return (f"{self.files[f]}: record {index - first} (byte offset "
+                f"{int(self._offset[index])})")
+
+    def settings(self) -> dict[str, Any]:
+        """Constructor arguments that give another split the same samples' form."""
+        return self.image_settings()
+
+    def sibling(self, path: str | os.PathLike) -> Source | None:
+        try:
+            other = type(self)(path, **self.settings())
+        except DataError:
+            return None
+        self.check_same_images(other, self.root, other.root)
+        return other
+
+    def close(self) -> None:
+        """Closes the open files (they reopen when needed)."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass

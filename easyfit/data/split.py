@@ -1,0 +1,45 @@
+"""``validation_split``: a seeded, disjoint train/validation split of one source."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DataError
+from .base import Source, Subset
+
+__all__ = ["split_validation"]
+
+
+def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:
+    """``(train, validation)``: a seeded random ``fraction`` of ``source`` held out.
+
+    The split depends only on the number of samples, ``fraction`` and ``seed``: the same on
+    every run, in every process and whatever the number of devices. Each part keeps the
+    source's order (the loader shuffles the training part every epoch).
+
+    Args:
+        source: an index-driven source (any but a reader-driven one such as an LMDB).
+        fraction: the share held out for validation, in (0, 1).
+        seed: seeds the permutation.
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> from easyfit.data.split import split_validation
+        >>> data = ef.data.Arrays(np.arange(20.0)[:, None], np.arange(20) % 2)
+        >>> train, val = split_validation(data, 0.1, seed=0)
+        >>> len(train), len(val), set(train.indices) & set(val.indices)
+        (18, 2, set())
+    """
+    if not 0.0 < float(fraction) < 1.0:
+        raise DataError(f"validation_split={fraction!r}: expected a fraction in (0, 1)")
+    if source.reader_driven:
+        raise DataError(f"validation_split: {source.describe()} is read by DALI's reader in its "
+                        "own order, so easyfit cannot hold samples out of it; give validation "
+                        "data instead (validation_data=..., or a root/val beside root/train)")
+    n = source.num_samples
+    held = int(round(n * float(fraction)))
+    if held < 1 or held >= n:
+        raise DataError(f"validation_split={fraction}: of {n} samples that leaves {n - held} "
+                        f"for training and {held} for validation; both need at least one")
+    order = np.random.default_rng([seed, 0x5A11D]).permutation(n)
+    return Subset(source, np.sort(order[held:])), Subset(source, np.sort(order[:held]))

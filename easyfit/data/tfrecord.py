@@ -1,0 +1,139 @@
+"""TFRecord files of ``tf.train.Example`` (with DALI's index files), index-driven."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .protos import tf_example
+from .records import RecordFiles, list_files
+
+__all__ = ["TFRECORD_SUFFIXES", "TFRecord"]
+
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec")
+_LENGTH = struct.Struct("<Q")
+_FRAMING = 8 + 4 + 4  # length, its CRC, the data's CRC
+
+
+def index_file(path: str) -> str | None:
+    """The index of a TFRecord file, as DALI's ``tfrecord2idx`` names it (``<file>.idx``)."""
+    for idx in (path + ".idx", os.path.splitext(path)[0] + ".idx"):
+        if os.path.isfile(idx):
+            return idx
+    return None
+
+
+def _read_index(idx: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        rows = np.loadtxt(idx, dtype=np.int64, ndmin=2)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{idx}: not a TFRecord index (offset size lines): {e}") from None
+    if rows.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if rows.shape[1] != 2 or (rows[:, 0] + rows[:, 1] > size).any():
+        raise DataError(f"{idx}: not the index of its TFRecord file ({size} bytes)")
+    return rows[:, 0], rows[:, 1]
+
+
+def _walk(path: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and lengths of the records, from their length fields (nothing is written)."""
+    offsets, lengths, pos = [], [], 0
+    with open(path, "rb") as f:
+        while pos < size:
+            head = os.pread(f.fileno(), 8, pos)
+            if len(head) < 8:
+                raise DataError(f"{path}: truncated record at byte offset {pos}")
+            n = _FRAMING + _LENGTH.unpack(head)[0]
+            if pos + n > size:
+                raise DataError(f"{path}: truncated record at byte offset {pos}")
+            offsets.append(pos)
+            lengths.append(n)
+            pos += n
+    return np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
+
+
+class TFRecord(RecordFiles):
+    """Images in TFRecord files of ``tf.train.Example`` protos.
+
+    Each example holds the encoded image as bytes under ``image_key`` and the label as an int64
+    (class index) or float under ``label_key``: the TensorFlow ImageNet convention by default.
+    DALI's index files (``<file>.idx``, made by its ``tfrecord2idx`` script) give the records'
+    offsets; without them the files' length fields are walked once, in memory. Examples are
+    parsed with the ``protobuf`` runtime; DALI decodes the images::
+
+        root/
+          train-00000-of-00002.tfrecord      # read in name order
+          train-00000-of-00002.tfrecord.idx  # optional: "offset size" lines
+          train-00001-of-00002.tfrecord
+          ...
+
+    Records are addressed one by one, so this source is index-driven (same batches whatever
+    the number of devices; ``validation_split`` works).
+
+    Args:
+        path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
+        image_key: the feature holding the encoded image.
+        label_key: the feature holding the label.
+        image_size, color_mode, decoder, transform, augment: as for
+            :class:`~easyfit.data.ImageFolder`.
+
+    Example:
+        >>> import easyfit as ef
+        >>> train = ef.data.TFRecord(MNIST_FORMATS["tfrecord"] + "/train")
+        >>> len(train), train.image_shape, len(train.files)
+        (200, (28, 28, 1), 2)
+    """
+
+    def __init__(self, path: str | os.PathLike, image_key: str = "image/encoded",
+                 label_key: str = "image/class/label", image_size: tuple[int, int] | None = None,
+                 color_mode: str | None = None, decoder: str = "auto",
+                 transform: Callable[[Any], Any] | None = None,
+                 augment: Callable[[Any], Any] | None = None):
+        root = os.fspath(path)
+        self.image_key, self.label_key = image_key, label_key
+        self.files = list_files(root, TFRECORD_SUFFIXES, "TFRecord")
+        parts = []
+        for k, path_k in enumerate(self.files):
+            try:
+                size = os.path.getsize(path_k)
+                idx = index_file(path_k)
+                offsets, lengths = _read_index(idx, size) if idx else _walk(path_k, size)
+            except PermissionError as e:
+                raise DataError(f"{path_k}: cannot be read ({e.strerror})") from None
+            parts.append((np.full(len(offsets), k, np.int32), offsets, lengths))
+        self._set_ranges(parts)
+        self._example = tf_example()
+        self._init_records(root, None, image_size, color_mode, decoder, transform, augment)
+
+    def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
+        from google.protobuf.message import DecodeError
+
+        n = _LENGTH.unpack_from(raw)[0]
+        try:
+            features = self._example.FromString(raw[12:12 + n]).features.feature
+        except DecodeError:
+            raise DataError(f"{self.locate(index)}: not a tf.train.Example") from None
+        if self.image_key not in features or self.label_key not in features:
+            raise DataError(f"{self.locate(index)}: no {self.image_key!r} and {self.label_key!r} "
+                            f"features (found {sorted(features)}); pass image_key= and "
+                            "label_key=")
+        image, label = features[self.image_key], features[self.label_key]
+        if not image.bytes_list.value:
+            raise DataError(f"{self.locate(index)}: feature {self.image_key!r} holds no bytes")
+        values = label.int64_list.value or label.float_list.value
+        if len(values) != 1:
+            raise DataError(f"{self.locate(index)}: feature {self.label_key!r} holds "
+                            f"{len(values)} values; easyfit reads one label per image")
+        return image.bytes_list.value[0], values[0]
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.image_settings(), "image_key": self.image_key,
+                "label_key": self.label_key}
+
+    def describe(self) -> str:
+        return f"TFRecord({self.root!r}: {self.num_samples} records in {len(self.files)} files)"

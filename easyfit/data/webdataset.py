@@ -1,0 +1,117 @@
+"""WebDataset tar shards (``<key>.<image ext>`` + ``<key>.cls``), index-driven."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from .folder import IMAGE_EXTENSIONS
+from .records import RecordFiles, list_files
+
+__all__ = ["WebDataset"]
+
+
+def _split(name: str) -> tuple[str, str]:
+    """WebDataset's key and extension: the extension starts at the basename's first dot."""
+    head, base = os.path.split(name)
+    stem, _, ext = base.partition(".")
+    return os.path.join(head, stem), ext.lower()
+
+
+def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], list[str]]:
+    """``(image byte ranges, labels, keys)`` of the samples of one tar shard."""
+    images: dict[str, tuple[int, int]] = {}
+    labels: dict[str, int] = {}
+    image_exts = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for m in tar:
+                if not m.isfile():
+                    continue
+                key, ext = _split(m.name)
+                if ext in image_exts:
+                    images[key] = (m.offset_data, m.size)
+                elif ext == label_ext:
+                    text = tar.extractfile(m).read().decode(errors="replace").strip()
+                    try:
+                        labels[key] = int(text)
+                    except ValueError:
+                        raise DataError(f"{path}: {m.name} holds {text[:20]!r}, not an integer "
+                                        "class label") from None
+    except (tarfile.TarError, OSError) as e:
+        raise DataError(f"{path}: not a readable tar file ({e})") from None
+    missing = [k for k in images if k not in labels]
+    if missing:
+        raise DataError(f"{path}: sample {missing[0]!r} has an image but no .{label_ext} label"
+                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    keys = list(images)
+    return [images[k] for k in keys], [labels[k] for k in keys], keys
+
+
+class WebDataset(RecordFiles):
+    """Images in WebDataset tar shards: each sample is ``<key>.<ext>`` files in a tar.
+
+    A sample's image is its member with an image extension (``jpg``, ``png``, ``webp``, ...),
+    its label the integer text of its ``.cls`` member (``label_ext``). The shards' headers are
+    read once (with the standard ``tarfile`` module) to find every image's byte range; DALI
+    decodes the images::
+
+        root/
+          shard-000000.tar     # read in name order
+            000000.png
+            000000.cls         # "7"
+            000001.png
+            000001.cls
+            ...
+          shard-000001.tar
+
+    Members are addressed one by one, so this source is index-driven (same batches whatever
+    the number of devices; ``validation_split`` works).
+
+    Args:
+        path: a ``.tar`` shard or a directory of them.
+        label_ext: the extension of the label members.
+        image_size, color_mode, decoder, transform, augment: as for
+            :class:`~easyfit.data.ImageFolder`.
+
+    Example:
+        >>> import easyfit as ef
+        >>> train = ef.data.WebDataset(MNIST_FORMATS["webdataset"] + "/train")
+        >>> len(train), train.image_shape, len(train.files)
+        (200, (28, 28, 1), 2)
+    """
+
+    def __init__(self, path: str | os.PathLike, label_ext: str = "cls",
+                 image_size: tuple[int, int] | None = None, color_mode: str | None = None,
+                 decoder: str = "auto", transform: Callable[[Any], Any] | None = None,
+                 augment: Callable[[Any], Any] | None = None):
+        root = os.fspath(path)
+        self.label_ext = label_ext
+        self.files = list_files(root, (".tar",), "WebDataset (.tar)")
+        parts, labels, self.keys = [], [], []
+        for k, shard in enumerate(self.files):
+            ranges, shard_labels, keys = _scan(shard, label_ext)
+            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
+            parts.append((np.full(len(ranges), k, np.int32), ranges[:, 0], ranges[:, 1]))
+            labels += shard_labels
+            self.keys += keys
+        self._set_ranges(parts)
+        self._init_records(root, np.asarray(labels, np.int32), image_size, color_mode, decoder,
+                           transform, augment)
+
+    def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
+        return raw, None
+
+    def locate(self, index: int) -> str:
+        return f"{self.files[int(self._file[index])]}: {self.keys[index]}"
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.image_settings(), "label_ext": self.label_ext}
+
+    def describe(self) -> str:
+        return f"WebDataset({self.root!r}: {self.num_samples} samples in {len(self.files)} shards)"

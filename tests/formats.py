@@ -1,0 +1,200 @@
+"""Writers of the reference data formats, for the tests: each writes the true on-disk format.
+
+* Caffe2 LMDB: an LMDB (the ``lmdb`` package) of serialized Caffe2 ``TensorProtos`` (the
+  message definitions of caffe2.proto): an encoded image (``STRING``) and an ``INT32`` label.
+* MXNet RecordIO: dmlc's record framing (magic, flag+length word, 4-byte alignment, records
+  that contain the magic split in parts) around MXNet's ``IRHeader``; ``.idx`` as im2rec writes.
+* TFRecord: length, masked CRC-32C of the length, a ``tf.train.Example``, masked CRC-32C of
+  the data (``google-crc32c``); the index made by DALI's own ``tfrecord2idx`` script.
+* WebDataset: tar shards of ``<key>.<ext>`` members (``png``/``jpg`` image, ``cls`` label).
+* NumPy: ``root/<class>/<n>.npy`` written by ``np.save``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = 0xCED7230A
+
+
+def encode(image: np.ndarray, fmt: str = "png") -> bytes:
+    """An image encoded by Pillow (``png``, ``jpeg``, ``bmp``, ``webp``)."""
+    from PIL import Image
+
+    image = np.asarray(image, np.uint8)
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[..., 0]
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format=fmt.upper(),
+                                **({"lossless": True} if fmt == "webp" else {}))
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------- Caffe2 LMDB
+def caffe2_messages() -> dict:
+    from easyfit.data.protos import build_messages
+
+    return build_messages("tests/caffe2.proto", "caffe2", {
+        "TensorProto": [("dims", 1, "INT64", "repeated", None),
+                        ("data_type", 2, "INT32", "optional", None),
+                        ("float_data", 3, "FLOAT", "packed", None),
+                        ("int32_data", 4, "INT32", "packed", None),
+                        ("byte_data", 5, "BYTES", "optional", None),
+                        ("string_data", 6, "BYTES", "repeated", None)],
+        "TensorProtos": [("protos", 1, "MESSAGE", "repeated", "TensorProto")],
+    })
+
+
+STRING, INT32, BYTE, FLOAT = 4, 2, 3, 1
+
+
+def write_lmdb(path: str | os.PathLike, images: Sequence[bytes | np.ndarray],
+               labels: Sequence[int]) -> str:
+    """Caffe2 LMDB: ``TensorProtos`` of an encoded image (or raw HWC uint8 array) and a label."""
+    import lmdb
+
+    m = caffe2_messages()
+    os.makedirs(path, exist_ok=True)
+    env = lmdb.open(os.fspath(path), map_size=1 << 30)
+    with env.begin(write=True) as txn:
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            if isinstance(image, bytes):
+                img = m["TensorProto"](data_type=STRING, string_data=[image])
+            else:
+                img = m["TensorProto"](data_type=BYTE, dims=list(image.shape),
+                                       byte_data=np.ascontiguousarray(image).tobytes())
+            lab = m["TensorProto"](data_type=INT32, int32_data=[int(label)])
+            txn.put(f"{i:08d}".encode(), m["TensorProtos"](protos=[img, lab]).SerializeToString())
+    env.close()
+    return os.fspath(path)
+
+
+# ----------------------------------------------------------------------------- MXNet RecordIO
+def _frame(payload: bytes) -> bytes:
+    """dmlc RecordIOWriter::WriteRecord: split at every aligned magic, pad parts to 4 bytes."""
+    words = len(payload) // 4
+    cuts = [i * 4 for i in range(words)
+            if struct.unpack_from("<I", payload, i * 4)[0] == MAGIC]
+    parts, start = [], 0
+    for c in cuts:
+        parts.append(payload[start:c])
+        start = c + 4
+    parts.append(payload[start:])
+    out = b""
+    for k, part in enumerate(parts):
+        flag = 0 if len(parts) == 1 else (1 if k == 0 else (3 if k == len(parts) - 1 else 2))
+        out += struct.pack("<II", MAGIC, (flag << 29) | len(part)) + part
+        out += b"\0" * (-len(part) % 4)
+    return out
+
+
+def write_recordio(rec: str | os.PathLike, images: Sequence[bytes], labels: Sequence[float],
+                   ids: Sequence[int] | None = None, index: bool = True) -> str:
+    """``.rec`` of IRHeader(flag=0, label, id, id2) + image records, and im2rec's ``.idx``."""
+    rec = os.fspath(rec)
+    offsets = []
+    with open(rec, "wb") as f:
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            offsets.append(f.tell())
+            header = struct.pack("<IfQQ", 0, float(label), ids[i] if ids else i, 0)
+            f.write(_frame(header + image))
+    if index:
+        with open(os.path.splitext(rec)[0] + ".idx", "w") as f:
+            f.writelines(f"{i}\t{o}\n" for i, o in enumerate(offsets))
+    return rec
+
+
+# ------------------------------------------------------------------------------------ TFRecord
+def _masked_crc(data: bytes) -> int:
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def write_tfrecord(path: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int],
+                   image_key: str = "image/encoded", label_key: str = "image/class/label",
+                   index: bool = True) -> str:
+    """TFRecord of ``tf.train.Example``s; the index (``<path>.idx``) by DALI's tfrecord2idx."""
+    from easyfit.data.protos import tf_example
+
+    example = tf_example()
+    path = os.fspath(path)
+    with open(path, "wb") as f:
+        for image, label in zip(images, labels, strict=True):
+            ex = example()
+            ex.features.feature[image_key].bytes_list.value.append(image)
+            ex.features.feature[label_key].int64_list.value.append(int(label))
+            data = ex.SerializeToString()
+            length = struct.pack("<Q", len(data))
+            f.write(length + struct.pack("<I", _masked_crc(length)) + data
+                    + struct.pack("<I", _masked_crc(data)))
+    if index:
+        tool = Path(sys.executable).parent / "tfrecord2idx"
+        subprocess.run([sys.executable, str(tool), path, path + ".idx"], check=True,
+                       capture_output=True)
+    return path
+
+
+# ---------------------------------------------------------------------------------- WebDataset
+def write_webdataset(tar: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int],
+                     ext: str = "png", start: int = 0) -> str:
+    """A tar shard of ``<key>.<ext>`` + ``<key>.cls`` members."""
+    tar = os.fspath(tar)
+    with tarfile.open(tar, "w") as t:
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            for name, data in ((f"{start + i:06d}.{ext}", image),
+                               (f"{start + i:06d}.cls", str(int(label)).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return tar
+
+
+# ------------------------------------------------------------------------------------- NumPy
+def write_npy_folder(root: str | os.PathLike, arrays: np.ndarray, labels: Sequence[int]) -> str:
+    """``root/<label>/<n>.npy``."""
+    for i, (a, label) in enumerate(zip(arrays, labels, strict=True)):
+        folder = os.path.join(root, str(int(label)))
+        os.makedirs(folder, exist_ok=True)
+        np.save(os.path.join(folder, f"{i:05d}.npy"), a)
+    return os.fspath(root)
+
+
+# ---------------------------------------------------------------------------- MNIST in a format
+def mnist_in(fmt: str, root: str | os.PathLike, data: dict, limit: tuple[int, int],
+             shards: int = 2) -> str:
+    """MNIST (``data`` from ``ef.datasets.mnist_arrays``) as ``root/{train,val}`` in ``fmt``."""
+    root = os.fspath(root)
+    for split, n in zip(("train", "val"), limit, strict=True):
+        x, y = data[split][0][:n], data[split][1][:n]
+        out = os.path.join(root, split)
+        if fmt == "npy":
+            write_npy_folder(out, x, y)
+            continue
+        os.makedirs(out, exist_ok=True)
+        pngs = [encode(img) for img in x]
+        if fmt == "lmdb":
+            write_lmdb(out, pngs, y)
+        elif fmt == "recordio":
+            write_recordio(os.path.join(out, "mnist.rec"), pngs, y)
+        elif fmt in ("tfrecord", "webdataset"):
+            bounds = np.linspace(0, n, shards + 1).astype(int)
+            for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+                if fmt == "tfrecord":
+                    write_tfrecord(os.path.join(out, f"mnist-{s}.tfrecord"), pngs[a:b], y[a:b])
+                else:
+                    write_webdataset(os.path.join(out, f"mnist-{s}.tar"), pngs[a:b], y[a:b],
+                                     start=a)
+        else:
+            raise ValueError(fmt)
+    return root

@@ -1,0 +1,123 @@
+"""The reference formats, written in their true on-disk formats, read through the one path."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import optax
+import pytest
+from models import SmallMLP
+
+import easyfit as ef
+from easyfit.data.loader import make_loader
+
+N_TRAIN, N_VAL = 1000, 300
+INDEXED = ["recordio", "tfrecord", "webdataset"]
+KIND = {"lmdb": "Caffe2LMDB", "recordio": "RecordIO", "tfrecord": "TFRecord",
+        "webdataset": "WebDataset", "npy": "NumpyFolder"}
+
+
+@pytest.fixture(scope="module")
+def roots(format_roots) -> dict[str, str]:
+    return format_roots
+
+
+@pytest.fixture(scope="module")
+def train_xy(mnist_arrays):
+    x, y = mnist_arrays["train"]
+    return x[:N_TRAIN], y[:N_TRAIN]
+
+
+def _chunks(source, n, *, shuffle=True, seed=0, batch_size=100):
+    plan = ef.data.Plan(source.num_samples, batch_size, shuffle=shuffle, seed=seed)
+    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    try:
+        return [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(n)]
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("fmt", list(KIND))
+def test_a_directory_is_detected_by_its_contents(fmt, roots):
+    source = ef.data.to_source(os.path.join(roots[fmt], "train"))
+    assert type(source).__name__ == KIND[fmt]
+    assert len(source) == N_TRAIN
+    assert ef.data.split_layout(roots[fmt])[1].endswith("val")
+
+
+@pytest.mark.parametrize("fmt", INDEXED)
+def test_indexed_formats_deliver_exactly_the_arrays_batches(fmt, roots, train_xy):
+    x, y = train_xy
+    source = ef.data.to_source(os.path.join(roots[fmt], "train"))
+    reference = ef.data.Arrays(x, y, scale=1 / 255)
+    assert source.image_shape == (28, 28, 1) and source.scale == reference.scale
+    for got, want in zip(_chunks(source, 12), _chunks(reference, 12), strict=True):  # 1.2 epochs
+        for key in ("x", "y", "mask"):
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_numpy_folders_deliver_their_arrays_in_folder_order(roots, train_xy):
+    x, y = train_xy
+    source = ef.data.NumpyFolder(os.path.join(roots["npy"], "train"))
+    order = [int(os.path.basename(f).split(".")[0]) for f in source.files]
+    reference = ef.data.Arrays(x[order], y[order], scale=1 / 255)
+    assert source.class_names == [str(d) for d in range(10)]
+    for got, want in zip(_chunks(source, 5), _chunks(reference, 5), strict=True):
+        for key in ("x", "y", "mask"):
+            np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_lmdb_reads_every_record_once_per_epoch_in_its_own_order(roots, train_xy):
+    x, y = train_xy
+    source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
+    assert source.reader_driven and source.num_samples == N_TRAIN
+    ordered = _chunks(source, 10, shuffle=False)  # one pipeline: the LMDB's key order
+    np.testing.assert_array_equal(np.concatenate([c["x"] for c in ordered]), x)
+    np.testing.assert_array_equal(np.concatenate([c["y"] for c in ordered]), y)
+    shuffled = _chunks(source, 11, shuffle=True, batch_size=96)  # an epoch: 11 padded chunks
+    got = _rows(*(np.concatenate([c[k][c["mask"]] for c in shuffled]) for k in ("x", "y")))
+    assert len(got) == N_TRAIN and got != _rows(x, y)  # shuffled ...
+    assert sorted(got) == sorted(_rows(x, y))  # ... each record once
+
+
+def _rows(x, y):
+    return [a.tobytes() + b.tobytes() for a, b in zip(x, y, strict=True)]
+
+
+def test_lmdb_trains_and_evaluates_every_sample_once(roots, mnist_arrays):
+    # Reference program 1's data: MNIST in a Caffe2 LMDB, fit(root) with train/ and val/.
+    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+    history = trainer.fit(roots["lmdb"], epochs=3, batch_size=100, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    assert history.history["val_accuracy"][-1] > 0.8
+    xv, yv = mnist_arrays["val"][0][:N_VAL], mnist_arrays["val"][1][:N_VAL]
+    val = os.path.join(roots["lmdb"], "val")
+    reference = ef.data.Arrays(xv, yv, scale=1 / 255)
+    for batch_size in (64, 300, 512):  # padded last batches of 44 and 212 rows, one exact
+        got = trainer.evaluate(val, batch_size=batch_size)
+        want = trainer.evaluate(reference, batch_size=batch_size)
+        assert got["accuracy"] == pytest.approx(want["accuracy"], abs=1e-6)
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+        np.testing.assert_allclose(trainer.predict(val, batch_size=batch_size),
+                                   trainer.predict(reference, batch_size=batch_size),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_every_format_trains_from_a_train_val_root(roots):
+    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+    for fmt in ("recordio", "npy", "tfrecord", "webdataset"):
+        history = trainer.fit(roots[fmt], epochs=1, batch_size=100, verbose=0)
+        assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}, fmt
+        assert history.history["val_accuracy"][-1] > 0.7, fmt
+
+
+def test_a_reader_driven_loader_resumes_where_the_stream_was(roots):
+    source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "val"))
+    plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
+    stream = _chunks(source, 8, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
+    loader = make_loader(source, plan, ef.trainer.Placement.create(), start=6)
+    resumed = {k: np.asarray(v) for k, v in next(loader).items()}
+    loader.close()
+    for key in ("x", "y", "mask"):
+        np.testing.assert_array_equal(resumed[key], stream[6][key])

@@ -1,0 +1,30 @@
+"""The formats on 1 and 4 virtual CPU devices, each in its own process."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import MNIST_IDX, last_json, run_program
+
+
+@pytest.fixture(scope="module")
+def by_devices(format_roots):
+    return {n: last_json(run_program("formats_devices.py", str(MNIST_IDX), format_roots["lmdb"],
+                                     format_roots["recordio"], devices=n)) for n in (1, 4)}
+
+
+def test_validation_split_and_index_driven_training_do_not_depend_on_devices(by_devices):
+    one, four = by_devices[1], by_devices[4]
+    assert four["devices"] == 4
+    assert abs(one["val_loss"] - four["val_loss"]) < 1e-3  # the same held-out samples
+    assert abs(one["val_accuracy"] - four["val_accuracy"]) < 0.02
+    assert abs(one["param_sum"] - four["param_sum"]) < 1e-2 * max(1.0, abs(one["param_sum"]))
+
+
+def test_reader_driven_evaluation_sees_every_record_once(by_devices):
+    for r in by_devices.values():
+        assert r["lmdb_predict_rows"] == 300
+        assert r["lmdb_rows_match_arrays"]
+        assert r["lmdb_eval"]["accuracy"] == pytest.approx(r["arrays_eval"]["accuracy"], abs=1e-6)
+        assert r["lmdb_eval"]["loss"] == pytest.approx(r["arrays_eval"]["loss"], rel=1e-5)
+        assert r["reader_epochs_exact"] == [True, True, True]
+        assert r["lmdb_fit_val_accuracy"] > 0.7
