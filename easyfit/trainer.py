@@ -75,9 +75,10 @@ class Trainer:
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
-            callbacks then fire every that many steps. ``"auto"`` (default) takes about 6,000
+            callbacks then fire every that many steps. ``"auto"`` (default): on GPUs about 6,000
             samples per dispatch when streaming and about 12,800 when training from the device
-            cache, never more than an epoch (measured on an H200: docs/performance.md).
+            cache, never more than an epoch (measured on an H200: docs/performance.md); on CPUs
+            one step, since XLA's CPU convolutions run several times slower inside a scan.
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
@@ -129,6 +130,7 @@ class Trainer:
         self._loaders: dict[tuple, tuple[Source, Loader]] = {}
         self._input_spec: tuple[list[int], str] | None = None
         self._progress: checkpoint.Progress | None = None
+        self._cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
         self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
 
     # ----------------------------------------------------------------------------- public state
@@ -193,6 +195,7 @@ class Trainer:
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         self.placement.check_batch_size(batch_size)
         use_cache, why = decide_cache(cache, train, self.placement)
+        self._cache = cache
         log.info("easyfit: %s", why)
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)
@@ -375,9 +378,11 @@ class Trainer:
     # ------------------------------------------------------------------------------ internals
     def _plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
         k = self.steps_per_execution
-        if k == "auto":
+        if k == "auto":  # on CPUs, one step per dispatch: XLA runs convolutions slower in a scan
             steps = -(-source.num_samples // batch_size)
-            k = min(steps, max(1, round((12_800 if cached else 6_000) / batch_size)))
+            wanted = 1 if self.placement.platform == "cpu" else round(
+                (12_800 if cached else 6_000) / batch_size)
+            k = min(steps, max(1, wanted))
         return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
                     steps_per_execution=k, num_shards=self.placement.num_shards)
 
@@ -412,7 +417,11 @@ class Trainer:
         key = (id(source), plan)
         hit = self._loaders.get(key)
         if hit is None or hit[0] is not source:
-            hit = (source, make_loader(source, plan, self.placement, **self._loader_options))
+            loader = make_loader(source, plan, self.placement, **self._loader_options)
+            if decide_cache("auto" if self._cache is not False else False, source,
+                            self.placement)[0]:
+                loader = CachedLoader(loader)  # evaluation data decoded once, then from memory
+            hit = (source, loader)
             self._loaders[key] = hit
         return _LoaderLease(self._loaders, key, hit[1])
 

@@ -12,8 +12,8 @@ epochs follow each other without a pipeline reset and prefetching crosses epoch 
 
 from __future__ import annotations
 
+import collections
 import os
-import queue
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -90,9 +90,9 @@ class Loader:
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, where the host would
             otherwise be the bottleneck; see docs/performance.md).
-        ahead: chunks the background thread may hold ready (None: as many as fit in 256 MiB,
-            between 2 and 64, so that the pipelines fill the queue while the first step
-            compiles).
+        ahead: chunks the background thread may hold ready once training runs (None: 2).
+            Until the consumer takes its second chunk (while the first step compiles), it may
+            run further ahead: up to an epoch, within 256 MiB.
         training: apply the source's ``augment`` (training batches only).
 
     Attributes:
@@ -111,7 +111,8 @@ class Loader:
         self._peeked: dict[str, jax.Array] | None = None
         self._threaded = placement.platform == "gpu" if threaded is None else threaded
         chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
-        self._ahead = ahead or max(2, min(64, 2**28 // chunk_bytes))
+        self._ahead = ahead or 2
+        self._ahead_at_start = max(self._ahead, min(plan.chunks_per_epoch, 2**28 // chunk_bytes))
         self._thread: threading.Thread | None = None
         self._on_gpu = placement.platform == "gpu"
         local, per = placement.local_shards, plan.rows_per_shard
@@ -169,7 +170,11 @@ class Loader:
         elif self._threaded:
             if self._thread is None:
                 self._start_thread()
-            item = self._queue.get()
+            with self._ready:
+                self._ready.wait_for(lambda: self._queue)
+                item = self._queue.popleft()
+                self._taken += 1
+                self._ready.notify_all()
             if isinstance(item, BaseException):
                 self.close()
                 raise item
@@ -211,8 +216,14 @@ class Loader:
                 for parts in joined.values()]
 
     def _start_thread(self) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=self._ahead)
+        self._queue: collections.deque = collections.deque()
+        self._ready = threading.Condition()
+        self._taken = 0
         self._stop = threading.Event()
+
+        def room() -> bool:  # deep while the first step compiles, shallow once training runs
+            cap = self._ahead_at_start if self._taken < 2 else self._ahead
+            return len(self._queue) < cap or self._stop.is_set()
 
         def work(iteration: int) -> None:
             while not self._stop.is_set():
@@ -220,12 +231,10 @@ class Loader:
                     item: Any = self._produce(iteration)
                 except BaseException as e:  # handed to the consumer, raised there
                     item = e
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                with self._ready:
+                    self._ready.wait_for(room)
+                    self._queue.append(item)
+                    self._ready.notify_all()
                 if isinstance(item, BaseException):
                     return
                 iteration += 1
@@ -262,6 +271,8 @@ class Loader:
         """Stops the prefetching thread and releases the pipelines."""
         if self._thread is not None:
             self._stop.set()
+            with self._ready:
+                self._ready.notify_all()
             self._thread.join()
             self._thread = None
         self._pipes.clear()
