@@ -1,0 +1,63 @@
+"""Each program in examples/ runs, briefly, on the packaged sample or on data given with --data."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+
+from conftest import MNIST_IDX, ROOT, _need_mnist
+
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(name: str, *args: str, cwd, devices: int = 1) -> str:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def accuracies(out: str) -> list[float]:
+    found = re.findall(r"validation accuracy (?:after \d+ epochs: )?([\d.]+)", out)
+    return [float(a) for a in found]
+
+
+def test_mnist_mlp_on_one_device_then_every_device(tmp_path):
+    out = run_example("mnist_mlp.py", "--epochs", "1", cwd=tmp_path, devices=2)
+    assert "1 device(s)" in out and "2 device(s)" in out
+    one, every = accuracies(out)
+    assert min(one, every) > 0.7
+    assert abs(one - every) < 0.03  # same samples, same steps: only the summation order differs
+
+
+def test_mnist_cnn_on_the_sample(tmp_path):
+    out = run_example("mnist_cnn.py", "--epochs", "1", cwd=tmp_path)
+    assert accuracies(out)[-1] > 0.7
+    assert "replicas identical: True" in out
+
+
+def test_arrays_reads_mnist_idx_files_with_data(tmp_path):
+    _need_mnist()
+    out = run_example("arrays.py", "--data", str(MNIST_IDX), "--epochs", "1", cwd=tmp_path)
+    evaluated = float(re.search(r"'accuracy': ([\d.]+)", out).group(1))
+    assert evaluated > 0.85  # one epoch over all 60,000 training images
+    predicted, labels = (re.search(rf"{w}:\s+(\[.*\])", out).group(1)
+                         for w in ("predicted", "labels"))
+    assert len(predicted.split(",")) == len(labels.split(",")) == 10
+
+
+def test_custom_callback_stops_training_and_writes_its_file(tmp_path, mnist_dir):
+    out = run_example("custom_callback.py", "--data", mnist_dir, "--epochs", "4",
+                      "--target", "0.5", "--csv", "log.csv", cwd=tmp_path)
+    assert "stopping" in out and "trained 1 epoch(s)" in out
+    with open(tmp_path / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and rows[0]["epoch"] == "1"
+    assert float(rows[0]["val_accuracy"]) >= 0.5
+    assert set(rows[0]) == {"epoch", "loss", "accuracy", "val_loss", "val_accuracy"}
