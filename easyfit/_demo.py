@@ -1,4 +1,4 @@
-"""``easyfit demo``: reference program 1 on the MNIST sample inside the package, offline.
+"""``easyfit demo``: the DALI + Flax MNIST tutorial's MLP on the MNIST sample inside the package.
 
 The sample is written out as PNG class folders in a temporary directory, so the demo takes the
 path users' own image folders take: DALI reads and decodes every image.
@@ -23,7 +23,7 @@ CURVES = "learning_curves.png"
 
 
 class MLP(nn.Module):
-    """Reference program 1's model: Dense 784 -> 1024 -> 1024 -> 10, ReLU between."""
+    """The DALI + Flax MNIST tutorial's model: Dense 784 -> 1024 -> 1024 -> 10, ReLU between."""
 
     @nn.compact
     def __call__(self, x):
