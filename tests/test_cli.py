@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT
 from easyfit._info import Environment, collect, problems
+from easyfit.cli import main
 
 
 def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
@@ -27,18 +28,19 @@ def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
 def test_demo_trains_on_the_packaged_sample_and_draws_the_curves(tmp_path):
     from matplotlib.image import imread
 
-    out = easyfit_command("demo", cwd=tmp_path)  # the defaults, as in the README
+    out = easyfit_command("demo", "--out", "figures", cwd=tmp_path)  # default: 5 epochs
+    assert "batch 200, 5 epochs, on 1 cpu device" in out
     epochs = re.findall(r"^Epoch (\d+)/5 .* val_accuracy: ([\d.]+)$", out, re.M)
     assert [int(e) for e, _ in epochs] == [1, 2, 3, 4, 5]
     accuracy = float(re.search(r"^validation accuracy: ([\d.]+)", out, re.M).group(1))
     assert accuracy >= 0.90 and accuracy == pytest.approx(float(epochs[-1][1]), abs=1e-4)
-    assert imread(tmp_path / "learning_curves.png").shape[1] >= 800
+    assert imread(tmp_path / "figures" / "learning_curves.png").shape[1] >= 800
 
 
-def test_demo_out_and_epochs(tmp_path):
-    out = easyfit_command("demo", "--out", "figures", "--epochs", "1", cwd=tmp_path, devices=2)
-    assert "batch 200, 1 epochs, on 2 cpu devices" in out
-    assert (tmp_path / "figures" / "learning_curves.png").is_file()
+def test_demo_refuses_a_bad_epoch_count(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--epochs", "0"])
+    assert exit_.value.code == 2 and "--epochs 0: must be at least 1" in capsys.readouterr().err
 
 
 def test_info_prints_versions_backend_and_devices(tmp_path):

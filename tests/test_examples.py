@@ -1,4 +1,4 @@
-"""Each program in examples/ runs, briefly, on the packaged sample or on data given with --data."""
+"""Each program in examples/ runs briefly, on the packaged sample or on a folder (--data)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import MNIST_IDX, ROOT, _need_mnist
+from conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
 
@@ -28,8 +28,9 @@ def accuracies(out: str) -> list[float]:
     return [float(a) for a in found]
 
 
-def test_mnist_mlp_on_one_device_then_every_device(tmp_path):
-    out = run_example("mnist_mlp.py", "--epochs", "1", cwd=tmp_path, devices=2)
+def test_mnist_mlp_on_one_device_then_every_device(tmp_path, mnist_dir):
+    out = run_example("mnist_mlp.py", "--data", mnist_dir, "--epochs", "1", cwd=tmp_path,
+                      devices=2)
     assert "1 device(s)" in out and "2 device(s)" in out
     one, every = accuracies(out)
     assert min(one, every) > 0.7
@@ -42,19 +43,18 @@ def test_mnist_cnn_on_the_sample(tmp_path):
     assert "replicas identical: True" in out
 
 
-def test_arrays_reads_mnist_idx_files_with_data(tmp_path):
-    _need_mnist()
-    out = run_example("arrays.py", "--data", str(MNIST_IDX), "--epochs", "1", cwd=tmp_path)
+def test_arrays_on_the_sample(tmp_path):
+    out = run_example("arrays.py", "--epochs", "1", cwd=tmp_path)
     evaluated = float(re.search(r"'accuracy': ([\d.]+)", out).group(1))
-    assert evaluated > 0.85  # one epoch over all 60,000 training images
+    assert evaluated > 0.7
     predicted, labels = (re.search(rf"{w}:\s+(\[.*\])", out).group(1)
                          for w in ("predicted", "labels"))
     assert len(predicted.split(",")) == len(labels.split(",")) == 10
 
 
-def test_custom_callback_stops_training_and_writes_its_file(tmp_path, mnist_dir):
-    out = run_example("custom_callback.py", "--data", mnist_dir, "--epochs", "4",
-                      "--target", "0.5", "--csv", "log.csv", cwd=tmp_path)
+def test_custom_callback_stops_training_and_writes_its_file(tmp_path):
+    out = run_example("custom_callback.py", "--epochs", "4", "--target", "0.5", "--csv",
+                      "log.csv", cwd=tmp_path)
     assert "stopping" in out and "trained 1 epoch(s)" in out
     with open(tmp_path / "log.csv") as f:
         rows = list(csv.DictReader(f))
