@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import csv
+import json
 import os
 import re
 import subprocess
@@ -53,11 +53,11 @@ def test_arrays_on_the_sample(tmp_path):
 
 
 def test_custom_callback_stops_training_and_writes_its_file(tmp_path):
-    out = run_example("custom_callback.py", "--epochs", "4", "--target", "0.5", "--csv",
-                      "log.csv", cwd=tmp_path)
-    assert "stopping" in out and "trained 1 epoch(s)" in out
-    with open(tmp_path / "log.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 1 and rows[0]["epoch"] == "1"
-    assert float(rows[0]["val_accuracy"]) >= 0.5
-    assert set(rows[0]) == {"epoch", "loss", "accuracy", "val_loss", "val_accuracy"}
+    out = run_example("custom_callback.py", "--epochs", "4", "--target", "0.5", "--out",
+                      "report.json", cwd=tmp_path)
+    assert "reached 0.5 at epoch 1: stopping" in out
+    with open(tmp_path / "report.json") as f:
+        report = json.load(f)
+    assert report["reached"] and [e["epoch"] for e in report["epochs"]] == [1]
+    assert report["epochs"][0]["val_accuracy"] >= 0.5
+    assert report["steps"] == 6000 // 100  # one epoch of the packaged sample
