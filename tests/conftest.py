@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MNIST_IDX = ROOT.parent / "shared" / "datasets" / "mnist"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+collect_ignore = ["programs"]
 
 
 def _need_mnist() -> None:
@@ -36,12 +37,6 @@ def mnist_arrays():
     import easyfit as ef
 
     return ef.datasets.mnist_arrays(MNIST_IDX)
-
-
-@pytest.fixture(autouse=True)
-def _doctest_names(doctest_namespace, tmp_path):
-    doctest_namespace["DOCS_TMP"] = str(tmp_path)
-    doctest_namespace["MNIST_IDX"] = str(MNIST_IDX)
 
 
 def run_program(name: str, *args: str, devices: int = 1, timeout: float = 600,
