@@ -1,4 +1,5 @@
-"""Datasets to try easyfit on: MNIST, as arrays or written out as an image folder."""
+"""Datasets to try easyfit on: MNIST, and a small sample of it shipped inside the package, as
+arrays or written out as an image folder."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ import shutil
 import struct
 import urllib.request
 import zlib
+from collections.abc import Callable
+from importlib import resources
 
 import numpy as np
 
 from .errors import DataError
 
-__all__ = ["mnist", "mnist_arrays", "write_png"]
+__all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "write_png"]
 
 _FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
           "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
 _MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 _MARKER = ".easyfit-mnist"
+_SAMPLE = "mnist_sample.npz"
 
 
 def _read_idx(path: str) -> np.ndarray:
@@ -116,8 +120,54 @@ def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None
         >>> sorted(os.listdir(root + "/train"))[:3], len(os.listdir(root + "/val/0")) > 0
         (['0', '1', '2'], True)
     """
+    return _write_folder(out_dir, lambda: mnist_arrays(source), limit, f"limit={limit}")
+
+
+def sample() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The MNIST sample inside easyfit: ``{"train": (x, y), "val": (x, y)}``, as ``mnist_arrays``.
+
+    6,000 training and 1,000 validation images (the first of MNIST's training and test sets),
+    x uint8 ``(n, 28, 28, 1)``, y int32. It ships with the package, so it needs no network
+    (MNIST: Yann LeCun, Corinna Cortes, Christopher J.C. Burges; CC BY-SA 3.0, see
+    ``easyfit/_sample/LICENSE-MNIST.txt``).
+
+    Example:
+        >>> import easyfit as ef
+        >>> data = ef.datasets.sample()
+        >>> x, y = data["train"]
+        >>> x.shape, x.dtype, y.dtype, data["val"][0].shape
+        ((6000, 28, 28, 1), dtype('uint8'), dtype('int32'), (1000, 28, 28, 1))
+    """
+    with resources.files(__package__).joinpath("_sample", _SAMPLE).open("rb") as f, \
+            np.load(f) as npz:
+        return {split: (npz[f"x_{split}"], npz[f"y_{split}"]) for split in _FILES}
+
+
+def sample_folder(out_dir: str | os.PathLike, *, limit: tuple[int, int] | None = None) -> str:
+    """Writes the packaged MNIST sample as an image folder: ``out_dir/{train,val}/<digit>/*.png``.
+
+    Args:
+        out_dir: where to write, as for :func:`mnist` (a folder this function wrote before is
+            reused; any other non-empty folder is refused).
+        limit: ``(train, val)`` numbers of images to write (at most 6,000 and 1,000).
+
+    Returns:
+        ``out_dir``, ready for ``Trainer.fit(out_dir)``.
+
+    Example:
+        >>> import os, easyfit as ef
+        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/sample", limit=(50, 10))
+        >>> sorted(os.listdir(root + "/train")), len(os.listdir(root + "/val/9"))
+        (['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'], 2)
+    """
+    return _write_folder(out_dir, sample, limit, f"sample limit={limit}")
+
+
+def _write_folder(out_dir: str | os.PathLike,
+                  load: Callable[[], dict[str, tuple[np.ndarray, np.ndarray]]],
+                  limit: tuple[int, int] | None, stamp: str) -> str:
+    """Writes ``load()``'s splits as PNG class folders, unless ``out_dir`` holds them already."""
     out_dir = os.fspath(out_dir)
-    stamp = f"limit={limit}"
     marker = os.path.join(out_dir, _MARKER)
     if os.path.isfile(marker):
         with open(marker) as f:
@@ -127,7 +177,7 @@ def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None
             shutil.rmtree(os.path.join(out_dir, split), ignore_errors=True)
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(marker):
         raise DataError(f"{out_dir}: exists and is not empty; choose a new folder for MNIST")
-    data = mnist_arrays(source)
+    data = load()
     for k, (split, (x, y)) in enumerate(data.items()):
         n = len(x) if limit is None else min(limit[k], len(x))
         for digit in np.unique(y[:n]):

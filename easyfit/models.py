@@ -41,7 +41,8 @@ class ModelAdapter:
     def apply(self, params: Any, model_state: Any, x: jax.Array, train: bool,
               rng: jax.Array | None = None) -> tuple[jax.Array, Any]:
         if self.kind == "nnx":
-            model = nnx.merge(self.module, params, model_state)
+            # copy: Variables of this trace, which BatchNorm may update in place under jax.grad
+            model = nnx.merge(self.module, params, model_state, copy=True)
             model.train() if train else model.eval()
             out = model(x)
             _, _, new_state = nnx.split(model, nnx.Param, ...)

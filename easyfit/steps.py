@@ -88,6 +88,15 @@ def _unfold(placement: Placement, k: int, chunk: Batch) -> Batch:
     return {key: one(v) for key, v in chunk.items()}
 
 
+def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
+    """``lax.scan(body, carry, steps)``; for one step a plain call, since XLA's CPU backend runs
+    convolutions several times slower inside a loop (even one of a single iteration)."""
+    if k > 1:
+        return jax.lax.scan(body, carry, steps)
+    carry, out = body(carry, {key: v[0] for key, v in steps.items()})
+    return carry, jax.tree_util.tree_map(lambda a: a[None], out)
+
+
 def compile_train(train_step: Callable, placement: Placement, k: int) -> Callable:
     """``(state, acc, chunk) -> (state, acc)``: k steps in one dispatch.
 
@@ -106,7 +115,7 @@ def compile_train(train_step: Callable, placement: Placement, k: int) -> Callabl
                 return step(state, acc), None
             return jax.lax.cond(batch["mask"].any(), step, lambda s, a: (s, a), state, acc), None
 
-        (state, acc), _ = jax.lax.scan(body, (state, acc), _unfold(placement, k, chunk))
+        (state, acc), _ = _scan(body, (state, acc), _unfold(placement, k, chunk), k)
         return state, acc
 
     rep = placement.replicated
@@ -120,7 +129,7 @@ def compile_eval(eval_step: Callable, placement: Placement, k: int) -> Callable:
         def body(acc, batch):
             return acc.merge(eval_step(state, batch)), None
 
-        return jax.lax.scan(body, acc, _unfold(placement, k, chunk))[0]
+        return _scan(body, acc, _unfold(placement, k, chunk), k)[0]
 
     return jax.jit(run, donate_argnums=(1,), out_shardings=placement.replicated)
 
@@ -137,6 +146,6 @@ def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Place
                                    prepare_inputs(batch["x"], scale), False)
             return None, out
 
-        return jax.lax.scan(body, None, steps)[1], steps["mask"]
+        return _scan(body, None, steps, k)[1], steps["mask"]
 
     return jax.jit(run)

@@ -1,6 +1,9 @@
 """A callback of your own: it reads the metrics, stops training, and writes a file.
 
-    python examples/custom_callback.py [--data mnist] [--target 0.9] [--out report.json]
+    python examples/custom_callback.py [--data DIR] [--target 0.9] [--out report.json]
+
+DIR holds ``train/`` and ``val/`` class folders; without ``--data`` the MNIST sample inside
+easyfit is written to a temporary folder and used.
 
 ``TargetAccuracy`` watches ``val_accuracy`` at the end of every epoch, stops training once it
 reaches the target, and writes a JSON report of every epoch's logs when training ends. It only
@@ -10,6 +13,7 @@ override, and never reads metrics from the device for them.
 
 import argparse
 import json
+import tempfile
 
 import optax
 from flax import linen as nn
@@ -48,17 +52,18 @@ class TargetAccuracy(ef.callbacks.Callback):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default="mnist", help="where to write MNIST as an image folder")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", metavar="DIR", help="folder with train/ and val/ class folders")
     ap.add_argument("--target", type=float, default=0.9)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--out", default="report.json")
     args = ap.parse_args()
 
-    root = ef.datasets.mnist(args.data, limit=(2000, 500))
-    trainer = ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
-    trainer.fit(root, epochs=args.epochs, batch_size=100, verbose=2,
-                callbacks=[TargetAccuracy(args.target, args.out)])
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.data or ef.datasets.sample_folder(tmp + "/mnist")
+        trainer = ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+        trainer.fit(root, epochs=args.epochs, batch_size=100, verbose=2,
+                    callbacks=[TargetAccuracy(args.target, args.out)])
 
 
 if __name__ == "__main__":

@@ -56,7 +56,10 @@ def test_the_example_stops_at_its_target_and_writes_its_report(tmp_path):
            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1]),
                                                        os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(EXAMPLE), "--data", str(tmp_path / "mnist"),
+    import easyfit as ef
+
+    root = ef.datasets.mnist(str(tmp_path / "mnist"), limit=(2000, 500), source=MNIST_IDX)
+    proc = subprocess.run([sys.executable, str(EXAMPLE), "--data", root,
                            "--target", "0.85", "--out", str(tmp_path / "report.json")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .callback import Callback, Logs
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["History"]
 
@@ -39,7 +43,7 @@ class History(Callback):
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(value)
 
-    def plot(self, path: str | os.PathLike | None = None):
+    def plot(self, path: str | os.PathLike | None = None) -> Figure:
         """Draws loss and every metric per epoch (training and validation) with matplotlib.
 
         Args:

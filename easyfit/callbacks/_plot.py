@@ -1,0 +1,71 @@
+"""Learning curves: loss and every metric per epoch, training beside validation (matplotlib)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["plot_history"]
+
+_VAL = "val_"
+
+
+def _panels(history: Mapping[str, Sequence[float]]) -> list[str]:
+    """Quantities to draw, one panel each: loss first, then the metrics in the logs' order."""
+    names = list(dict.fromkeys(k[len(_VAL):] if k.startswith(_VAL) else k for k in history))
+    return sorted(names, key=lambda n: n != "loss")
+
+
+def plot_history(history: Mapping[str, Sequence[float]], epochs: Sequence[int],
+                 path: str | os.PathLike | None = None) -> Any:
+    """Draws ``History.history`` as one panel per quantity, training and validation together.
+
+    Args:
+        history: ``{"loss": [...], "val_loss": [...], "accuracy": [...], ...}``.
+        epochs: the epoch indices of the values (``History.epoch``, counted from 0); epochs are
+            labelled from 1, as the progress bar counts them.
+        path: where to save the figure as a PNG (None: do not save).
+
+    Returns:
+        The ``matplotlib.figure.Figure``.
+
+    Raises:
+        ImportError: matplotlib is missing (``pip install "easyfit[plot]"``).
+        ValueError: the history holds no values.
+
+    Example:
+        >>> import os
+        >>> from easyfit.callbacks._plot import plot_history
+        >>> history = {"loss": [0.9, 0.5, 0.4], "accuracy": [0.7, 0.85, 0.9],
+        ...            "val_loss": [0.6, 0.45, 0.42], "val_accuracy": [0.8, 0.86, 0.88]}
+        >>> figure = plot_history(history, [0, 1, 2], DOCS_TMP + "/curves.png")
+        >>> [ax.get_title() for ax in figure.axes], os.path.getsize(DOCS_TMP + "/curves.png") > 0
+        (['loss', 'accuracy'], True)
+    """
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as e:
+        raise ImportError('History.plot needs matplotlib: pip install "easyfit[plot]"') from e
+    panels = _panels(history)
+    if not panels or not any(len(v) for v in history.values()):
+        raise ValueError("history: nothing to plot (no epoch has ended yet)")
+    figure = Figure(figsize=(5.0 * len(panels), 4.0), layout="constrained")
+    for ax, name in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
+        for key, label, style in ((name, "training", "-o"), (_VAL + name, "validation", "--s")):
+            values = history.get(key)
+            if not values:
+                continue
+            x = ([e + 1 for e in epochs] if len(epochs) == len(values)
+                 else list(range(1, len(values) + 1)))
+            ax.plot(x, values, style, label=label, linewidth=2, markersize=5)
+        ax.set_title(name, fontsize=13)
+        ax.set_xlabel("epoch", fontsize=11)
+        ax.set_ylabel(name.replace("_", " "), fontsize=11)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=10)
+    if path is not None:
+        figure.savefig(os.fspath(path), dpi=110)
+    return figure

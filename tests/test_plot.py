@@ -1,0 +1,51 @@
+"""History.plot: a readable PNG of every quantity per epoch, or a clear error without matplotlib."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from easyfit.callbacks import History
+
+
+def _history(epochs: int, keys: tuple[str, ...]) -> History:
+    h = History()
+    h.on_train_begin()
+    for e in range(epochs):
+        h.on_epoch_end(e, {k: 1.0 / (e + 1 + i) for i, k in enumerate(keys)})
+    return h
+
+
+def test_plot_draws_each_quantity_with_training_and_validation(tmp_path):
+    from matplotlib.image import imread
+
+    keys = ("loss", "accuracy", "top_k_accuracy", "val_loss", "val_accuracy", "val_top_k_accuracy")
+    path = tmp_path / "curves.png"
+    figure = _history(4, keys).plot(path)
+    assert [ax.get_title() for ax in figure.axes] == ["loss", "accuracy", "top_k_accuracy"]
+    for ax in figure.axes:
+        assert ax.get_xlabel() == "epoch" and ax.get_ylabel()
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["training", "validation"]
+        assert [list(line.get_xdata()) for line in ax.get_lines()] == [[1, 2, 3, 4]] * 2
+    height, width = imread(path).shape[:2]
+    assert width >= 1000 and height >= 400  # three panels side by side
+
+
+def test_plot_without_validation_or_without_epochs(tmp_path):
+    figure = _history(2, ("loss",)).plot()
+    assert [t.get_text() for t in figure.axes[0].get_legend().get_texts()] == ["training"]
+    with pytest.raises(ValueError, match="nothing to plot"):
+        History().plot(tmp_path / "empty.png")
+
+
+def test_missing_matplotlib_says_how_to_install_it():
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from easyfit.callbacks import History\n"
+            "h = History(); h.on_epoch_end(0, {'loss': 1.0})\n"
+            "try:\n    h.plot()\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert 'pip install "easyfit[plot]"' in out
