@@ -63,7 +63,8 @@ def _compute(acc: Any) -> dict[str, float]:
     """The metrics' values on the host (one jitted call: eager ops would each compile on a GPU,
     seconds in the first epoch)."""
     values = jax.device_get(_metric_values(acc))
-    return {f.name: float(values[f.name]) for f in dataclasses.fields(acc)}  # Keras' order
+    order = [f.name for f in dataclasses.fields(acc) if f.name in values]  # loss first, as Keras
+    return {name: float(values[name]) for name in order}
 
 
 class Trainer:
