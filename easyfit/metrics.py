@@ -1,6 +1,7 @@
 """Keras metric names -> clu metrics, merged on the device inside the jitted steps.
 
-Every metric receives the model outputs as keyword arguments: ``outputs``, ``labels``, ``loss``
+Every metric receives the model outputs as keyword arguments: ``outputs`` (also as ``logits``,
+the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
 (per-sample losses) and ``mask`` (False for padding rows, which never count).
 """
 
@@ -90,7 +91,7 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None
     Args:
         metrics: Keras names (``"accuracy"``, ``"top_k_accuracy"``, ``"mse"``, ``"mae"``, ...),
             callables ``(outputs, labels) -> per-sample values`` (averaged over valid samples),
-            clu ``Metric`` classes (given ``outputs``, ``labels``, ``loss``, ``mask``), or a dict
+            clu ``Metric`` classes (given ``outputs``/``logits``, ``labels``, ``loss``, ``mask``), or a dict
             of any of those by name.
 
     Example:

@@ -56,8 +56,8 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                               opt_state=opt_state, model_state=model_state)
-        return state, metrics.single_from_model_output(outputs=out, labels=y, loss=per_sample,
-                                                       mask=mask)
+        return state, metrics.single_from_model_output(outputs=out, logits=out, labels=y,
+                                                       loss=per_sample, mask=mask)
 
     return train_step
 
@@ -69,8 +69,8 @@ def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type,
     def eval_step(state: TrainState, batch: Batch) -> Any:
         x, y = prepare_inputs(batch["x"], scale), batch["y"]
         out, _ = adapter.apply(state.params, state.model_state, x, False)
-        return metrics.single_from_model_output(outputs=out, labels=y, loss=loss_fn(out, y),
-                                                mask=batch["mask"])
+        return metrics.single_from_model_output(outputs=out, logits=out, labels=y,
+                                                loss=loss_fn(out, y), mask=batch["mask"])
 
     return eval_step
 
