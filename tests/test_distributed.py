@@ -50,6 +50,22 @@ def test_same_parameters_as_one_process_with_four_devices(two_processes, mnist_d
         np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-5)
 
 
+def test_a_checkpoint_saved_by_two_processes_loads_in_one(two_processes):
+    import easyfit as ef
+    import jax
+    import optax
+    from models import SmallMLP
+
+    out, _, _ = two_processes
+    restored = ef.Trainer.from_checkpoint(out / "ckpt", SmallMLP(),
+                                          optimizer=optax.sgd(0.1, momentum=0.9))
+    saved = np.load(out / "params.npz")
+    leaves = jax.tree_util.tree_leaves(jax.device_get(restored.params))
+    assert len(leaves) == len(saved.files)
+    for leaf, key in zip(leaves, saved.files):
+        assert np.array_equal(np.asarray(leaf), saved[key])
+
+
 def test_every_sample_once_per_epoch_across_processes(two_processes):
     out, _, _ = two_processes
     per_process = [json.loads((out / f"seen-{i}.json").read_text()) for i in range(2)]

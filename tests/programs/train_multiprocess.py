@@ -71,6 +71,7 @@ start = time.time()
 history = trainer.fit(args.root, epochs=args.epochs, batch_size=200, verbose=2, callbacks=[Die()])
 result = trainer.evaluate(args.root + "/val")
 predictions = trainer.predict(args.root + "/val")
+trainer.save(os.path.join(args.out, "ckpt"))  # every process takes part, as Orbax requires
 if ef.distributed.is_main_process():
     leaves = jax.tree_util.tree_leaves(jax.device_get(trainer.params))
     np.savez(os.path.join(args.out, "params.npz"), *leaves)
