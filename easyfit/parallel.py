@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 from .errors import DataError
 
-__all__ = ["DATA_AXIS", "Placement"]
+__all__ = ["DATA_AXIS", "Placement", "gather_to_host", "local_rows"]
 
 DATA_AXIS = "data"
 
@@ -90,3 +90,17 @@ class Placement:
         rows = per_device[0].shape[0]
         global_shape = (rows * self.num_shards, *per_device[0].shape[1:])
         return jax.make_array_from_single_device_arrays(global_shape, self.data, list(per_device))
+
+
+def local_rows(a: jax.Array) -> np.ndarray:
+    """This process's rows of a batch-sharded array, on the host."""
+    return np.concatenate([np.asarray(s.data) for s in a.addressable_shards])
+
+
+def gather_to_host(a: jax.Array) -> np.ndarray:
+    """The whole of a global array on the host of every process."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+    return np.asarray(a)

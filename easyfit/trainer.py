@@ -27,15 +27,16 @@ from .callbacks.callback_list import LazyLogs
 from .data import Source, to_source
 from .data.cache import CachedLoader, decide_cache
 from .data.checks import check_labels
-from .data.loader import Loader, make_loader
+from .data.loader import make_loader
 from .data.order import Plan
+from .data.passes import PassLoaders
 from .data.resolve import split_layout
 from .data.split import split_validation
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss
 from .metrics import build_collection
 from .models import adapt
-from .parallel import Placement
+from .parallel import Placement, gather_to_host, local_rows
 from .state import TrainState
 
 __all__ = ["Trainer"]
@@ -136,7 +137,7 @@ class Trainer:
         self._train_source: Source | None = None
         self._compiled: dict[Any, _Compiled] = {}
         self._sources: dict[str, Source] = {}
-        self._loaders: dict[tuple, tuple[Source, Loader]] = {}
+        self._passes = PassLoaders(self.placement, self._loader_options)
         self._input_spec: tuple[list[int], str] | None = None
         self._progress: checkpoint.Progress | None = None
         self._cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
@@ -340,7 +341,7 @@ class Trainer:
 
     def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
         plan = self._plan(source, batch_size, shuffle=False)
-        with self._cached_loader(source, plan) as loader:
+        with self._passes.lease(source, plan, self._cache) as loader:
             first = loader.peek()
             self._ensure_state(first, source)
             fns = self._functions(source, plan)
@@ -372,7 +373,7 @@ class Trainer:
         cbs = CallbackList(callbacks or [], self, {})
         plan = self._plan(source, batch_size, shuffle=False)
         outputs = []
-        with self._cached_loader(source, plan) as loader:
+        with self._passes.lease(source, plan, self._cache) as loader:
             self._ensure_state(loader.peek(), source)
             fns = self._functions(source, plan)
             cbs.call("on_predict_begin")
@@ -380,7 +381,8 @@ class Trainer:
                 cbs.call("on_predict_batch_begin", batch)
                 outputs.append(fns.predict(self.state, next(loader)))
                 cbs.call("on_predict_batch_end", batch)
-        result = np.concatenate([_host(out)[_host(mask)] for out, mask in outputs])
+        result = np.concatenate([gather_to_host(out)[gather_to_host(mask)]
+                                 for out, mask in outputs])
         cbs.call("on_predict_end")
         return result
 
@@ -422,18 +424,6 @@ class Trainer:
             return self._sources[key]
         return to_source(data, y, like=like)
 
-    def _cached_loader(self, source: Source, plan: Plan) -> _LoaderLease:
-        key = (id(source), plan)
-        hit = self._loaders.get(key)
-        if hit is None or hit[0] is not source:
-            loader = make_loader(source, plan, self.placement, **self._loader_options)
-            if decide_cache("auto" if self._cache is not False else False, source,
-                            self.placement)[0]:
-                loader = CachedLoader(loader)  # evaluation data decoded once, then from memory
-            hit = (source, loader)
-            self._loaders[key] = hit
-        return _LoaderLease(self._loaders, key, hit[1])
-
     def _resolved_loss(self, source: Source) -> LossFn:
         if self.loss is None:
             integer = np.issubdtype(source.label_dtype, np.integer)
@@ -470,8 +460,8 @@ class Trainer:
             out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
                                  self.state.params, self.state.model_state, x)
             self._resolved_loss(source)  # sets self.loss when it was None
-            check_labels(source, self.loss, out.shape[-1], _local(chunk["y"]),
-                         _local(chunk["mask"]))
+            check_labels(source, self.loss, out.shape[-1], local_rows(chunk["y"]),
+                         local_rows(chunk["mask"]))
 
     def _init_state(self, shape: tuple[int, ...], dtype: str | None,
                     abstract: bool = False) -> Any:
@@ -499,41 +489,3 @@ class Trainer:
     def _require_state(self) -> None:
         if self.state is None:
             raise RuntimeError("the model has no parameters yet: call fit (or evaluate) first")
-
-
-class _LoaderLease:
-    """A cached loader for one pass; dropped from the cache if the pass does not complete
-    (its stream would no longer start at the first chunk)."""
-
-    def __init__(self, cache: dict, key: tuple, loader: Loader):
-        self.cache, self.key, self.loader = cache, key, loader
-        self.peek = loader.peek
-        self._start = loader.iteration
-
-    @property
-    def plan(self) -> Plan:
-        return self.loader.plan
-
-    def __next__(self) -> dict:
-        return next(self.loader)
-
-    def __enter__(self) -> _LoaderLease:
-        return self
-
-    def __exit__(self, kind, *_):
-        if kind is not None or (self.loader.iteration - self._start) % self.loader.plan.chunks_per_epoch:
-            self.cache.pop(self.key, None)
-            self.loader.close()
-
-
-def _local(a: jax.Array) -> np.ndarray:
-    """This process's rows of a batch-sharded array."""
-    return np.concatenate([np.asarray(s.data) for s in a.addressable_shards])
-
-
-def _host(a: jax.Array) -> np.ndarray:
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(a, tiled=True))
-    return np.asarray(a)

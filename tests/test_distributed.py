@@ -51,10 +51,11 @@ def test_same_parameters_as_one_process_with_four_devices(two_processes, mnist_d
 
 
 def test_a_checkpoint_saved_by_two_processes_loads_in_one(two_processes):
-    import easyfit as ef
     import jax
     import optax
     from models import SmallMLP
+
+    import easyfit as ef
 
     out, _, _ = two_processes
     restored = ef.Trainer.from_checkpoint(out / "ckpt", SmallMLP(),
