@@ -85,8 +85,9 @@ class Loader:
         num_threads: DALI threads per pipeline (None: :func:`default_num_threads`).
         prefetch: DALI's prefetch queue depth.
         pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
-            device's rows (None: 2 when each GPU has at least 8 cores, else 1: one pipeline's
-            executor tops out before the cores do on small images; see docs/performance.md).
+            device's rows (None: 3 when each GPU has at least 12 cores, 2 from 8, else 1: one
+            pipeline's executor tops out before the cores do on small images; see
+            docs/performance.md).
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, where the host would
             otherwise be the bottleneck; see docs/performance.md).
