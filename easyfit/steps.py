@@ -8,6 +8,7 @@ metrics into an accumulator that stays on the device, and donates its input buff
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -149,3 +150,22 @@ def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Place
         return _scan(body, None, steps, k)[1], steps["mask"]
 
     return jax.jit(run)
+
+
+def compile_ahead(jitted: Callable, *args: Any) -> threading.Thread:
+    """Compiles ``jitted`` for ``args`` (arrays or ``jax.ShapeDtypeStruct`` with shardings) in a
+    background thread, into the cache its calls use; join the thread before the first call.
+
+    Lets the first step's compilation overlap the work before it (the model's initialisation,
+    the input pipeline's start). A failure is left to the first call to report.
+    """
+
+    def work() -> None:
+        try:
+            jitted.lower(*args).compile()
+        except Exception:  # noqa: BLE001 - the real call compiles again and raises
+            pass
+
+    thread = threading.Thread(target=work, daemon=True, name="easyfit-compile")
+    thread.start()
+    return thread

@@ -223,9 +223,12 @@ class Trainer:
             loader = CachedLoader(loader)
         start = loader.position()
         first: dict | None = next(loader)
-        self._ensure_state(first, train)
         fns = self._functions(train, plan)
-        acc = (resume.restore(self, self.placement.replicate(fns.metrics.empty())) if resume
+        compiling = steps.compile_ahead(fns.train, self._abstract_state(first), self._empty(fns),
+                                        first)  # while the model initialises
+        self._ensure_state(first, train)
+        compiling.join()
+        acc = (resume.restore(self, self._empty(fns)) if resume
                else None)
         first_batch = resume.batch if resume else 0
         self._progress = checkpoint.Progress(initial_epoch, first_batch, start, acc, plan)
@@ -241,7 +244,7 @@ class Trainer:
             with deferred_sigint() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
-                    acc = acc if acc is not None else fns.metrics.empty()
+                    acc = acc if acc is not None else self._empty(fns)
                     for batch in range(first_batch, plan.chunks_per_epoch):
                         chunk, first = first if first is not None else next(loader), None
                         cbs.call("on_train_batch_begin", batch)
@@ -346,7 +349,7 @@ class Trainer:
             self._ensure_state(first, source)
             fns = self._functions(source, plan)
             cbs.call("on_test_begin")
-            acc = fns.metrics.empty()
+            acc = self._empty(fns)
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_test_batch_begin", batch)
                 acc = fns.eval(self.state, acc, next(loader))
@@ -448,6 +451,17 @@ class Trainer:
                 predict=steps.compile_predict(self._adapter, source.scale, placement, k),
                 metrics=collection)
         return self._compiled[key]
+
+    def _abstract_state(self, chunk: Mapping[str, jax.Array]) -> Any:
+        """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
+        if self.state is None:
+            return self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype), True)
+        return jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.state)
+
+    def _empty(self, fns: _Compiled) -> Any:
+        """Empty metrics, placed as the steps return them (else the first call compiles apart)."""
+        return self.placement.replicate(fns.metrics.empty())
 
     def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
         if self.state is None:

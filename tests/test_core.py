@@ -74,7 +74,7 @@ def test_predict_rows_follow_the_file_order(mnist_dir, mnist_arrays):
     np.testing.assert_allclose(predictions, np.asarray(direct), rtol=1e-4, atol=1e-4)
 
 
-def epoch_samples(source, batch_size, epochs, steps_per_execution=1, shuffle=True):
+def epoch_samples(source, batch_size, epochs, steps_per_execution=1, shuffle=True, pipelines=None):
     """Sample ids (x holds each sample's index) the real loader delivers, per epoch."""
     from easyfit.data.loader import Loader
     from easyfit.parallel import Placement
@@ -82,7 +82,7 @@ def epoch_samples(source, batch_size, epochs, steps_per_execution=1, shuffle=Tru
     placement = Placement.create()
     plan = ef.data.Plan(len(source), batch_size, shuffle=shuffle, seed=0,
                         steps_per_execution=steps_per_execution, num_shards=placement.num_shards)
-    loader = Loader(source, plan, placement)
+    loader = Loader(source, plan, placement, pipelines_per_device=pipelines)
     seen = []
     for _ in range(epochs):
         ids = []
@@ -109,6 +109,8 @@ def test_loader_shuffles_the_whole_dataset_every_epoch():
     assert np.array_equal(again[0], epochs[0])  # a function of (seed, epoch) alone
     ordered = epoch_samples(source, 96, epochs=1, shuffle=False)
     assert ordered[0].tolist() == list(range(n))
+    split = epoch_samples(source, 96, epochs=2, steps_per_execution=4, pipelines=3)
+    assert all(np.array_equal(a, b) for a, b in zip(split, epochs, strict=True))  # rows joined
 
 
 def test_validation_data_overrides_the_folder(mnist_dir, mnist_arrays):
@@ -146,3 +148,15 @@ def test_progress_verbose_levels(mnist_dir, capsys):
     assert note.startswith("easyfit: caching the decoded dataset")  # what cache="auto" chose
     assert [ln.split(" - ")[0] for ln in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert "val_accuracy:" in lines[-1]
+
+
+def test_each_step_function_compiles_once(mnist_arrays):
+    x, y = mnist_arrays["train"]
+    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), steps_per_execution=3)
+    # 1000 samples at batch 96: 11 steps, 4 chunks, the last one padded and masked
+    trainer.fit(x[:1000], y[:1000], batch_size=96, epochs=2, verbose=0,
+                validation_data=(x[1000:1500], y[1000:1500]), cache=False)
+    trainer.evaluate(x[1000:1500], y[1000:1500], batch_size=96)
+    (fns,) = trainer._compiled.values()
+    assert fns.train._cache_size() == 1  # not again for the second chunk, epoch or last chunk
+    assert fns.eval._cache_size() == 1

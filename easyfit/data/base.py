@@ -89,6 +89,13 @@ class Source(abc.ABC):
         never cached, since its samples differ every epoch."""
         return getattr(self, "augment", None) is not None
 
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether ``graph(..., device="gpu")`` runs operators on the GPU (the GPU image
+        decoder). When False, the loader runs the source's pipelines on the host even on GPU
+        machines and copies the batches to the devices itself."""
+        return False
+
     def known_labels(self) -> np.ndarray | None:
         """Every label, when the source knows them without decoding (checked before training)."""
         return None
@@ -159,6 +166,10 @@ class Subset(Source):
     @property
     def random(self) -> bool:
         return self.source.random
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.source.uses_gpu
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])

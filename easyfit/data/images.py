@@ -150,6 +150,11 @@ class EncodedImages:
             return "mixed"
         return "cpu" if self.image_size[0] * self.image_size[1] < _SMALL_AREA else "mixed"
 
+    @property
+    def uses_gpu(self) -> bool:
+        """True when images are decoded on the GPU (``decode_device("gpu") == "mixed"``)."""
+        return self.decode_device("gpu") == "mixed"
+
     def decode(self, encoded: Any, *, device: str) -> Any:
         """DALI graph: encoded bytes -> HWC uint8 images on ``device``, resized, transformed."""
         from nvidia.dali import fn, types

@@ -1,8 +1,10 @@
 """DALI pipelines -> global batches: the only place where sources meet devices.
 
-One pipeline per local GPU (``device_id``, this device's rows of every chunk), or one pipeline on
-a CPU-only machine (several CPU pipelines would all land on CPU device 0, so the loader places the
-batch with the sharding itself). Each pipeline is fed by an ``external_source`` whose callback
+On GPU machines, several pipelines per local GPU, each preparing a part of this device's rows
+of every chunk; they run on the GPU (``device_id``) only when the source decodes there, else on
+the host, and the loader copies the chunk to the devices. On a CPU-only machine, one pipeline
+(several CPU pipelines would all land on CPU device 0, so the loader places the batch with the
+sharding itself). Each pipeline is fed by an ``external_source`` whose callback
 asks the :class:`~easyfit.data.order.Plan` which samples make up the chunk DALI is preparing; DALI
 reads and decodes them ahead of time (``prefetch_queue_depth``) in its own threads.
 
@@ -28,7 +30,7 @@ from .base import Source
 from .images import first_line
 from .order import Plan
 
-__all__ = ["Loader", "default_num_threads", "make_loader"]
+__all__ = ["Loader", "default_num_threads", "make_loader", "on_gpu_pipelines"]
 
 
 def _cores() -> int:
@@ -87,7 +89,7 @@ class Loader:
         pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
             device's rows (None: 3 when each GPU has at least 12 cores, 2 from 8, else 1: one
             pipeline's executor tops out before the cores do on small images; see
-            docs/performance.md).
+            docs/performance.md). On a CPU-only machine: pipelines in all (None: 1).
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, where the host would
             otherwise be the bottleneck; see docs/performance.md).
@@ -115,15 +117,16 @@ class Loader:
         self._ahead = ahead or 2
         self._ahead_at_start = max(self._ahead, min(plan.chunks_per_epoch, 2**28 // chunk_bytes))
         self._thread: threading.Thread | None = None
-        self._on_gpu = placement.platform == "gpu"
+        self._on_gpu = on_gpu_pipelines(source, placement)
         local, per = placement.local_shards, plan.rows_per_shard
-        if self._on_gpu:  # (rows, device) of each pipeline: a part of one device's rows
+        if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
             cores = _cores() // len(local)
             parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
-            specs = [(rows, d) for s, d in local
+            specs = [(rows, d if self._on_gpu else None) for s, d in local
                      for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)]
-        else:  # one pipeline for every local row (CPU pipelines all land on CPU device 0)
-            specs = [(np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local]), None)]
+        else:  # host pipelines for all local rows (default one: training needs the cores)
+            rows = np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local])
+            specs = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
         self._devices = [d for _, d in specs]
         threads = num_threads or default_num_threads(placement.platform, len(specs))
         self._feeders = [_Feeder(source, plan, rows, start) for rows, _ in specs]
@@ -202,9 +205,10 @@ class Loader:
         if self._on_gpu:
             x, y = (self.placement.shard_device_rows(self._per_device(arrays))
                     for arrays in zip(*outputs))
-        else:
-            (x, y), = outputs
-            x, y = self.placement.shard_host_rows(x), self.placement.shard_host_rows(y)
+        else:  # host pipelines, in local row order: one copy of the whole chunk to the devices
+            x, y = (self.placement.shard_host_rows(parts[0] if len(parts) == 1
+                                                   else np.concatenate(parts))
+                    for parts in zip(*outputs))
         mask = self.placement.shard_global_rows(mask)
         return {"x": x, "y": y, "mask": mask}
 
@@ -277,6 +281,17 @@ class Loader:
             self._thread.join()
             self._thread = None
         self._pipes.clear()
+
+
+def on_gpu_pipelines(source: Source, placement: Placement) -> bool:
+    """Whether the pipelines run on the GPUs (``device_id`` set, outputs in device memory).
+
+    Only when the source runs operators there (``source.uses_gpu``: the GPU image decoder).
+    Otherwise the pipelines run on the host and the loader copies each whole chunk to the
+    devices itself: one transfer per chunk instead of DALI's per-pipeline copies, streams and
+    DLPack hand-overs, which cost more than the copy for small samples (docs/performance.md).
+    """
+    return placement.platform == "gpu" and source.uses_gpu
 
 
 def augmented(source: Source, xy: tuple[Any, Any], training: bool) -> tuple[Any, Any]:

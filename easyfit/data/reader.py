@@ -26,7 +26,7 @@ import numpy as np
 
 from ..parallel import Placement
 from .base import Source
-from .loader import Loader, augmented, default_num_threads
+from .loader import Loader, augmented, default_num_threads, on_gpu_pipelines
 from .order import Plan
 
 __all__ = ["READER", "ReaderLoader", "ReaderPlan", "ReaderSource", "scan_for_bad_record",
@@ -98,7 +98,8 @@ class ReaderPlan(Plan):
 class ReaderLoader(Loader):
     """Chunks of global batches from a :class:`ReaderSource`, like :class:`Loader`.
 
-    One pipeline per local GPU (reader shard = the device's shard), or on CPUs ``pipelines``
+    One pipeline per local GPU (reader shard = the device's shard; on the host unless the
+    source decodes on the GPU, see :func:`on_gpu_pipelines`), or on CPUs ``pipelines``
     per process (default 1), each reading one shard for an equal share of the local devices.
     ``plan`` gives the batch size, steps per execution, seed and whether to shuffle; the
     loader's own :attr:`plan` (a :class:`ReaderPlan`) adds the reader's epoch length.
@@ -111,9 +112,9 @@ class ReaderLoader(Loader):
         self.source, self.placement = source, placement
         self.training, self.prefetch = training, prefetch
         self._peeked, self._threaded, self._thread = None, False, None
-        self._on_gpu = placement.platform == "gpu"
+        self._on_gpu = on_gpu_pipelines(source, placement)
         local = placement.local_shards
-        per_process = len(local) if self._on_gpu else (pipelines or 1)
+        per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
         if len(local) % per_process:
             raise ValueError(f"pipelines={pipelines}: must divide the {len(local)} local devices")
         size = len(local) // per_process
