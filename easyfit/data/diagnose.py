@@ -2,8 +2,9 @@
 
 DALI reports a sample it cannot read or decode with a message that rarely names the file. When a
 batch fails, the loader asks :func:`find_bad_sample` about the samples of the chunks DALI was
-working on: each is checked on the host first (``Source.sample_problem``: unreadable, empty), then
-run alone through the source's own DALI graph on the CPU; the first that fails is named.
+working on: each is checked on the host first (``Source.sample_problem``: unreadable, empty,
+broken inside), then run alone through the source's own DALI graph on the CPU; the first that
+fails is named.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def find_bad_sample(source: Source, indices: Iterable[int]) -> str | None:
         >>> with open(folder.files[3], "r+b") as f:  # scramble the pixel data, keep the frame
         ...     _ = f.seek(50)
         ...     _ = f.write(bytes(range(40)))
-        >>> find_bad_sample(folder, range(10)).startswith(folder.files[3] + ": cannot be decoded")
+        >>> find_bad_sample(folder, range(10)) == folder.files[3] + (": PNG chunk IDAT at byte 33 "
+        ...                                                          "fails its CRC check")
         True
     """
     order = list(dict.fromkeys(int(i) for i in indices))

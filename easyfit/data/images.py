@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from .integrity import structure_problem
 
-__all__ = ["EncodedImages", "encoded_problem", "file_problem", "first_line", "peek_shapes"]
+__all__ = ["EncodedImages", "encoded_problem", "file_problem", "first_line", "image_problem",
+           "peek_shapes"]
 
 SAMPLED = 64             # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
@@ -39,7 +41,7 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
     from nvidia.dali import fn, pipeline_def, types
 
     for name, data in samples:
-        problem = encoded_problem(data[:16], data[-TAIL:], len(data))
+        problem = image_problem(data)
         if problem:
             raise DataError(f"{name}: {problem}")
     data = [np.frombuffer(b, np.uint8) for _, b in samples]
@@ -181,21 +183,27 @@ def read_file(path: str) -> bytes:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
+HEAD = 64  # bytes read from the start of an encoded image to check its kind and header
 TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
+WHOLE = 1 << 20  # images up to this size are read whole to check their structure
 _PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
 _SIGNATURES = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"BM": "BMP",
                b"II*\0": "TIFF", b"MM\0*": "TIFF", b"\0\0\0\x0cjP  \r\n\x87\n": "JPEG 2000",
                b"\xffO\xffQ": "JPEG 2000"}
 
 
-def encoded_problem(head: bytes, tail: bytes, size: int) -> str | None:
-    """Why bytes cannot be a whole encoded image, from their first 16 and last :data:`TAIL`
-    bytes and their size; None when they look whole.
+def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None
+                    ) -> str | None:
+    """Why bytes cannot be a whole encoded image, from their first :data:`HEAD` and last
+    :data:`TAIL` bytes and their size, and from all of them (``data``) when given; None when
+    they look sound.
 
     Catches what DALI 2.4 must never see: its CPU decoders can crash the process (not raise)
-    on a broken image in the middle of a batch. Recognises JPEG, PNG, BMP, WebP, TIFF, PNM
-    and JPEG 2000; checks that JPEG, PNG, BMP and WebP data are complete (a JPEG's or PNG's
-    end marker may be followed by a little more data, as some writers leave).
+    on a broken image in the middle of a batch, and decode some broken images silently to
+    wrong pixels. Recognises JPEG, PNG, BMP, WebP, TIFF, PNM and JPEG 2000; checks that JPEG,
+    PNG, BMP and WebP data are complete (a JPEG's or PNG's end marker may be followed by a
+    little more data, as some writers leave), BMP and WebP headers, and with ``data`` the
+    structure of JPEG, PNG, BMP and WebP images (:mod:`easyfit.data.integrity`).
 
     Example:
         >>> from easyfit.data.images import encoded_problem
@@ -221,13 +229,20 @@ def encoded_problem(head: bytes, tail: bytes, size: int) -> str | None:
         return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
     if kind == "WebP" and int.from_bytes(head[4:8], "little") + 8 > size:
         return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
-    return None
+    return structure_problem(kind, head if data is None else data, size)
 
 
-def file_problem(path: str, check: Callable[[bytes, bytes, int], str | None] | None = None
-                 ) -> str | None:
-    """Why file ``path`` cannot be read (or is empty), or what ``check(head, tail, size)``
-    finds wrong with its first 16 and last :data:`TAIL` bytes; None when all is well."""
+def image_problem(data: bytes, whole: bool = True) -> str | None:
+    """:func:`encoded_problem` of an encoded image held in memory; its whole structure is
+    checked when ``whole`` and it is at most :data:`WHOLE` bytes."""
+    return encoded_problem(data[:HEAD], data[-TAIL:], len(data),
+                           data if whole and len(data) <= WHOLE else None)
+
+
+def file_problem(path: str, check: Callable[..., str | None] | None = None) -> str | None:
+    """Why file ``path`` cannot be read (or is empty), or what ``check(head, tail, size,
+    data)`` finds wrong with its first :data:`HEAD` and last :data:`TAIL` bytes, and all of
+    them (``data``, else None) when it is at most :data:`WHOLE` bytes; None when all is well."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
@@ -238,7 +253,10 @@ def file_problem(path: str, check: Callable[[bytes, bytes, int], str | None] | N
             return "empty file"
         if check is None:
             return None
-        return check(os.pread(fd, 16, 0), os.pread(fd, TAIL, max(0, size - TAIL)), size)
+        if size <= WHOLE:
+            data = os.pread(fd, size, 0)
+            return check(data[:HEAD], data[-TAIL:], size, data)
+        return check(os.pread(fd, HEAD, 0), os.pread(fd, TAIL, size - TAIL), size, None)
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
     finally:

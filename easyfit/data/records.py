@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError
 from .base import Source
-from .images import TAIL, EncodedImages, encoded_problem, sample_positions
+from .images import EncodedImages, image_problem, sample_positions
 
 __all__ = ["RecordFiles", "list_files"]
 
@@ -64,6 +64,7 @@ class RecordFiles(EncodedImages, Source):
             raise DataError(f"{root}: no records")
         self._labels = labels
         self.augment = augment
+        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once
         picks = sample_positions(len(self._offset))
         parsed = [self.parse(int(i), self.read(int(i))) for i in picks]
         if labels is None:
@@ -112,9 +113,10 @@ class RecordFiles(EncodedImages, Source):
         images, labels = [], []
         for i in indices:
             image, label = self.parse(int(i), self.read(int(i)))
-            problem = encoded_problem(image[:16], image[-TAIL:], len(image))
+            problem = image_problem(image, whole=not self._checked[i])
             if problem:
                 raise DataError(f"{self.locate(int(i))}: {problem}")
+            self._checked[i] = True
             images.append(np.frombuffer(image, np.uint8))
             labels.append(label)
         if self._labels is not None:
@@ -127,7 +129,7 @@ class RecordFiles(EncodedImages, Source):
 
     def sample_problem(self, index: int) -> str | None:
         image, _ = self.parse(index, self.read(index))
-        return encoded_problem(image[:16], image[-TAIL:], len(image))
+        return image_problem(image)
 
     def locate(self, index: int) -> str:
         f = int(self._file[index])

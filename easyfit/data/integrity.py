@@ -1,0 +1,450 @@
+"""Structural checks of whole encoded images (JPEG, PNG, BMP, WebP), on the host.
+
+DALI 2.4's CPU decoders crash the process (SIGSEGV) on some broken headers, such as a
+JPEG segment length that points past its segment, a PNG bit depth that does not exist, a BMP
+compression or bit count that does not exist or a WebP frame without its sync code, and
+decode others silently to wrong pixels (a JPEG quantization table of zeros, a stray marker in
+a JPEG scan, a BMP header of a size that does not exist, a PNG stream whose checksum fails).
+These functions read the structure of the bytes, in Python with the standard library, and
+say what is broken so that the file is named before DALI sees it:
+
+* JPEG: every marker segment's length and contents (SOF, DHT, DQT, SOS, DRI), their order,
+  the markers inside entropy-coded data (only stuffed ``FF 00``, fill bytes and restart
+  markers, in sequence and as many as the restart interval implies) up to the end-of-image
+  marker. The entropy-coded data itself is not decoded: a changed bit there decodes, in any
+  decoder, to wrong pixels without an error.
+* PNG: every chunk's length and CRC, the IHDR fields, the zlib stream of the IDAT chunks
+  (it inflates, its Adler-32 matches, to at least the size IHDR implies) and each row's
+  filter type.
+* BMP: the header (size, dimensions, bit count, compression, pixel data inside the file) and
+  an RLE stream's structure. Uncompressed pixel bytes cannot be wrong.
+* WebP: the RIFF chunks' sizes and the VP8/VP8L frame headers. The compressed frame itself is
+  not decoded (a changed byte in a lossy frame decodes to wrong pixels).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+__all__ = ["bmp_problem", "jpeg_problem", "png_problem", "structure_problem", "webp_problem"]
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _u16(b: bytes, i: int, order: str = "big") -> int:
+    return int.from_bytes(b[i:i + 2], order)
+
+
+def _u32(b: bytes, i: int, order: str = "big") -> int:
+    return int.from_bytes(b[i:i + 4], order)
+
+
+def structure_problem(kind: str, data: bytes, size: int | None = None) -> str | None:
+    """What is broken in encoded image ``data`` of ``kind`` (``"JPEG"``, ``"PNG"``, ``"BMP"``,
+    ``"WebP"``; other kinds are not checked); None when its structure is sound.
+
+    ``size``: the size of the whole image when ``data`` holds only its first bytes; then
+    only the headers found in them are checked (BMP, WebP).
+    """
+    size = len(data) if size is None else size
+    if kind == "BMP":
+        return bmp_problem(data, size)
+    if kind == "WebP":
+        return webp_problem(data, size)
+    if len(data) < size:
+        return None
+    if kind == "JPEG":
+        return jpeg_problem(data)
+    if kind == "PNG":
+        return png_problem(data)
+    return None
+
+
+# --------------------------------------------------------------------------------------- JPEG
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_LOSSLESS = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
+_ARITHMETIC = frozenset({0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_RST = frozenset(range(0xD0, 0xD8))
+_IN_SCAN = re.compile(rb"\xff[^\x00]")  # a marker (or fill byte) inside entropy-coded data
+
+
+class _Frame:
+    """What a JPEG's SOF says, and the tables and restart interval defined so far."""
+
+    def __init__(self) -> None:
+        self.marker = 0
+        self.size = (0, 0)                         # height, width
+        self.components: dict[int, tuple[int, int, int]] = {}  # id: (h, v, quant table)
+        self.quant: set[int] = set()
+        self.restart = 0
+        self.scans = 0
+
+
+def jpeg_problem(data: bytes) -> str | None:
+    """What is broken in the structure of JPEG ``data``; None when it is sound.
+
+    Example:
+        >>> import io
+        >>> from PIL import Image
+        >>> buf = io.BytesIO()
+        >>> Image.new("L", (8, 8)).save(buf, "JPEG")
+        >>> jpeg_problem(buf.getvalue()) is None
+        True
+        >>> broken = buf.getvalue()[:4] + b"\\xff\\xff" + buf.getvalue()[6:]  # APP0's length
+        >>> jpeg_problem(broken)
+        'JPEG segment FFE0 at byte 2 has length 65535, past the end of the file (...)'
+    """
+    n, i, frame = len(data), 2, _Frame()
+    while True:
+        if i >= n or data[i] != 0xFF:
+            return f"JPEG data where a marker should be (byte {i})"
+        while i < n and data[i] == 0xFF:  # fill bytes may precede a marker
+            i += 1
+        if i >= n:
+            return "truncated JPEG (ends in fill bytes)"
+        marker, at = data[i], i - 1
+        i += 1
+        if marker == 0xD9:
+            return None if frame.scans else "JPEG without image data (end marker before any scan)"
+        if marker in _RST or marker == 0x01:
+            continue
+        if marker == 0xD8 or marker < 0xC0:
+            return f"illegal marker FF{marker:02X} at byte {at}"
+        length = _u16(data, i)
+        if length < 2 or i + length > n:
+            return (f"JPEG segment FF{marker:02X} at byte {at} has length {length}, past the "
+                    f"end of the file ({n} bytes)")
+        body = data[i + 2:i + length]
+        i += length
+        problem = _segment_problem(marker, body, frame)
+        if problem:
+            return f"{problem} (JPEG segment FF{marker:02X} at byte {at})"
+        if marker == 0xDA:
+            end = _scan_problem(data, i, frame, body)
+            if isinstance(end, str):
+                return end
+            i = end
+
+
+def _segment_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
+    """What is wrong with one marker segment's ``body``; updates ``frame``."""
+    if marker in _SOF:
+        return _sof_problem(marker, body, frame)
+    if marker == 0xC4:
+        return _dht_problem(body)
+    if marker == 0xDB:
+        return _dqt_problem(body, frame)
+    if marker == 0xDD:
+        if len(body) != 2:
+            return "restart interval segment of a wrong length"
+        frame.restart = _u16(body, 0)
+    if marker == 0xDA:
+        return _sos_problem(body, frame)
+    return None  # APPn, COM, DNL, DAC, ...: free content
+
+
+def _sof_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
+    if frame.marker:
+        return "a second frame header"
+    if len(body) < 6 or len(body) != 6 + 3 * body[5]:
+        return "frame header of a wrong length"
+    precision, height, width, count = body[0], _u16(body, 1), _u16(body, 3), body[5]
+    if not 2 <= precision <= 16 or width == 0 or height == 0 or not 1 <= count <= 10:
+        return (f"frame header with precision {precision}, size {width}x{height}, "
+                f"{count} components")
+    for k in range(count):
+        ident, hv, quant = body[6 + 3 * k:9 + 3 * k]
+        if ident in frame.components or not (1 <= hv >> 4 <= 4 and 1 <= hv & 15 <= 4) \
+                or quant > 3:
+            return f"frame header: component {k} is invalid"
+        frame.components[ident] = (hv >> 4, hv & 15, quant)
+    frame.marker, frame.size = marker, (height, width)
+    return None
+
+
+def _dht_problem(body: bytes) -> str | None:
+    i = 0
+    while i < len(body):
+        kind, counts = body[i], body[i + 1:i + 17]
+        values = body[i + 17:i + 17 + sum(counts)]
+        if kind >> 4 > 1 or kind & 15 > 3 or len(counts) < 16 or len(values) < sum(counts) \
+                or sum(counts) > 256:
+            return "Huffman table segment of a wrong length or table id"
+        code, left = 0, sum(counts)
+        for bits, count in enumerate(counts, 1):
+            if not left:
+                break
+            code, left = code + count, left - count
+            if code >= 1 << bits:  # as libjpeg checks: more codes than the lengths allow
+                return "Huffman table with more codes than their lengths allow"
+            code <<= 1
+        if kind >> 4 == 0 and values and max(values) > 16:
+            return "DC Huffman table with a symbol above 16"
+        i += 17 + sum(counts)
+    return None
+
+
+def _dqt_problem(body: bytes, frame: _Frame) -> str | None:
+    i = 0
+    while i < len(body):
+        wide, table = body[i] >> 4, body[i] & 15
+        size = 128 if wide else 64
+        values = body[i + 1:i + 1 + size]
+        if wide > 1 or table > 3 or len(values) < size:
+            return "quantization table segment of a wrong length or table id"
+        if 0 in (values if not wide else [values[k] << 8 | values[k + 1]
+                                           for k in range(0, size, 2)]):
+            return f"quantization table {table} holds a zero"
+        frame.quant.add(table)
+        i += 1 + size
+    return None
+
+
+def _sos_problem(body: bytes, frame: _Frame) -> str | None:
+    if not frame.marker:
+        return "scan before the frame header"
+    if not body or not 1 <= body[0] <= 4 or len(body) != 4 + 2 * body[0]:
+        return "scan header of a wrong length"
+    ids = body[1:1 + 2 * body[0]:2]
+    if any(c not in frame.components for c in ids) or len(set(ids)) != len(ids):
+        return "scan header names a component the frame does not have"
+    missing = {frame.components[c][2] for c in ids} - frame.quant
+    if missing and frame.marker not in _LOSSLESS:
+        return f"quantization table {missing.pop()} is not defined before the scan"
+    start, end = body[-3], body[-2]
+    if frame.marker not in _LOSSLESS and not start <= end <= 63:
+        return f"scan header with spectral selection {start}..{end}"
+    return None
+
+
+def _scan_problem(data: bytes, i: int, frame: _Frame, header: bytes) -> int | str:
+    """The offset of the marker ending the entropy-coded data that starts at ``i``, or what is
+    wrong in it: a marker other than a restart marker, restart markers out of sequence, or not
+    as many as the restart interval implies."""
+    frame.scans += 1
+    restarts = 0
+    for m in _IN_SCAN.finditer(data, i):
+        p = m.start()
+        if p and data[p - 1] == 0xFF:  # part of a run of fill bytes already seen
+            continue
+        q = p
+        while q < len(data) and data[q] == 0xFF:
+            q += 1
+        if q < len(data) and data[q] == 0x00:  # fill bytes, then a stuffed zero: still data
+            continue
+        marker = data[q] if q < len(data) else -1
+        if marker not in _RST:
+            expected = _restarts(frame, header)
+            if expected is not None and restarts != expected:
+                return (f"{restarts} restart markers in the scan ending at byte {p}, the "
+                        f"restart interval implies {expected}")
+            return p
+        if not frame.restart:
+            return f"restart marker FF{marker:02X} at byte {p} without a restart interval"
+        if marker != 0xD0 + restarts % 8:
+            return f"restart marker FF{marker:02X} at byte {p} out of sequence"
+        restarts += 1
+    return "truncated JPEG (its last scan has no end)"
+
+
+def _restarts(frame: _Frame, header: bytes) -> int | None:
+    """Restart markers the scan with ``header`` holds, or None when not known."""
+    if not frame.restart or frame.marker in _LOSSLESS:
+        return None
+    (height, width), comps = frame.size, frame.components
+    hmax = max(h for h, _, _ in comps.values())
+    vmax = max(v for _, v, _ in comps.values())
+    ids = header[1:1 + 2 * header[0]:2]
+    if len(ids) == 1:  # one component: its blocks, not MCUs
+        h, v, _ = comps[ids[0]]
+        cols, rows = _ceil(_ceil(width * h, hmax), 8), _ceil(_ceil(height * v, vmax), 8)
+    else:
+        cols, rows = _ceil(width, 8 * hmax), _ceil(height, 8 * vmax)
+    return (cols * rows - 1) // frame.restart
+
+
+# ---------------------------------------------------------------------------------------- PNG
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_PIECE = 1 << 20  # bytes inflated at a time
+_DEFLATE_RATIO = 1032  # deflate's largest expansion
+
+
+def png_problem(data: bytes) -> str | None:
+    """What is broken in PNG ``data`` (chunk lengths and CRCs, IHDR, the IDAT zlib stream and
+    its size, row filter types); None when it is sound."""
+    view, n, i = memoryview(data), len(data), 8
+    header, idat, ended = None, [], False
+    while i + 12 <= n and not ended:
+        length, kind = _u32(data, i), data[i + 4:i + 8]
+        if i + 12 + length > n:
+            return f"PNG chunk {kind!r} at byte {i} runs past the end of the file"
+        if not kind.isalpha():
+            return f"not a PNG chunk at byte {i} ({kind!r})"
+        if zlib.crc32(view[i + 4:i + 8 + length]) != _u32(data, i + 8 + length):
+            return f"PNG chunk {kind.decode()} at byte {i} fails its CRC check"
+        if header is None and kind != b"IHDR":
+            return "PNG without an IHDR chunk first"
+        if kind == b"IHDR":
+            header = data[i + 8:i + 8 + length]
+            problem = _ihdr_problem(header)
+            if problem:
+                return problem
+        elif kind == b"IDAT":
+            idat.append(view[i + 8:i + 8 + length])
+        ended = kind == b"IEND"
+        i += 12 + length
+    if not ended:
+        return "PNG chunks do not end with an IEND chunk"
+    if not idat:
+        return "PNG without image data (no IDAT chunk)"
+    return _idat_problem(header, idat)
+
+
+def _ihdr_problem(header: bytes) -> str | None:
+    if len(header) != 13:
+        return "PNG IHDR chunk of a wrong length"
+    width, height, depth, color = _u32(header, 0), _u32(header, 4), header[8], header[9]
+    if not (0 < width < 1 << 31 and 0 < height < 1 << 31) or depth not in _PNG_DEPTHS.get(
+            color, ()) or header[10] or header[11] or header[12] > 1:
+        return (f"PNG IHDR invalid ({width}x{height}, bit depth {depth}, color type {color}, "
+                f"methods {header[10]}/{header[11]}/{header[12]})")
+    return None
+
+
+def _passes(header: bytes) -> list[tuple[int, int]]:
+    """``(rows, bytes per row with its filter byte)`` of each non-empty (interlace) pass."""
+    width, height, depth, color = _u32(header, 0), _u32(header, 4), header[8], header[9]
+    bits = depth * _PNG_CHANNELS[color]
+    grid = [(0, 0, 1, 1)] if not header[12] else [
+        (0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+        (0, 1, 1, 2)]
+    out = []
+    for x0, y0, dx, dy in grid:
+        w, h = _ceil(width - x0, dx), _ceil(height - y0, dy)
+        if w > 0 and h > 0:
+            out.append((h, 1 + _ceil(w * bits, 8)))
+    return out
+
+
+def _idat_problem(header: bytes, idat: list[memoryview]) -> str | None:
+    passes = _passes(header)
+    expected = sum(h * row for h, row in passes)
+    compressed = sum(len(part) for part in idat)
+    if expected > compressed * _DEFLATE_RATIO + 64:
+        return (f"PNG IHDR says {_u32(header, 0)}x{_u32(header, 4)}, more than its "
+                f"{compressed} bytes of IDAT data can hold")
+    stride = passes[0][1] if len(passes) == 1 else 0  # filter bytes checked without interlace
+    inflate, got = zlib.decompressobj(), 0
+    try:
+        for part in idat:
+            pending = bytes(part)
+            while pending and got <= expected and not inflate.eof:
+                out = inflate.decompress(pending, _PIECE)
+                pending = inflate.unconsumed_tail
+                if stride and max(out[(-got) % stride:expected - got:stride], default=0) > 4:
+                    return "PNG row with an unknown filter type"
+                got += len(out)
+    except zlib.error as e:
+        return f"PNG image data do not inflate ({e})"
+    if got < expected:
+        return f"PNG image data inflate to {got} bytes, IHDR implies {expected}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------- BMP
+_BMP_HEADERS = (12, 16, 40, 52, 56, 64, 108, 124)
+_BMP_BITS = (1, 4, 8, 16, 24, 32)
+_BMP_COMPRESSIONS = (0, 1, 2, 3, 4, 5, 6, 11, 12, 13)
+
+
+def bmp_problem(data: bytes, size: int | None = None) -> str | None:
+    """What is broken in BMP ``data`` (its header; an RLE stream when ``data`` is whole);
+    None when sound. ``size``: the file's size when ``data`` holds only its first bytes."""
+    size = len(data) if size is None else size
+    if len(data) < 26:
+        return "truncated BMP header"
+    offset, info = _u32(data, 10, "little"), _u32(data, 14, "little")
+    if info not in _BMP_HEADERS:
+        return f"BMP info header of {info} bytes (no BMP header has that size)"
+    if info == 12:
+        width, height = _u16(data, 18, "little"), _u16(data, 20, "little")
+        planes, bits, compression, colors = _u16(data, 22, "little"), _u16(data, 24, "little"), 0, 0
+    else:
+        if len(data) < 50:
+            return "truncated BMP header"
+        width = int.from_bytes(data[18:22], "little", signed=True)
+        height = int.from_bytes(data[22:26], "little", signed=True)
+        planes, bits = _u16(data, 26, "little"), _u16(data, 28, "little")
+        compression = _u32(data, 30, "little") if info >= 20 else 0
+        colors = _u32(data, 46, "little") if info >= 40 else 0
+    if width <= 0 or height == 0 or planes != 1 or bits not in _BMP_BITS \
+            or compression not in _BMP_COMPRESSIONS or (compression == 1 and bits != 8) \
+            or (compression == 2 and bits != 4) or (bits <= 8 and colors > 1 << bits):
+        return (f"BMP header invalid ({width}x{height}, {planes} planes, {bits} bits per pixel, "
+                f"compression {compression}, {colors} colors)")
+    if not 14 + info <= offset <= size:
+        return f"BMP pixel data offset {offset} outside the file ({size} bytes)"
+    if compression in (0, 3, 6) and offset + (width * bits + 31) // 32 * 4 * abs(height) > size:
+        return f"truncated BMP pixel data ({width}x{abs(height)} at {bits} bits need more)"
+    if len(data) == size and compression in (1, 2):
+        return _rle_problem(data, offset, abs(height), bits)
+    return None
+
+
+def _rle_problem(data: bytes, i: int, rows: int, bits: int) -> str | None:
+    """What is wrong with the RLE8/RLE4 stream at ``data[i:]`` of an image of ``rows`` rows."""
+    n, row = len(data), 0
+    while i + 1 < n:
+        count, code = data[i], data[i + 1]
+        i += 2
+        if count:  # a run
+            continue
+        if code == 0:
+            row += 1
+        elif code == 1:
+            return None
+        elif code == 2:  # a move: right, down
+            row += data[i + 1] if i + 1 < n else 0
+            i += 2
+        else:  # literal pixels, padded to 16 bits
+            size = code if bits == 8 else (code + 1) // 2
+            i += size + (size & 1)
+        if row > rows:
+            return f"BMP RLE data run past the image's {rows} rows"
+    return "BMP RLE data end without their end-of-bitmap code"
+
+
+# --------------------------------------------------------------------------------------- WebP
+def webp_problem(data: bytes, size: int | None = None) -> str | None:
+    """What is broken in WebP ``data`` (RIFF chunk sizes when ``data`` is whole, the VP8/VP8L
+    frame headers found); None when sound. ``size``: the file's size when ``data`` holds only
+    its first bytes."""
+    whole = size is None or len(data) == size
+    end = min(_u32(data, 4, "little") + 8, len(data))
+    i = 12
+    while i + 8 <= end:
+        kind, size = data[i:i + 4], _u32(data, i + 4, "little")
+        if whole and i + 8 + size > end:
+            return f"WebP chunk {kind!r} at byte {i} runs past the end of the file"
+        problem = _frame_problem(kind, data[i + 8:i + 8 + min(size, 16)])
+        if problem:
+            return f"{problem} (WebP chunk at byte {i})"
+        i += 8 + size + (size & 1)
+    return None
+
+
+def _frame_problem(kind: bytes, head: bytes) -> str | None:
+    """What is wrong with the first bytes of a VP8 or VP8L frame (other chunks: None)."""
+    if not all(c == 0x20 or chr(c).isalnum() for c in kind):
+        return f"not a RIFF chunk ({kind!r})"
+    if kind == b"VP8 " and len(head) >= 10 and (
+            head[0] & 1 or head[3:6] != b"\x9d\x01\x2a" or not _u16(head, 6, "little") & 0x3FFF
+            or not _u16(head, 8, "little") & 0x3FFF):
+        return "VP8 frame that is not a key frame with its start code and a size"
+    if kind == b"VP8L" and len(head) >= 5 and (head[0] != 0x2F or _u32(head, 1, "little") >> 29):
+        return "VP8L frame without its signature"
+    return None
