@@ -82,7 +82,8 @@ def epoch_samples(source, batch_size, epochs, steps_per_execution=1, shuffle=Tru
     placement = Placement.create()
     plan = ef.data.Plan(len(source), batch_size, shuffle=shuffle, seed=0,
                         steps_per_execution=steps_per_execution, num_shards=placement.num_shards)
-    loader = Loader(source, plan, placement, pipelines_per_device=pipelines)
+    loader = Loader(source, plan, placement, pipelines_per_device=pipelines,
+                    threaded=pipelines is not None)  # as on GPUs: a thread per pipeline
     seen = []
     for _ in range(epochs):
         ids = []

@@ -15,6 +15,7 @@ epochs follow each other without a pipeline reset and prefetching crosses epoch 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import os
 import threading
 from collections.abc import Mapping
@@ -133,6 +134,9 @@ class Loader:
         self._pipes = [self._build(f, len(rows), threads,
                                    d.local_hardware_id if d is not None else None, prefetch)
                        for f, (rows, d) in zip(self._feeders, specs)]
+        # each pipeline waited for and refed in its own thread: none idles while another is late
+        self._pool = (concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
+                      if self._threaded and len(self._pipes) > 1 else None)
 
     def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None,
                prefetch: int):
@@ -200,7 +204,10 @@ class Loader:
         return self._peeked
 
     def _produce(self, iteration: int) -> dict[str, jax.Array]:
-        outputs = [self._run(p, iteration) for p in self._pipes]
+        if self._pool is not None:
+            outputs = list(self._pool.map(lambda p: self._run(p, iteration), self._pipes))
+        else:
+            outputs = [self._run(p, iteration) for p in self._pipes]
         _, mask = self._feeders[0].chunk(iteration)
         if self._on_gpu:
             x, y = (self.placement.shard_device_rows(self._per_device(arrays))
@@ -280,6 +287,9 @@ class Loader:
                 self._ready.notify_all()
             self._thread.join()
             self._thread = None
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown()
+            self._pool = None
         self._pipes.clear()
 
 
