@@ -52,11 +52,20 @@ def default_num_threads(platform: str, pipelines: int) -> int:
     return max(1, min(8, cores // max(1, pipelines)))
 
 
+#: Most rows one pipeline run prepares: DALI's throughput falls steeply with larger batches
+#: (one pipeline, 28x28 JPEGs on an H200 machine: ~89,000 samples/s at 200 rows a run, ~33,000
+#: at 6,000; docs/performance.md), so a pipeline's share of a chunk is prepared in several runs.
+RUN_ROWS = 256
+
+
 class _Feeder:
-    """The external_source callback of one pipeline: its rows of chunk ``start + iteration``."""
+    """The external_source callback of one pipeline: its rows of each chunk, prepared in
+    ``len(parts)`` runs (run ``j`` feeds part ``j % len(parts)`` of chunk ``start + j // len(parts)``).
+    """
 
     def __init__(self, source: Source, plan: Plan, rows: np.ndarray, start: int):
         self.source, self.plan, self.start, self.rows = source, plan, start, rows
+        self.parts = np.array_split(rows, -(-len(rows) // RUN_ROWS))
         self._lock = threading.Lock()
         self._order: tuple[int, np.ndarray] | None = None
 
@@ -69,8 +78,9 @@ class _Feeder:
         return self.plan.chunk(iteration, order)
 
     def __call__(self, info: Any) -> Any:
-        idx, _ = self.chunk(self.start + info.iteration)
-        return tuple(self.source.feed(idx[self.rows]))
+        chunk, part = divmod(info.iteration, len(self.parts))
+        idx, _ = self.chunk(self.start + chunk)
+        return tuple(self.source.feed(idx[self.parts[part]]))
 
 
 class Loader:
@@ -131,9 +141,9 @@ class Loader:
         self._devices = [d for _, d in specs]
         threads = num_threads or default_num_threads(placement.platform, len(specs))
         self._feeders = [_Feeder(source, plan, rows, start) for rows, _ in specs]
-        self._pipes = [self._build(f, len(rows), threads,
+        self._pipes = [self._build(f, len(f.parts[0]), threads,
                                    d.local_hardware_id if d is not None else None, prefetch)
-                       for f, (rows, d) in zip(self._feeders, specs)]
+                       for f, (_, d) in zip(self._feeders, specs)]
         # each pipeline waited for and refed in its own thread: none idles while another is late
         self._pool = (concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
                       if self._threaded and len(self._pipes) > 1 else None)
@@ -205,9 +215,10 @@ class Loader:
 
     def _produce(self, iteration: int) -> dict[str, jax.Array]:
         if self._pool is not None:
-            outputs = list(self._pool.map(lambda p: self._run(p, iteration), self._pipes))
+            outputs = list(self._pool.map(lambda i: self._share(i, iteration),
+                                          range(len(self._pipes))))
         else:
-            outputs = [self._run(p, iteration) for p in self._pipes]
+            outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
         _, mask = self._feeders[0].chunk(iteration)
         if self._on_gpu:
             x, y = (self.placement.shard_device_rows(self._per_device(arrays))
@@ -254,6 +265,15 @@ class Loader:
         self._thread = threading.Thread(target=work, args=(self.iteration,), daemon=True,
                                         name="easyfit-loader")
         self._thread.start()
+
+    def _share(self, index: int, iteration: int) -> tuple[Any, Any]:
+        """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
+        pipe, count = self._pipes[index], len(self._feeders[index].parts)
+        runs = [self._run(pipe, iteration) for _ in range(count)]
+        if len(runs) == 1:
+            return runs[0]
+        join = jnp.concatenate if self._on_gpu else np.concatenate
+        return tuple(join(parts) for parts in zip(*runs))
 
     def _run(self, pipe, iteration: int) -> tuple[Any, Any]:
         try:
