@@ -123,7 +123,9 @@ class Source(abc.ABC):
         return None
 
     def check(self) -> None:
-        """Checks cheap to do before a pipeline starts; raises DataError. Default: nothing."""
+        """Checks to do before the first pipeline of this source is built (called by
+        :func:`~easyfit.data.loader.make_loader` before each; a source that checks much
+        remembers it did); raises DataError. Default: nothing."""
 
     def __len__(self) -> int:
         return self.num_samples
@@ -180,6 +182,9 @@ class Subset(Source):
     def known_labels(self) -> np.ndarray | None:
         labels = self.source.known_labels()
         return None if labels is None else labels[self.indices]
+
+    def check(self) -> None:
+        self.source.check()
 
     def locate(self, index: int) -> str:
         return self.source.locate(int(self.indices[index]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Callable
 from typing import Any
@@ -9,15 +10,26 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .images import SAMPLED, EncodedImages, first_line
+from .images import SAMPLED, EncodedImages, first_line, image_problem
 from .reader import READER, ReaderSource
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
+
+_VERIFY_BYTES = 32 << 20  # encoded bytes per batch read to verify the records
 
 
 def is_lmdb(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an LMDB environment directory (holds ``data.mdb``)."""
     return os.path.isfile(os.path.join(path, "data.mdb"))
+
+
+def _concatenated(batch: Any) -> tuple[bytes, list[int]]:
+    """The bytes of a DALI batch of 1-D uint8 samples, one after the other, and where sample
+    ``k`` starts (``ends[k]``) and ends (``ends[k + 1]``): one copy for the whole batch."""
+    sizes = np.array(batch.shape(), np.int64).reshape(-1)
+    buffer = np.empty(int(sizes.sum()), np.uint8)
+    batch.copy_to_external(ctypes.c_void_p(buffer.ctypes.data))
+    return buffer.tobytes(), [0, *np.cumsum(sizes).tolist()]
 
 
 class Caffe2LMDB(EncodedImages, ReaderSource):
@@ -34,6 +46,14 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     DALI's reader chooses the order (shuffled in a buffer when training) and shards by device,
     so this source is reader-driven: exactly-once evaluation holds, but the batches depend on
     the number of pipelines and ``validation_split`` is not available (see docs/data-formats.md).
+
+    Encoded records are verified once, before the first pipeline that decodes them is built
+    (:meth:`check`, called by :func:`~easyfit.data.loader.make_loader`): DALI reads every
+    record in key order, without decoding, and each image is checked on the host like the
+    files of other sources (:func:`~easyfit.data.images.image_problem`), since DALI 2.4's CPU
+    decoders can crash the process on a broken image. A broken one raises DataError naming
+    it (``<path>: record k (in key order): <what is wrong>``). That pass also gives every
+    label (:meth:`known_labels`). Raw (``BYTE``) records are not read ahead.
 
     Args:
         path: the LMDB directory.
@@ -57,9 +77,12 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         if not is_lmdb(self.path):
             raise DataError(f"{self.path}: not an LMDB (no data.mdb)")
         self.augment = augment
+        self._labels: np.ndarray | None = None
+        self._verified = False
         self._num, records = self._probe()
         images = [r[1] for r in records]
         self.encoded = images[0].ndim == 1
+        self._record_bytes = int(np.mean([r[1].nbytes for r in records]))
         labels = np.concatenate([np.ravel(r[2]) for r in records])
         self._label_dtype = np.dtype(np.int32 if labels.dtype.kind in "iu" else np.float32)
         if self.encoded:
@@ -95,6 +118,51 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         finally:
             del pipe
         return num, records
+
+    def check(self) -> None:
+        """Verifies every encoded record once (see the class docstring); raises DataError."""
+        if self.encoded and not self._verified:
+            self._labels = self._verify()
+            self._verified = True
+
+    def _verify(self) -> np.ndarray | None:
+        """Checks every encoded record in key order; every label when each record holds one."""
+        from nvidia.dali import fn, pipeline_def
+
+        batch = int(np.clip(_VERIFY_BYTES // max(self._record_bytes, 1), 64, 8192))
+        batch = min(batch, self._num)
+
+        @pipeline_def(batch_size=batch, num_threads=1, device_id=None, prefetch_queue_depth=2)
+        def records():
+            data, labels = fn.readers.caffe2(path=self.path, pad_last_batch=True, name=READER)
+            return data, labels
+
+        pipe, labels, done = records(), [], 0
+        try:
+            pipe.build()
+            while done < self._num:
+                data, label = pipe.run()
+                count = min(batch, self._num - done)
+                raw, ends = _concatenated(data)
+                for k in range(count):
+                    problem = image_problem(raw[ends[k]:ends[k + 1]])
+                    if problem:
+                        raise DataError(f"{self.locate(done + k)}: {problem}")
+                labels.append(label.as_array()[:count].reshape(count, -1)
+                              if label.is_dense_tensor() else None)
+                done += count
+        except RuntimeError as e:
+            raise DataError(f"{self.path}: cannot be read as a Caffe2 LMDB "
+                            f"({first_line(e)})") from None
+        finally:
+            del pipe
+        if any(part is None or part.shape[1] != 1 for part in labels):
+            return None
+        return np.concatenate(labels)[:, 0].astype(self._label_dtype)
+
+    def known_labels(self) -> np.ndarray | None:
+        """Every label in key order, once :meth:`check` has read them (encoded records)."""
+        return self._labels
 
     def _init_raw(self, records, image_size, color_mode, transform) -> None:
         shapes = [r[1].shape if r[1].ndim == 3 else (*r[1].shape, 1) for r in records]

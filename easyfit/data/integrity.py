@@ -24,7 +24,9 @@ say what is broken so that the file is named before DALI sees it:
 
 from __future__ import annotations
 
+import functools
 import re
+import struct
 import zlib
 
 __all__ = ["bmp_problem", "jpeg_problem", "png_problem", "structure_problem", "webp_problem"]
@@ -134,7 +136,7 @@ def _segment_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
     if marker in _SOF:
         return _sof_problem(marker, body, frame)
     if marker == 0xC4:
-        return _dht_problem(body)
+        return _dht_problem(bytes(body))
     if marker == 0xDB:
         return _dqt_problem(body, frame)
     if marker == 0xDD:
@@ -165,6 +167,7 @@ def _sof_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)  # images of one encoder share their Huffman tables
 def _dht_problem(body: bytes) -> str | None:
     i = 0
     while i < len(body):
@@ -271,6 +274,9 @@ _PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: 
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 _PIECE = 1 << 20  # bytes inflated at a time
 _DEFLATE_RATIO = 1032  # deflate's largest expansion
+_CHUNK = struct.Struct(">I4s")  # a chunk's length and type
+_CRC = struct.Struct(">I")
+_IHDR = struct.Struct(">IIBB")  # width, height, bit depth, color type
 
 
 def png_problem(data: bytes) -> str | None:
@@ -279,12 +285,12 @@ def png_problem(data: bytes) -> str | None:
     view, n, i = memoryview(data), len(data), 8
     header, idat, ended = None, [], False
     while i + 12 <= n and not ended:
-        length, kind = _u32(data, i), data[i + 4:i + 8]
+        length, kind = _CHUNK.unpack_from(data, i)
         if i + 12 + length > n:
             return f"PNG chunk {kind!r} at byte {i} runs past the end of the file"
         if not kind.isalpha():
             return f"not a PNG chunk at byte {i} ({kind!r})"
-        if zlib.crc32(view[i + 4:i + 8 + length]) != _u32(data, i + 8 + length):
+        if zlib.crc32(view[i + 4:i + 8 + length]) != _CRC.unpack_from(data, i + 8 + length)[0]:
             return f"PNG chunk {kind.decode()} at byte {i} fails its CRC check"
         if header is None and kind != b"IHDR":
             return "PNG without an IHDR chunk first"
@@ -307,7 +313,7 @@ def png_problem(data: bytes) -> str | None:
 def _ihdr_problem(header: bytes) -> str | None:
     if len(header) != 13:
         return "PNG IHDR chunk of a wrong length"
-    width, height, depth, color = _u32(header, 0), _u32(header, 4), header[8], header[9]
+    width, height, depth, color = _IHDR.unpack_from(header)
     if not (0 < width < 1 << 31 and 0 < height < 1 << 31) or depth not in _PNG_DEPTHS.get(
             color, ()) or header[10] or header[11] or header[12] > 1:
         return (f"PNG IHDR invalid ({width}x{height}, bit depth {depth}, color type {color}, "
@@ -317,7 +323,7 @@ def _ihdr_problem(header: bytes) -> str | None:
 
 def _passes(header: bytes) -> list[tuple[int, int]]:
     """``(rows, bytes per row with its filter byte)`` of each non-empty (interlace) pass."""
-    width, height, depth, color = _u32(header, 0), _u32(header, 4), header[8], header[9]
+    width, height, depth, color = _IHDR.unpack_from(header)
     bits = depth * _PNG_CHANNELS[color]
     grid = [(0, 0, 1, 1)] if not header[12] else [
         (0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),

@@ -341,7 +341,9 @@ def batch_error(source: Source, error: RuntimeError, suspects: list[int]) -> Dat
 def make_loader(source: Source, plan: Plan, placement: Placement, **kwargs: Any) -> Any:
     """The loader for ``source``: :class:`Loader`, or a ``ReaderLoader`` for a reader-driven
     source. Both iterate over dicts of ``x``, ``y``, ``mask`` and have ``plan`` and ``close``.
+    Runs ``source.check()`` first.
     """
+    source.check()
     if source.reader_driven:
         from .reader import ReaderLoader
 

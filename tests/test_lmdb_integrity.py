@@ -1,0 +1,94 @@
+"""Every encoded record of a Caffe2 LMDB is checked on the host once, before any pipeline of
+the source decodes one: DALI 2.4's CPU decoders crash the process on some broken images, and
+an LMDB's records are read (and decoded) inside DALI (docs/data-formats.md, "Bad data")."""
+
+from __future__ import annotations
+
+import numpy as np
+import optax
+import pytest
+from formats import encode, write_lmdb
+from models import SmallMLP
+from test_corrupt_payload import CORRUPTIONS
+
+import easyfit as ef
+from easyfit.data.images import SAMPLED
+
+N = 200
+MIDDLE = N // 2  # past the first SAMPLED records, which building the source reads
+CRASHING = ["jpeg segment length past its end", "png bit depth 3", "bmp bit count 7",
+            "webp VP8 start code"]  # each crashed DALI 2.4's CPU decoder
+
+
+@pytest.fixture(scope="module")
+def digits(mnist_arrays):
+    x, y = mnist_arrays["train"]
+    return x[:N, :, :, 0], y[:N]
+
+
+def _fresh_trainer() -> ef.Trainer:
+    return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0)
+
+
+def _broken_lmdb(path, digits, kind: str) -> tuple[str, str]:
+    """An LMDB of the digits with record MIDDLE broken by ``CORRUPTIONS[kind]``; the message."""
+    (_, save), corrupt, message = CORRUPTIONS[kind]
+    images = [save(a) for a in digits[0]]
+    images[MIDDLE] = corrupt(images[MIDDLE])
+    return write_lmdb(path, images, digits[1]), message
+
+
+def test_the_broken_record_is_past_those_read_up_front():
+    assert SAMPLED <= MIDDLE < N - 1
+
+
+@pytest.mark.parametrize("kind", CRASHING)
+def test_a_broken_record_is_named_by_fit_before_any_decode(tmp_path, digits, kind):
+    db, message = _broken_lmdb(tmp_path / "db", digits, kind)
+    trainer = _fresh_trainer()
+    with pytest.raises(ef.errors.DataError,
+                       match=f"^{db}: record {MIDDLE} .in key order.: {message}"):
+        trainer.fit(db, epochs=1, batch_size=N, verbose=0)
+    assert trainer.state is None  # no batch was produced
+
+
+@pytest.mark.parametrize("kind", CRASHING[:2])
+def test_a_broken_record_is_named_by_evaluate_before_any_decode(tmp_path, digits, trainer, kind):
+    db, message = _broken_lmdb(tmp_path / "db", digits, kind)
+    with pytest.raises(ef.errors.DataError,
+                       match=f"^{db}: record {MIDDLE} .in key order.: {message}"):
+        trainer.evaluate(db, batch_size=N)
+
+
+def test_a_good_lmdb_trains_and_is_checked_once(tmp_path, digits, trainer):
+    (_, save), corrupt, _ = CORRUPTIONS["png bit depth 3"]
+    images = [save(a) for a in digits[0]]
+    db = write_lmdb(tmp_path / "db", images, digits[1])
+    source = ef.data.Caffe2LMDB(db)
+    assert source.known_labels() is None  # not read yet
+    history = trainer.fit(source, epochs=1, batch_size=50, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    np.testing.assert_array_equal(source.known_labels(), digits[1])
+    # Once per source object: after the record is broken in place, only a new source sees it.
+    write_lmdb(db, images[:MIDDLE] + [corrupt(images[MIDDLE])] + images[MIDDLE + 1:], digits[1])
+    source.check()
+    with pytest.raises(ef.errors.DataError, match=f"^{db}: record {MIDDLE} "):
+        ef.data.Caffe2LMDB(db).check()
+
+
+def test_a_label_outside_the_outputs_is_named_with_its_record(tmp_path, digits, trainer):
+    labels = digits[1].copy()
+    labels[MIDDLE] = 10
+    db = write_lmdb(tmp_path / "db", [encode(a) for a in digits[0]], labels)
+    with pytest.raises(ef.errors.DataError,
+                       match=f"label 10 .at {db}: record {MIDDLE} .in key order.. is outside"):
+        trainer.fit(db, epochs=1, batch_size=N, verbose=0)
+
+
+def test_raw_records_are_not_read_ahead(tmp_path, digits, trainer):
+    db = write_lmdb(tmp_path / "db", list(digits[0][:, :, :, None]), digits[1])
+    source = ef.data.Caffe2LMDB(db)
+    source.check()
+    assert source.known_labels() is None
+    history = trainer.fit(source, epochs=1, batch_size=50, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
