@@ -16,8 +16,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from ..parallel import Placement
+from ..parallel import DATA_AXIS, Placement
 from .base import Source
 from .loader import Loader
 
@@ -91,9 +93,14 @@ class CachedLoader:
         self.iteration = loader.iteration
         cpe = self.plan.chunks_per_epoch
         self._record_from = -(-self.iteration // cpe) * cpe  # first whole epoch from here
-        self._parts: list[tuple[tuple[np.ndarray, np.ndarray], dict[str, jax.Array]]] = []
+        self._recorded: dict[str, jax.Array] | None = None  # the epoch's chunks, stream order
+        self._orders: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
         self._data: dict[str, jax.Array] | None = None
         self._gather = jax.jit(_gather, out_shardings=self.placement.data)
+        # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
+        sharding = NamedSharding(self.placement.mesh, P(None, DATA_AXIS))
+        self._record = jax.jit(_record, donate_argnums=(0,), out_shardings=sharding)
+        self._allocate = jax.jit(_zeros, static_argnums=(0,), out_shardings=sharding)
 
     def __iter__(self) -> CachedLoader:
         return self
@@ -112,8 +119,14 @@ class CachedLoader:
         if self._data is None:
             batch = next(self.loader)
             if self.iteration >= self._record_from:
-                self._parts.append((self.plan.chunk(self.iteration), batch))
-                if len(self._parts) == self.plan.chunks_per_epoch:
+                if self._recorded is None:
+                    shapes = tuple((k, (self.plan.chunks_per_epoch, *batch[k].shape),
+                                    str(batch[k].dtype)) for k in ("x", "y"))
+                    self._recorded = self._allocate(shapes)
+                self._recorded = self._record(self._recorded, {k: batch[k] for k in ("x", "y")},
+                                              np.int32(len(self._orders)))
+                self._orders.append(self.plan.chunk(self.iteration))
+                if len(self._orders) == self.plan.chunks_per_epoch:
                     self._fill()
             self.iteration += 1
             return batch
@@ -126,25 +139,36 @@ class CachedLoader:
 
     def _fill(self) -> None:
         n = self.plan.num_samples
-        index = np.concatenate([i for (i, _), _ in self._parts])
-        valid = np.concatenate([m for (_, m), _ in self._parts])
+        index = np.concatenate([i for i, _ in self._orders])
+        valid = np.concatenate([m for _, m in self._orders])
         index = np.where(valid, index, n).astype(np.int32)  # padding rows: out of range, dropped
-        parts = {k: [b[k] for _, b in self._parts] for k in ("x", "y")}
         scatter = jax.jit(_scatter, static_argnums=(2,), out_shardings=self.placement.replicated)
-        self._data = scatter(parts, index, n)
-        self._parts.clear()
+        self._data = scatter(self._recorded, index, n)
+        self._recorded = None  # released (not donated: no output has its shape)
+        self._orders.clear()
         self.loader.close()
         log.info("easyfit: %d samples cached on the device; DALI pipelines released", n)
 
     def close(self) -> None:
         self.loader.close()
-        self._parts.clear()
+        self._recorded = None
+        self._orders.clear()
 
 
-def _scatter(parts: dict[str, list[jax.Array]], index: jax.Array, n: int) -> dict[str, jax.Array]:
+def _zeros(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, jax.Array]:
+    return {key: jnp.zeros(shape, dtype) for key, shape, dtype in shapes}
+
+
+def _record(recorded: dict[str, jax.Array], chunk: dict[str, jax.Array],
+            i: jax.Array) -> dict[str, jax.Array]:
+    """``recorded`` with chunk ``i`` written in place (one compilation for the whole epoch)."""
+    return {key: value.at[i].set(chunk[key]) for key, value in recorded.items()}
+
+
+def _scatter(recorded: dict[str, jax.Array], index: jax.Array, n: int) -> dict[str, jax.Array]:
     out = {}
-    for key, chunks in parts.items():
-        rows = jnp.concatenate(chunks)
+    for key, chunks in recorded.items():
+        rows = chunks.reshape(-1, *chunks.shape[2:])
         out[key] = jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
     return out
 
