@@ -34,7 +34,7 @@ from .data.resolve import split_layout
 from .data.split import split_validation
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss
-from .metrics import build_collection
+from .metrics import build_collection, compute_on_host
 from .models import adapt
 from .parallel import Placement, gather_to_host, local_rows
 from .state import TrainState
@@ -53,19 +53,6 @@ class _Compiled:
     eval: Callable
     predict: Callable
     metrics: type
-
-
-@jax.jit
-def _metric_values(acc: Any) -> dict[str, jax.Array]:
-    return acc.compute()
-
-
-def _compute(acc: Any) -> dict[str, float]:
-    """The metrics' values on the host (one jitted call: eager ops would each compile on a GPU,
-    seconds in the first epoch)."""
-    values = jax.device_get(_metric_values(acc))
-    order = [f.name for f in dataclasses.fields(acc) if f.name in values]  # loss first, as Keras
-    return {name: float(values[name]) for name in order}
 
 
 class Trainer:
@@ -253,7 +240,7 @@ class Trainer:
                             epoch, batch + 1, loader.position(), acc, plan)
                         if cbs.wants("on_train_batch_end"):
                             cbs.call("on_train_batch_end", batch,
-                                     logs=LazyLogs(lambda a=acc: _compute(a)))
+                                     logs=LazyLogs(lambda a=acc: compute_on_host(a)))
                         if self.stop_training or interrupted():
                             break
                     else:
@@ -280,7 +267,7 @@ class Trainer:
         return history
 
     def _epoch_logs(self, acc: Any) -> dict[str, float]:
-        logs = _compute(acc)
+        logs = compute_on_host(acc)
         learning_rate = get_learning_rate(self.state.opt_state)
         if learning_rate is not None:
             logs["learning_rate"] = learning_rate
@@ -354,7 +341,7 @@ class Trainer:
                 cbs.call("on_test_batch_begin", batch)
                 acc = fns.eval(self.state, acc, next(loader))
                 cbs.call("on_test_batch_end", batch)
-            logs = _compute(acc)
+            logs = compute_on_host(acc)
         cbs.call("on_test_end", logs=logs)
         return logs
 
