@@ -121,3 +121,23 @@ def test_a_reader_driven_loader_resumes_where_the_stream_was(roots):
     loader.close()
     for key in ("x", "y", "mask"):
         np.testing.assert_array_equal(resumed[key], stream[6][key])
+
+
+def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_xy):
+    x, y = train_xy
+    source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
+    for shuffle in (False, True):  # 300 rows a chunk: 2 runs of 150; 7 runs an epoch: 4 chunks
+        plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0,
+                            steps_per_execution=3)
+        loader = make_loader(source, plan, ef.trainer.Placement.create())
+        assert loader._chunk_runs == 2 and loader.plan.chunks_per_epoch == 4  # noqa: SLF001
+        try:
+            for _ in range(2):
+                chunks = [{k: np.asarray(v) for k, v in next(loader).items()}
+                          for _ in range(loader.plan.chunks_per_epoch)]
+                got = [np.concatenate([c[k][c["mask"]] for c in chunks]) for k in ("x", "y")]
+                if not shuffle:
+                    np.testing.assert_array_equal(got[0], x)  # the LMDB's key order
+                assert sorted(_rows(*got)) == sorted(_rows(x, y))
+        finally:
+            loader.close()

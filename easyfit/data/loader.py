@@ -31,7 +31,7 @@ from .base import Source
 from .images import first_line
 from .order import Plan
 
-__all__ = ["Loader", "default_num_threads", "make_loader", "on_gpu_pipelines"]
+__all__ = ["Loader", "default_num_threads", "make_loader", "on_gpu_pipelines", "run_rows"]
 
 
 def _cores() -> int:
@@ -56,6 +56,20 @@ def default_num_threads(platform: str, pipelines: int) -> int:
 #: (one pipeline, 28x28 JPEGs on an H200 machine: ~89,000 samples/s at 200 rows a run, ~33,000
 #: at 6,000; docs/performance.md), so a pipeline's share of a chunk is prepared in several runs.
 RUN_ROWS = 256
+
+
+def run_rows(rows: int) -> int:
+    """Rows of one run of a reader pipeline, which must split a chunk's ``rows`` evenly: their
+    largest divisor up to :data:`RUN_ROWS`, or ``rows`` itself (one run) when that divisor is
+    under ``RUN_ROWS // 8``, for which the runs would cost more than they save.
+
+    Example:
+        >>> from easyfit.data.loader import run_rows
+        >>> run_rows(6000), run_rows(200), run_rows(514)
+        (250, 200, 514)
+    """
+    best = max(d for d in range(1, min(rows, RUN_ROWS) + 1) if rows % d == 0)
+    return best if best >= min(rows, RUN_ROWS // 8) else rows
 
 
 class _Feeder:

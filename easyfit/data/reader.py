@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..parallel import Placement
 from .base import Source
-from .loader import Loader, augmented, default_num_threads, on_gpu_pipelines
+from .loader import Loader, augmented, default_num_threads, on_gpu_pipelines, run_rows
 from .order import Plan
 
 __all__ = ["READER", "ReaderLoader", "ReaderPlan", "ReaderSource", "scan_for_bad_record",
@@ -122,14 +123,19 @@ class ReaderLoader(Loader):
         readers = per_process * jax.process_count()
         ids = [jax.process_index() * per_process + k for k in range(per_process)]
         self._group = size
-        batch = self._group * plan.rows_per_shard
+        batch = self._group * plan.rows_per_shard  # a pipeline's rows of each chunk
+        run = run_rows(batch)  # read in runs of at most RUN_ROWS rows (see loader.RUN_ROWS)
         threads = num_threads or default_num_threads(placement.platform, len(groups))
-        self._pipes = [self._build_reader(shard, readers, plan, batch, threads,
+        self._pipes = [self._build_reader(shard, readers, plan, run, threads,
                                           local[g[0]][1].local_hardware_id if self._on_gpu
                                           else None, prefetch)
                        for shard, g in zip(ids, groups, strict=True)]
         meta = self._pipes[0].reader_meta(READER)
-        chunks = -(-(meta["epoch_size_padded"] // readers) // batch)  # each shard, batch-padded
+        # each shard, padded to whole runs; a chunk holds batch // run of them, the epoch's last
+        # chunk fewer (its other rows are masked copies)
+        self._epoch_runs = -(-(meta["epoch_size_padded"] // readers) // run)
+        self._chunk_runs = batch // run
+        chunks = -(-self._epoch_runs // self._chunk_runs)
         self.plan = ReaderPlan(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)},
                                chunks=chunks)
         self._sizes = shard_sizes(meta["epoch_size"], readers)
@@ -139,8 +145,14 @@ class ReaderLoader(Loader):
         epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
         skip = int(position["chunk"]) if position is not None else epoch * chunks + rest
         for _ in range(skip):  # DALI readers cannot seek: read and drop
-            [p.run() for p in self._pipes]
+            for _ in range(self._runs(self.iteration)):
+                [p.run() for p in self._pipes]
             self.iteration += 1
+
+    def _runs(self, iteration: int) -> int:
+        """Reader runs in chunk ``iteration`` (fewer in an epoch's last chunk)."""
+        c = iteration % self.plan.chunks_per_epoch
+        return min(self._chunk_runs, self._epoch_runs - c * self._chunk_runs)
 
     def _build_reader(self, shard: int, readers: int, plan: Plan, batch: int, threads: int,
                       device_id: int | None, prefetch: int):
@@ -177,9 +189,20 @@ class ReaderLoader(Loader):
     def _suspects(self, iteration: int) -> list[int]:
         return []
 
+    def _chunk_of(self, pipe: Any, iteration: int, runs: int) -> tuple[Any, Any]:
+        """A pipeline's rows of chunk ``iteration``: ``runs`` runs, then copies of the last one
+        up to the chunk's size (masked: past the shard's end)."""
+        outs = [self._run(pipe, iteration) for _ in range(runs)]
+        outs += [outs[-1]] * (self._chunk_runs - runs)
+        if len(outs) == 1:
+            return outs[0]
+        join = jnp.concatenate if self._on_gpu else np.concatenate
+        return tuple(join(parts) for parts in zip(*outs, strict=True))
+
     def _produce(self, iteration: int) -> dict[str, jax.Array]:
         """Chunk ``iteration`` of the stream: the pipelines' next batches, with their masks."""
-        outputs = [self._run(p, iteration) for p in self._pipes]
+        runs = self._runs(iteration)
+        outputs = [self._chunk_of(p, iteration, runs) for p in self._pipes]
         masks = [self._layout(self._mask(k, iteration)) for k in range(len(self._pipes))]
         if self._on_gpu:
             xs, ys = zip(*outputs, strict=True)
