@@ -283,11 +283,14 @@ class Loader:
     def _share(self, index: int, iteration: int) -> tuple[Any, Any]:
         """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
         pipe, count = self._pipes[index], len(self._feeders[index].parts)
-        runs = [self._run(pipe, iteration) for _ in range(count)]
+        return self._join([self._run(pipe, iteration) for _ in range(count)])
+
+    def _join(self, runs: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+        """The ``(x, y)`` outputs of consecutive runs of one pipeline, as one ``(x, y)``."""
         if len(runs) == 1:
             return runs[0]
         join = jnp.concatenate if self._on_gpu else np.concatenate
-        return tuple(join(parts) for parts in zip(*runs))
+        return tuple(join(parts) for parts in zip(*runs, strict=True))
 
     def _run(self, pipe, iteration: int) -> tuple[Any, Any]:
         try:
@@ -321,7 +324,7 @@ class Loader:
                 self._ready.notify_all()
             self._thread.join()
             self._thread = None
-        if getattr(self, "_pool", None) is not None:
+        if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
         self._pipes.clear()

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..parallel import Placement
@@ -112,7 +111,7 @@ class ReaderLoader(Loader):
                  pipelines: int | None = None, **_: Any):
         self.source, self.placement = source, placement
         self.training, self.prefetch = training, prefetch
-        self._peeked, self._threaded, self._thread = None, False, None
+        self._peeked, self._threaded, self._thread, self._pool = None, False, None, None
         self._on_gpu = on_gpu_pipelines(source, placement)
         local = placement.local_shards
         per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
@@ -193,11 +192,7 @@ class ReaderLoader(Loader):
         """A pipeline's rows of chunk ``iteration``: ``runs`` runs, then copies of the last one
         up to the chunk's size (masked: past the shard's end)."""
         outs = [self._run(pipe, iteration) for _ in range(runs)]
-        outs += [outs[-1]] * (self._chunk_runs - runs)
-        if len(outs) == 1:
-            return outs[0]
-        join = jnp.concatenate if self._on_gpu else np.concatenate
-        return tuple(join(parts) for parts in zip(*outs, strict=True))
+        return self._join(outs + [outs[-1]] * (self._chunk_runs - runs))
 
     def _produce(self, iteration: int) -> dict[str, jax.Array]:
         """Chunk ``iteration`` of the stream: the pipelines' next batches, with their masks."""
