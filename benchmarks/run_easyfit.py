@@ -72,7 +72,7 @@ def main() -> None:
     print(f"first epoch: first dispatch returned after {ends[0]:.2f} s (compile), "
           f"{len(ends)} dispatches, last at {ends[-1]:.2f} s, epoch {timer.seconds[0]:.2f} s; "
           f"fit started {timer_start - start:.2f} s after the script", flush=True)
-    n = trainer._train_source.num_samples  # noqa: SLF001 - a benchmark may look inside
+    n = trainer._data._train.num_samples  # noqa: SLF001 - a benchmark may look inside
     rates = [n / s for s in timer.seconds]
     stats = jax.devices()[0].memory_stats() or {}
     print(json.dumps({

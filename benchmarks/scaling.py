@@ -112,7 +112,7 @@ def main() -> None:
     history = trainer.fit(train, validation_data=val, epochs=args.epochs, batch_size=batch_size,
                           callbacks=[timer], verbose=2,
                           cache={"false": False, "true": True, "auto": "auto"}[args.cache])
-    n = trainer._train_source.num_samples  # noqa: SLF001 - a benchmark may look inside
+    n = trainer._data._train.num_samples  # noqa: SLF001 - a benchmark may look inside
     rates = [n / s for s in timer.seconds]
     result = {"model": args.model, "devices": len(devices), "platform": devices[0].platform,
               "batch_size": batch_size, "cache": args.cache,

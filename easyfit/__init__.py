@@ -12,10 +12,10 @@ arrange_xla_flags()  # before anything below can start JAX's backend
 
 from . import callbacks, checkpoint, data, datasets, distributed, errors  # noqa: E402
 from .callbacks import Callback, History  # noqa: E402
-from .errors import DataError  # noqa: E402
+from .errors import CheckpointError, DataError  # noqa: E402
 from .trainer import Trainer  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["Callback", "DataError", "History", "Trainer", "__version__", "callbacks",
+__all__ = ["Callback", "CheckpointError", "DataError", "History", "Trainer", "__version__", "callbacks",
            "checkpoint", "data", "datasets", "distributed", "errors"]

@@ -10,9 +10,11 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   the input shape, the class names and the batching plan.
 
 Orbax writes into a temporary directory and renames it when complete, so a process killed while
-saving leaves either the previous checkpoint or a temporary directory, which :func:`load` refuses
+saving leaves either the previous checkpoint or a temporary directory, which
+:func:`read_metadata` refuses
 and which backups ignore; never a checkpoint that loads as something else. Restored arrays take
-the shardings of the trainer's current state.
+the shardings of the target state. The functions work on plain values (a state, a
+:class:`Progress`, a dict of metadata); ``Trainer.save``/``load`` call them.
 
 Example:
     >>> import optax, easyfit as ef
@@ -40,14 +42,13 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from .errors import DataError
+from .errors import CheckpointError
 
 if TYPE_CHECKING:
     from .data.order import Plan
-    from .trainer import Trainer
 
-__all__ = ["Progress", "ResumePoint", "checkpoint_args", "find_resume_point", "load",
-           "read_metadata", "restore", "save"]
+__all__ = ["Progress", "ResumePoint", "checkpoint_args", "find_resume_point", "read_metadata",
+           "reader", "restore", "save"]
 
 FORMAT = "easyfit-checkpoint"
 VERSION = 1
@@ -84,30 +85,30 @@ def _plan_json(plan: Plan | None) -> dict | None:
     return None if plan is None else {k: getattr(plan, k) for k in _PLAN_KEYS}
 
 
-def _metadata(trainer: Trainer, kind: str) -> dict[str, Any]:
-    progress = trainer._progress or Progress(0)
-    shape, dtype = trainer._input_spec or (None, None)
+def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any],
+              kind: str) -> dict[str, Any]:
+    progress = progress or Progress(0)
     return {"format": FORMAT, "version": VERSION, "kind": kind, "epoch": progress.epoch,
             "batch": progress.batch, "position": dict(progress.position or {}) or None,
-            "step": int(np.asarray(jax.device_get(trainer.state.step))), "seed": trainer.seed,
-            "input_shape": shape, "input_dtype": dtype, "class_names": trainer.class_names,
-            "plan": _plan_json(progress.plan),
+            "step": int(np.asarray(jax.device_get(state.step))), "seed": meta.get("seed"),
+            "input_shape": meta.get("input_shape"), "input_dtype": meta.get("input_dtype"),
+            "class_names": meta.get("class_names"), "plan": _plan_json(progress.plan),
             "has_metrics": kind == "full" and progress.metrics is not None}
 
 
-def checkpoint_args(trainer: Trainer, *, weights_only: bool = False) -> ocp.args.Composite:
-    """The Orbax save arguments for the trainer's state and progress."""
-    trainer._require_state()
-    state = trainer.state
-    meta = _metadata(trainer, "weights" if weights_only else "full")
-    items: dict[str, Any] = {"metadata": ocp.args.JsonSave(meta)}
+def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, Any], *,
+                    weights_only: bool = False) -> ocp.args.Composite:
+    """The Orbax save arguments for a training state, where training stands and ``meta``
+    (``seed``, ``input_shape``, ``input_dtype``, ``class_names``)."""
+    full = _metadata(state, progress, meta, "weights" if weights_only else "full")
+    items: dict[str, Any] = {"metadata": ocp.args.JsonSave(full)}
     if weights_only:
         items["weights"] = ocp.args.StandardSave({"params": state.params,
                                                    "model_state": state.model_state})
     else:
         items["state"] = ocp.args.StandardSave(state)
-        if meta["has_metrics"]:
-            items["epoch_metrics"] = ocp.args.StandardSave(trainer._progress.metrics)
+        if full["has_metrics"]:
+            items["epoch_metrics"] = ocp.args.StandardSave(progress.metrics)
     return ocp.args.Composite(**items)
 
 
@@ -115,8 +116,16 @@ def _checkpointer() -> ocp.Checkpointer:
     return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
 
 
-def save(path: str | os.PathLike, trainer: Trainer, *, weights_only: bool = False) -> str:
-    """Writes a checkpoint of ``trainer`` at ``path`` (replacing one already there).
+def save(path: str | os.PathLike, state: Any, progress: Progress | None,
+         meta: Mapping[str, Any], *, weights_only: bool = False) -> str:
+    """Writes a checkpoint of ``state`` at ``path`` (replacing one already there).
+
+    Args:
+        path: the checkpoint's directory.
+        state: a :class:`~easyfit.state.TrainState`.
+        progress: where training stands (epoch, batch, loader position, metrics, plan).
+        meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names`` (JSON values).
+        weights_only: save the parameters and model state only.
 
     An existing checkpoint is replaced only once the new one is complete.
 
@@ -124,12 +133,13 @@ def save(path: str | os.PathLike, trainer: Trainer, *, weights_only: bool = Fals
         The absolute path written.
     """
     path = os.path.abspath(os.fspath(path))
-    args = checkpoint_args(trainer, weights_only=weights_only)
+    args = checkpoint_args(state, progress, meta, weights_only=weights_only)
     ckptr = _checkpointer()
     if not os.path.exists(path) or jax.process_count() > 1:
         ckptr.save(path, args=args, force=True)
         return path
-    new, old = path + ".easyfit-new", path + ".easyfit-old"
+    new = path + ".easyfit-new"
+    old = path + ".easyfit-old"
     for leftover in (new, old):
         shutil.rmtree(leftover, ignore_errors=True)
     ckptr.save(new, args=args)
@@ -143,79 +153,57 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """The JSON metadata of the checkpoint at ``path``.
 
     Raises:
-        DataError: ``path`` is not a complete easyfit checkpoint (missing, or a temporary
-            directory left by a save that did not finish).
+        CheckpointError: ``path`` is not a complete easyfit checkpoint (missing, or a
+            temporary directory left by a save that did not finish).
     """
     path = os.path.abspath(os.fspath(path))
     if not os.path.isdir(path):
-        raise DataError(f"{path}: no such checkpoint directory")
+        raise CheckpointError(f"{path}: no such checkpoint directory")
     if ocp.utils.TMP_DIR_SUFFIX in os.path.basename(path) or path.endswith(".easyfit-new"):
-        raise DataError(f"{path}: an unfinished checkpoint (a save was interrupted)")
+        raise CheckpointError(f"{path}: an unfinished checkpoint (a save was interrupted)")
     if not os.path.isdir(os.path.join(path, "metadata")):
-        raise DataError(f"{path}: not an easyfit checkpoint (no metadata item)")
+        raise CheckpointError(f"{path}: not an easyfit checkpoint (no metadata item)")
     meta = _checkpointer().restore(
         path, args=ocp.args.Composite(metadata=ocp.args.JsonRestore()))["metadata"]
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise DataError(f"{path}: not an easyfit checkpoint")
+        raise CheckpointError(f"{path}: not an easyfit checkpoint")
     return meta
 
 
 Reader = Callable[[ocp.args.Composite], Mapping[str, Any]]
 
 
-def restore(read: Reader, trainer: Trainer, meta: Mapping[str, Any],
-            metrics_template: Any = None, target: Any = None) -> Any:
-    """Restores the items of a checkpoint into ``trainer.state``, in place of its arrays.
+def reader(path: str | os.PathLike) -> Reader:
+    """Reads the given Orbax items of the checkpoint at ``path``."""
+    path = os.path.abspath(os.fspath(path))
+    return lambda args: _checkpointer().restore(path, args=args)
+
+
+def restore(read: Reader, target: Any, meta: Mapping[str, Any],
+            metrics_template: Any = None) -> tuple[Any, Any]:
+    """The state (and mid-epoch metric accumulator) of a checkpoint.
 
     Args:
-        read: reads the given Orbax items of one checkpoint (a path or a manager's step).
-        trainer: the trainer to restore into.
-        meta: the checkpoint's metadata.
-        metrics_template: an empty metric accumulator, to restore a mid-epoch one.
+        read: reads the given Orbax items of one checkpoint (:func:`reader`, or a manager's
+            step).
         target: the state whose structure, shapes and shardings are restored to (arrays or
-            ``jax.ShapeDtypeStruct``); default ``trainer.state``.
+            ``jax.ShapeDtypeStruct``); a weights-only checkpoint replaces its parameters and
+            model state, so it must hold arrays.
+        meta: the checkpoint's metadata (:func:`read_metadata`).
+        metrics_template: an empty metric accumulator, to restore a mid-epoch one.
 
     Returns:
-        The restored metric accumulator, or None.
+        ``(state, metrics or None)``.
     """
-    target = trainer.state if target is None else target
     if meta["kind"] == "weights":
         weights = {"params": target.params, "model_state": target.model_state}
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
-        trainer.state = target.replace(**got["weights"])
-        return None
+        return target.replace(**got["weights"]), None
     items = {"state": ocp.args.StandardRestore(_abstract(target))}
     if meta.get("has_metrics") and metrics_template is not None:
         items["epoch_metrics"] = ocp.args.StandardRestore(_abstract(metrics_template))
     got = read(ocp.args.Composite(**items))
-    trainer.state = got["state"]
-    return got.get("epoch_metrics")
-
-
-def load(path: str | os.PathLike, trainer: Trainer) -> dict[str, Any]:
-    """Restores the checkpoint at ``path`` into ``trainer`` (creating its state if needed).
-
-    A full checkpoint also restores the seed, the class names and the epoch reached; pass
-    ``initial_epoch=meta["epoch"]`` to ``fit`` to go on from there.
-
-    Returns:
-        The checkpoint's metadata.
-    """
-    path = os.path.abspath(os.fspath(path))
-    meta = read_metadata(path)
-    target = trainer.state
-    if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
-        if meta["input_shape"] is None and trainer._adapter.kind != "nnx":
-            raise DataError(f"{path}: no input shape recorded; call fit or evaluate first")
-        target = trainer._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"],
-                                     abstract=meta["kind"] == "full")
-    restore(lambda args: _checkpointer().restore(path, args=args), trainer, meta, target=target)
-    if meta["class_names"] is not None:
-        trainer.class_names = list(meta["class_names"])
-    if meta["kind"] == "full":
-        trainer.seed = int(meta["seed"])
-        trainer._progress = Progress(meta["epoch"])
-    return meta
+    return got["state"], got.get("epoch_metrics")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,9 +233,9 @@ class ResumePoint:
             raise ValueError(f"{self.source}: cannot resume exactly, the training data or its "
                              f"batching changed ({diff}); delete the backup to start afresh")
 
-    def restore(self, trainer: Trainer, metrics_template: Any) -> Any:
-        """Restores the state into ``trainer``; returns the epoch's metric accumulator."""
-        return restore(self.read, trainer, self.meta, metrics_template)
+    def restore(self, target: Any, metrics_template: Any) -> tuple[Any, Any]:
+        """``(state, the epoch's metric accumulator)`` restored onto ``target``'s structure."""
+        return restore(self.read, target, self.meta, metrics_template)
 
 
 def find_resume_point(callbacks: Any) -> ResumePoint | None:

@@ -176,7 +176,7 @@ def _write_folder(out_dir: str | os.PathLike,
         for split in _FILES:  # written by an earlier call with another limit: ours to replace
             shutil.rmtree(os.path.join(out_dir, split), ignore_errors=True)
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(marker):
-        raise DataError(f"{out_dir}: exists and is not empty; choose a new folder for MNIST")
+        raise ValueError(f"{out_dir}: exists and is not empty; choose a new folder for MNIST")
     data = load()
     for k, (split, (x, y)) in enumerate(data.items()):
         n = len(x) if limit is None else min(limit[k], len(x))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-__all__ = ["DataError"]
+__all__ = ["CheckpointError", "DataError"]
 
 
 class DataError(ValueError):
-    """Bad input data: a missing directory, an empty class folder, a bad batch size, ...
+    """Bad input data: a missing directory, an empty class folder, an image that cannot be
+    decoded, a label outside the model's outputs, ...
 
-    The message always names the path or argument at fault and what is wrong with it.
+    Only for data: a mistake in an argument raises ValueError or TypeError naming the argument,
+    and a bad checkpoint directory :class:`CheckpointError`. The message always names the file,
+    record or argument at fault and what is wrong with it.
 
     Example:
         >>> import easyfit as ef
@@ -17,4 +20,20 @@ class DataError(ValueError):
         ... except ef.errors.DataError as e:
         ...     print(e)
         /no/such/dir: no such directory
+    """
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be restored: missing, unfinished (a save was
+    interrupted), not an easyfit checkpoint, or lacking what is needed to restore it.
+
+    The message names the directory.
+
+    Example:
+        >>> import easyfit as ef
+        >>> try:
+        ...     ef.checkpoint.read_metadata("/no/such/ckpt")
+        ... except ef.errors.CheckpointError as e:
+        ...     print(e)
+        /no/such/ckpt: no such checkpoint directory
     """

@@ -10,8 +10,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .errors import DataError
-
 __all__ = ["DATA_AXIS", "Placement", "gather_to_host", "local_rows"]
 
 DATA_AXIS = "data"
@@ -66,8 +64,8 @@ class Placement:
 
     def check_batch_size(self, batch_size: int, argument: str = "batch_size") -> None:
         if batch_size < 1 or batch_size % self.num_shards:
-            raise DataError(f"{argument}={batch_size} does not divide evenly over "
-                            f"{self.num_shards} devices; use a multiple of {self.num_shards}")
+            raise ValueError(f"{argument}={batch_size} does not divide evenly over "
+                             f"{self.num_shards} devices; use a multiple of {self.num_shards}")
 
     def replicate(self, tree):
         """Puts a host pytree on every device."""

@@ -1,7 +1,8 @@
 """Trainer: configuration, and fit / evaluate / predict that only coordinate.
 
-The work is elsewhere: data sources (``easyfit.data``) say what to read, the loader turns them into
-global batches, the pure steps (``easyfit.steps``) train and evaluate, callbacks report.
+The work is elsewhere: the data door (``easyfit.data.DataDoor``) resolves what to read and lends
+loaders of global batches, the pure steps (``easyfit.steps``) train and evaluate, checkpoints
+(``easyfit.checkpoint``) save plain values, callbacks report (see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import dataclasses
 import functools
 import logging
 import os
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,19 +24,15 @@ from . import checkpoint, steps
 from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
-from .data import Source, to_source
-from .data.cache import CachedLoader, decide_cache
-from .data.checks import check_labels
-from .data.loader import make_loader
+from .data.door import DataDoor
 from .data.order import Plan
-from .data.passes import PassLoaders
-from .data.resolve import split_layout
-from .data.split import split_validation
+from .data.sources.base import Source
+from .errors import CheckpointError
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss
 from .metrics import build_collection, compute_on_host
 from .models import adapt
-from .parallel import Placement, gather_to_host, local_rows
+from .parallel import Placement, gather_to_host
 from .state import TrainState
 
 __all__ = ["Trainer"]
@@ -89,12 +85,11 @@ class Trainer:
         ...     def __call__(self, x):
         ...         return nn.Dense(10)(nn.relu(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
         >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(200, 50), source=MNIST_IDX)
-        >>> trainer = ef.Trainer(MLP(), optimizer=optax.adam(1e-3), seed=0)
-        >>> history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
-        >>> sorted(history.history)
-        ['accuracy', 'loss', 'val_accuracy', 'val_loss']
-        >>> trainer.predict(root + "/val").shape
-        (50, 10)
+        >>> with ef.Trainer(MLP(), optimizer=optax.adam(1e-3), seed=0) as trainer:
+        ...     history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
+        ...     outputs = trainer.predict(root + "/val")
+        >>> sorted(history.history), outputs.shape
+        (['accuracy', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
     """
 
     def __init__(self, model: Any, optimizer: optax.GradientTransformation | None = None,
@@ -114,21 +109,17 @@ class Trainer:
                              "or an integer >= 1")
         self.steps_per_execution = steps_per_execution
         self.placement = Placement.create(devices)
-        self._loader_options = {"num_threads": num_threads,
-                                "pipelines_per_device": pipelines_per_device}
         self.state: TrainState | None = None
         self.stop_training = False
         self.history: History | None = None
         self.class_names: list[str] | None = None
         self.batch_size = 32
-        self._train_source: Source | None = None
         self._compiled: dict[Any, _Compiled] = {}
-        self._sources: dict[str, Source] = {}
-        self._passes = PassLoaders(self.placement, self._loader_options)
+        self._data = DataDoor(self.placement, self.seed, steps_per_execution,
+                              {"num_threads": num_threads,
+                               "pipelines_per_device": pipelines_per_device})
         self._input_spec: tuple[list[int], str] | None = None
         self._progress: checkpoint.Progress | None = None
-        self._cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
-        self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
 
     # ----------------------------------------------------------------------------- public state
     @property
@@ -150,6 +141,28 @@ class Trainer:
         """Where the current (or last) fit stands: epoch, batch, loader position (what a
         checkpoint records)."""
         return self._progress
+
+    @property
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What a checkpoint records beside the state and the progress: the seed, the input
+        shape and dtype, the class names."""
+        shape, dtype = self._input_spec or (None, None)
+        return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
+                "class_names": self.class_names}
+
+    # ------------------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Releases the DALI pipelines, device caches and open files kept for evaluation and
+        prediction, and the compiled steps. The trained state stays; the trainer can be used
+        again (it rebuilds what it needs)."""
+        self._data.close()
+        self._compiled.clear()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # ------------------------------------------------------------------------------------ fit
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
@@ -188,26 +201,18 @@ class Trainer:
             The History of this fit (also ``trainer.history``).
         """
         verbose = verbose if jax.process_index() == 0 else 0  # only process 0 reports
-        train, val = self._fit_sources(x, y, validation_data, validation_split)
-        self.batch_size = batch_size = int(batch_size or self.batch_size)
-        self.placement.check_batch_size(batch_size)
-        use_cache, why = decide_cache(cache, train, self.placement)
-        self._cache = cache
-        log.info("easyfit: %s", why)
+        train, val = self._data.fit_sources(x, y, validation_data, validation_split)
+        self.class_names = train.class_names
+        batch_size = int(batch_size or self.batch_size)
+        self.batch_size = batch_size
+        resume = checkpoint.find_resume_point(callbacks or [])
+        loader, why = self._data.train_loader(train, batch_size, shuffle=shuffle, cache=cache,
+                                              initial_epoch=initial_epoch, resume=resume)
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)
-        plan = self._plan(train, batch_size, shuffle, cached=use_cache)
-        resume = checkpoint.find_resume_point(callbacks or [])
         if resume is not None:
-            resume.check(plan)
             initial_epoch = resume.epoch
-        loader = make_loader(train, plan, self.placement, training=True,
-                             start=initial_epoch * plan.chunks_per_epoch,
-                             position=resume.position if resume else None,
-                             **self._loader_options)
         plan = loader.plan
-        if use_cache:
-            loader = CachedLoader(loader)
         start = loader.position()
         first: dict | None = next(loader)
         fns = self._functions(train, plan)
@@ -215,41 +220,47 @@ class Trainer:
                                         first)  # while the model initialises
         self._ensure_state(first, train)
         compiling.join()
-        acc = (resume.restore(self, self._empty(fns)) if resume
-               else None)
-        first_batch = resume.batch if resume else 0
+        acc = None
+        first_batch = 0
+        if resume is not None:
+            self.state, acc = resume.restore(self.state, self._empty(fns))
+            first_batch = resume.batch
         self._progress = checkpoint.Progress(initial_epoch, first_batch, start, acc, plan)
         history = History()
         cbs = CallbackList([history, *([ProgbarLogger(verbose)] if verbose else []),
                             *(callbacks or [])], self,
                            {"epochs": epochs, "steps": plan.chunks_per_epoch, "verbose": verbose,
                             "batch_size": batch_size})
-        self.history, self.stop_training = history, False
+        self.history = history
+        self.stop_training = False
         logs: dict[str, float] = {}
         cbs.call("on_train_begin")
         try:
             with deferred_sigint() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
-                    acc = acc if acc is not None else self._empty(fns)
+                    if acc is None:
+                        acc = self._empty(fns)
                     for batch in range(first_batch, plan.chunks_per_epoch):
-                        chunk, first = first if first is not None else next(loader), None
+                        chunk = first if first is not None else next(loader)
+                        first = None
                         cbs.call("on_train_batch_begin", batch)
-                        state, acc = fns.train(self.state, acc, chunk)
-                        self.state, self._progress = state, checkpoint.Progress(
-                            epoch, batch + 1, loader.position(), acc, plan)
+                        self.state, acc = fns.train(self.state, acc, chunk)
+                        self._progress = checkpoint.Progress(epoch, batch + 1, loader.position(),
+                                                             acc, plan)
                         if cbs.wants("on_train_batch_end"):
                             cbs.call("on_train_batch_end", batch,
                                      logs=LazyLogs(lambda a=acc: compute_on_host(a)))
                         if self.stop_training or interrupted():
                             break
                     else:
-                        self._progress = checkpoint.Progress(
-                            epoch + 1, 0, start if first is not None else loader.position(),
-                            None, plan)
+                        position = start if first is not None else loader.position()
+                        self._progress = checkpoint.Progress(epoch + 1, 0, position, None, plan)
                     if interrupted():
                         raise KeyboardInterrupt
-                    logs, acc, first_batch = self._epoch_logs(acc), None, 0
+                    logs = self._epoch_logs(acc)
+                    acc = None
+                    first_batch = 0
                     if val is not None:
                         val_logs = self._evaluate(val, batch_size, cbs)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -286,7 +297,9 @@ class Trainer:
         Returns:
             The absolute path written.
         """
-        return checkpoint.save(path, self, weights_only=weights_only)
+        self._require_state()
+        return checkpoint.save(path, self.state, self._progress, self.checkpoint_meta,
+                               weights_only=weights_only)
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restores a checkpoint written by :meth:`save` (or ``ModelCheckpoint``).
@@ -294,10 +307,31 @@ class Trainer:
         The trainer must have been built with the same model and optimizer. Continue training
         with ``fit(..., initial_epoch=meta["epoch"])``.
 
+        A full checkpoint also restores the seed, the class names and the epoch reached.
+
         Returns:
             The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
+
+        Raises:
+            CheckpointError: ``path`` is not a complete easyfit checkpoint, or cannot be
+                restored into this trainer.
         """
-        return checkpoint.load(path, self)
+        meta = checkpoint.read_metadata(path)
+        target = self.state
+        if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
+            if meta["input_shape"] is None and self._adapter.kind != "nnx":
+                raise CheckpointError(f"{os.path.abspath(os.fspath(path))}: no input shape "
+                                      "recorded; call fit or evaluate first")
+            target = self._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"],
+                                      abstract=meta["kind"] == "full")
+        self.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta)
+        if meta["class_names"] is not None:
+            self.class_names = list(meta["class_names"])
+        if meta["kind"] == "full":
+            self.seed = int(meta["seed"])
+            self._data.seed = self.seed
+            self._progress = checkpoint.Progress(meta["epoch"])
+        return meta
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, model: Any, **kwargs: Any) -> Trainer:
@@ -321,20 +355,18 @@ class Trainer:
         Returns:
             ``{"loss": ..., "accuracy": ..., ...}``.
         """
-        source = self._source(x, y)
+        source = self._data.source(x, y)
         batch_size = int(batch_size or self.batch_size)
-        self.placement.check_batch_size(batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}))
         if verbose and jax.process_index() == 0:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
         return logs
 
     def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
-        plan = self._plan(source, batch_size, shuffle=False)
-        with self._passes.lease(source, plan, self._cache) as loader:
+        with self._data.lease(source, batch_size) as loader:
             first = loader.peek()
             self._ensure_state(first, source)
-            fns = self._functions(source, plan)
+            fns = self._functions(source, loader.plan)
             cbs.call("on_test_begin")
             acc = self._empty(fns)
             for batch in range(loader.plan.chunks_per_epoch):
@@ -357,15 +389,13 @@ class Trainer:
             A NumPy array with one row per sample.
         """
         del verbose
-        source = self._source(x, None)
+        source = self._data.source(x)
         batch_size = int(batch_size or self.batch_size)
-        self.placement.check_batch_size(batch_size)
         cbs = CallbackList(callbacks or [], self, {})
-        plan = self._plan(source, batch_size, shuffle=False)
         outputs = []
-        with self._passes.lease(source, plan, self._cache) as loader:
+        with self._data.lease(source, batch_size) as loader:
             self._ensure_state(loader.peek(), source)
-            fns = self._functions(source, plan)
+            fns = self._functions(source, loader.plan)
             cbs.call("on_predict_begin")
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
@@ -377,43 +407,6 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------------------------ internals
-    def _plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
-        k = self.steps_per_execution
-        if k == "auto":  # on CPUs, one step per dispatch: XLA runs convolutions slower in a scan
-            steps = -(-source.num_samples // batch_size)
-            wanted = 1 if self.placement.platform == "cpu" else round(
-                (12_800 if cached else 6_000) / batch_size)
-            k = min(steps, max(1, wanted))
-        return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
-                    steps_per_execution=k, num_shards=self.placement.num_shards)
-
-    def _fit_sources(self, x: Any, y: Any, validation_data: Any,
-                     validation_split: float = 0.0) -> tuple[Source, Source | None]:
-        if x is None:
-            raise ValueError("fit: give the training data (a folder, a source or arrays)")
-        val_path = None
-        if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
-            x, val_path = layout
-        train = self._source(x, y, like=None)
-        if validation_split and validation_data is None:
-            train, validation_data = split_validation(train, validation_split, self.seed)
-        self._train_source = train
-        self.class_names = train.class_names
-        if validation_data is not None:
-            if isinstance(validation_data, tuple) and len(validation_data) == 2:
-                return train, self._source(*validation_data)
-            return train, self._source(validation_data, None)
-        return train, (self._source(val_path, None) if val_path else None)
-
-    def _source(self, data: Any, y: Any, like: Source | None | bool = True) -> Source:
-        like = self._train_source if like is True else like
-        if isinstance(data, (str, os.PathLike)):
-            key = os.path.abspath(os.fspath(data))
-            if key not in self._sources:
-                self._sources[key] = to_source(data, like=like)
-            return self._sources[key]
-        return to_source(data, y, like=like)
-
     def _resolved_loss(self, source: Source) -> LossFn:
         if self.loss is None:
             integer = np.issubdtype(source.label_dtype, np.integer)
@@ -428,7 +421,8 @@ class Trainer:
             if metrics is None:
                 metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
             collection = build_collection(metrics)
-            k, placement = plan.steps_per_execution, self.placement
+            k = plan.steps_per_execution
+            placement = self.placement
             train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
                                                source.scale)
             eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
@@ -455,14 +449,15 @@ class Trainer:
             self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
             if self.class_names is None:
                 self.class_names = source.class_names
-        if source not in self._checked:
-            self._checked.add(source)
-            x = jax.ShapeDtypeStruct((1, *chunk["x"].shape[1:]), jnp.float32)
-            out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
-                                 self.state.params, self.state.model_state, x)
-            self._resolved_loss(source)  # sets self.loss when it was None
-            check_labels(source, self.loss, out.shape[-1], local_rows(chunk["y"]),
-                         local_rows(chunk["mask"]))
+        self._resolved_loss(source)  # sets self.loss when it was None
+        self._data.check_labels(source, self.loss, lambda: self._num_outputs(chunk), chunk)
+
+    def _num_outputs(self, chunk: Mapping[str, jax.Array]) -> int:
+        """Size of the model's last output axis for inputs like ``chunk``'s (no computation)."""
+        x = jax.ShapeDtypeStruct((1, *chunk["x"].shape[1:]), jnp.float32)
+        out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
+                             self.state.params, self.state.model_state, x)
+        return out.shape[-1]
 
     def _init_state(self, shape: tuple[int, ...], dtype: str | None,
                     abstract: bool = False) -> Any:

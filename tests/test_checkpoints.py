@@ -76,14 +76,14 @@ def test_save_then_from_checkpoint_goes_on_exactly(tmp_path, data):
 
 def test_load_refuses_what_is_not_a_complete_checkpoint(tmp_path):
     trainer = _trainer()
-    with pytest.raises(ef.DataError, match="no such checkpoint"):
+    with pytest.raises(ef.CheckpointError, match="no such checkpoint"):
         trainer.load(tmp_path / "missing")
     unfinished = tmp_path / "ckpt.orbax-checkpoint-tmp-1700000000"
     os.makedirs(unfinished / "state")
-    with pytest.raises(ef.DataError, match="unfinished checkpoint"):
+    with pytest.raises(ef.CheckpointError, match="unfinished checkpoint"):
         trainer.load(unfinished)
     os.makedirs(tmp_path / "other")
-    with pytest.raises(ef.DataError, match="not an easyfit checkpoint"):
+    with pytest.raises(ef.CheckpointError, match="not an easyfit checkpoint"):
         trainer.load(tmp_path / "other")
 
 

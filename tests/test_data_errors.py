@@ -57,7 +57,7 @@ def test_data_error_is_a_value_error():
 
 def test_mnist_helper_never_overwrites_a_foreign_folder(tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
-    with pytest.raises(ef.errors.DataError, match="not empty"):
+    with pytest.raises(ValueError, match="not empty"):
         ef.datasets.mnist(tmp_path, limit=(10, 10))
     assert (tmp_path / "mine.txt").read_text() == "keep me"
 
@@ -89,3 +89,26 @@ def test_validation_folder_takes_the_training_classes(tmp_path):
     assert val.labels.tolist() == [0, 2]  # "c" keeps its training label despite "b" missing
     with pytest.raises(ef.errors.DataError, match="not one of the classes"):
         ef.data.to_source(str(_folder(tmp_path / "other", ["a", "z"])), like=train)
+
+
+def test_argument_mistakes_are_value_or_type_errors_naming_the_argument(tmp_path):
+    """DataError is for bad data only: a wrong argument raises ValueError or TypeError."""
+    (tmp_path / "a").mkdir()
+    ef.datasets.write_png(tmp_path / "a" / "x.png", np.zeros((8, 8), np.uint8))
+    mistakes = [
+        (ValueError, "brightness=2", lambda: ef.data.Augment(brightness=2)),
+        (ValueError, "crop_padding", lambda: ef.data.Augment(crop_padding=-1)),
+        (ValueError, "color_mode='sepia'",
+         lambda: ef.data.ImageFolder(tmp_path, color_mode="sepia")),
+        (ValueError, "decoder='gpu'", lambda: ef.data.ImageFolder(tmp_path, decoder="gpu")),
+        (ValueError, "image_size=", lambda: ef.data.ImageFolder(tmp_path, image_size=(0,))),
+        (ValueError, "batch_size=0", lambda: ef.parallel.Placement.create().check_batch_size(0)),
+        (ValueError, "validation_split=1.5",
+         lambda: ef.data.split_validation(ef.data.ImageFolder(tmp_path), 1.5)),
+        (ValueError, "^y: not used", lambda: ef.data.to_source(str(tmp_path), [1])),
+        (TypeError, "^x: expected a path", lambda: ef.data.to_source(object())),
+    ]
+    for kind, message, call in mistakes:
+        with pytest.raises(kind, match=message) as raised:
+            call()
+        assert not isinstance(raised.value, ef.errors.DataError), message

@@ -137,3 +137,31 @@ def test_numpy_folders_read_back_through_dalis_numpy_reader(tmp_path, sample):
     order = [int(os.path.basename(f).split(".")[0]) for f in source.files]
     np.testing.assert_array_equal(got_x, x[order].astype(np.float32) / 7)
     np.testing.assert_array_equal(got_y, y[order])
+
+
+def test_record_files_open_each_file_once_when_many_threads_read_at_once(tmp_path, sample):
+    """DALI's threads feed records concurrently: each file gets one descriptor, not one per
+    thread that found it missing (RecordFiles' descriptor table is locked)."""
+    import threading
+
+    x, y = sample
+    for k in range(4):
+        write_recordio(tmp_path / f"part{k}.rec", [encode(a) for a in x[k::4]], y[k::4])
+    source = ef.data.RecordIO(tmp_path)
+    source.close()
+    before = len(os.listdir("/proc/self/fd"))
+    start = threading.Barrier(16)
+
+    def read(t: int) -> None:
+        start.wait()
+        for i in range(t % 4, len(source), 4):
+            source.read(i)
+
+    threads = [threading.Thread(target=read, args=(t,)) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(os.listdir("/proc/self/fd")) - before == 4
+    source.close()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -71,7 +71,7 @@ def test_numpy_folders_deliver_their_arrays_in_folder_order(roots, train_xy):
 def test_lmdb_reads_every_record_once_per_epoch_in_its_own_order(roots, train_xy):
     x, y = train_xy
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
-    assert source.reader_driven and source.num_samples == N_TRAIN
+    assert isinstance(source, ef.data.ReaderSource) and source.num_samples == N_TRAIN
     ordered = _chunks(source, 10, shuffle=False)  # one pipeline: the LMDB's key order
     np.testing.assert_array_equal(np.concatenate([c["x"] for c in ordered]), x)
     np.testing.assert_array_equal(np.concatenate([c["y"] for c in ordered]), y)
@@ -123,6 +123,32 @@ def test_a_reader_driven_loader_resumes_where_the_stream_was(roots):
         np.testing.assert_array_equal(resumed[key], stream[6][key])
 
 
+def test_a_reader_driven_loader_resumes_from_dalis_pipeline_checkpoints(roots):
+    """The position holds DALI's own pipeline checkpoints (``enable_checkpointing``): a loader
+    rebuilt from it continues the shuffled stream exactly, across an epoch's end, also when the
+    next chunk was peeked, and reads nothing twice."""
+    source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "val"))
+    plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
+    stream = _chunks(source, 9, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
+    for taken, peek in ((3, False), (4, True)):
+        first = make_loader(source, plan, ef.trainer.Placement.create())
+        for _ in range(taken):
+            next(first)
+        if peek:
+            first.peek()
+        position = first.position()
+        first.close()
+        assert position["chunk"] == taken and len(position["dali"]) == 1
+        resumed = make_loader(source, plan, ef.trainer.Placement.create(), position=position)
+        try:
+            for i in range(taken, 9):
+                got = next(resumed)
+                for key in ("x", "y", "mask"):
+                    np.testing.assert_array_equal(np.asarray(got[key]), stream[i][key])
+        finally:
+            resumed.close()
+
+
 def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_xy):
     x, y = train_xy
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
@@ -130,7 +156,8 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
         plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0,
                             steps_per_execution=3)
         loader = make_loader(source, plan, ef.trainer.Placement.create())
-        assert loader._chunk_runs == 2 and loader.plan.chunks_per_epoch == 4  # noqa: SLF001
+        assert loader._pipelines._chunk_runs == 2  # noqa: SLF001
+        assert loader.plan.chunks_per_epoch == 4
         try:
             for _ in range(2):
                 chunks = [{k: np.asarray(v) for k, v in next(loader).items()}

@@ -60,11 +60,11 @@ def test_validation_data_wins_over_validation_split(trainer, xy):
 
 def test_reader_driven_sources_refuse_it(trainer, format_roots):
     lmdb = os.path.join(format_roots["lmdb"], "train")
-    with pytest.raises(ef.errors.DataError, match=f"validation_split: Caffe2LMDB.*{lmdb}"):
+    with pytest.raises(ValueError, match=f"validation_split: Caffe2LMDB.*{lmdb}"):
         trainer.fit(lmdb, validation_split=0.1, verbose=0)
 
 
 @pytest.mark.parametrize("fraction", [1.5, -0.1, 0.0001])
 def test_fractions_that_leave_nothing(fraction, xy):
-    with pytest.raises(ef.errors.DataError, match=f"validation_split={fraction}"):
+    with pytest.raises(ValueError, match=f"validation_split={fraction}"):
         split_validation(ef.data.Arrays(*xy), fraction)

@@ -90,7 +90,8 @@ class BackupAndRestore(Callback):
         step = progress.epoch * (self.params["steps"] + 1) + progress.batch  # grows with both
         if step == self._saved:
             return
-        self._open().save(step, args=checkpoint_args(self.trainer), force=True)
+        args = checkpoint_args(self.trainer.state, progress, self.trainer.checkpoint_meta)
+        self._open().save(step, args=args, force=True)
         self._saved = step
 
     def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:

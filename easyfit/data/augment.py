@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..errors import DataError
-
 __all__ = ["Augment"]
 
 
@@ -52,11 +50,11 @@ class Augment:
 
     def __post_init__(self):
         if self.crop_padding < 0 or self.rotation < 0:
-            raise DataError(f"{self}: crop_padding and rotation must be >= 0")
+            raise ValueError(f"{self}: crop_padding and rotation must be >= 0")
         for name in ("brightness", "contrast"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise DataError(f"Augment({name}={getattr(self, name)}): expected a value in "
-                                "[0, 1)")
+                raise ValueError(f"Augment({name}={getattr(self, name)}): expected a value in "
+                                 "[0, 1)")
 
     def __call__(self, images: Any) -> Any:
         from nvidia.dali import fn, types

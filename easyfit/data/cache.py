@@ -20,8 +20,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..parallel import DATA_AXIS, Placement
-from .base import Source
 from .loader import Loader
+from .sources.base import ReaderSource, Source
 
 __all__ = ["CachedLoader", "cache_budget", "decide_cache"]
 
@@ -53,7 +53,7 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
     if cache is False:
         return False, "cache=False: streaming from DALI every epoch"
-    if source.reader_driven:
+    if isinstance(source, ReaderSource):
         if cache is True:
             raise ValueError(f"cache=True: {source.describe()} is read by a DALI reader in its "
                              "own order, which the device cache cannot replay; use cache=False")
@@ -89,7 +89,9 @@ class CachedLoader:
     device memory. Same interface as :class:`Loader`."""
 
     def __init__(self, loader: Loader):
-        self.loader, self.plan, self.placement = loader, loader.plan, loader.placement
+        self.loader = loader
+        self.plan = loader.plan
+        self.placement = loader.placement
         self.iteration = loader.iteration
         cpe = self.plan.chunks_per_epoch
         self._record_from = -(-self.iteration // cpe) * cpe  # first whole epoch from here
@@ -150,8 +152,10 @@ class CachedLoader:
         log.info("easyfit: %d samples cached on the device; DALI pipelines released", n)
 
     def close(self) -> None:
+        """Releases the pipelines and the cached data in device memory."""
         self.loader.close()
         self._recorded = None
+        self._data = None
         self._orders.clear()
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .base import Source, Subset
+from .sources.arrays import Arrays
+from .sources.base import Source, Subset
 
 __all__ = ["check_labels"]
 
@@ -24,7 +25,7 @@ _CLASS_INDICES = ("sparse_categorical_crossentropy", "categorical_crossentropy")
 
 def _origin(source: Source) -> str:
     base = source.source if isinstance(source, Subset) else source
-    return "y" if type(base).__name__ == "Arrays" else source.describe()
+    return "y" if isinstance(base, Arrays) else source.describe()
 
 
 def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.ndarray,

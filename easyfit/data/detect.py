@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 
 from ..errors import DataError
-from .base import Source
-from .caffe2 import Caffe2LMDB, is_lmdb
-from .folder import IMAGE_EXTENSIONS, ImageFolder
-from .numpy_folder import NumpyFolder
-from .recordio import RecordIO
-from .tfrecord import TFRECORD_SUFFIXES, TFRecord
-from .webdataset import WebDataset
+from .sources.base import Source
+from .sources.caffe2 import Caffe2LMDB, is_lmdb
+from .sources.folder import IMAGE_EXTENSIONS, ImageFolder
+from .sources.numpy_folder import NumpyFolder
+from .sources.recordio import RecordIO
+from .sources.tfrecord import TFRECORD_SUFFIXES, TFRecord
+from .sources.webdataset import WebDataset
 
 __all__ = ["detect"]
 

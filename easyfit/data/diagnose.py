@@ -1,10 +1,11 @@
 """Explaining a failed batch: which sample broke it, and why.
 
 DALI reports a sample it cannot read or decode with a message that rarely names the file. When a
-batch fails, the loader asks :func:`find_bad_sample` about the samples of the chunks DALI was
-working on: each is checked on the host first (``Source.sample_problem``: unreadable, empty,
-broken inside), then run alone through the source's own DALI graph on the CPU; the first that
-fails is named.
+batch fails, the pipelines ask :func:`batch_error` for the error to raise. For an indexed source,
+:func:`find_bad_sample` looks at the samples of the chunks DALI was working on: each is checked
+on the host first (``IndexedSource.sample_problem``: unreadable, empty, broken inside), then run
+alone through the source's own DALI graph on the CPU; the first that fails is named. A
+reader-driven source is read again in order, one record at a time (:func:`scan_for_bad_record`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,27 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..errors import DataError
-from .base import Source
 from .images import first_line
+from .sources.base import IndexedSource, ReaderSource, Source
 
-__all__ = ["find_bad_sample"]
+__all__ = ["batch_error", "find_bad_sample", "scan_for_bad_record"]
 
 
-def find_bad_sample(source: Source, indices: Iterable[int]) -> str | None:
+def batch_error(source: Source, error: RuntimeError, suspects: Iterable[int]) -> DataError:
+    """A DataError for a batch DALI failed to produce, naming the bad sample when one is found
+    (among ``suspects`` for an indexed source; in reading order for a reader-driven one)."""
+    if isinstance(source, ReaderSource):
+        culprit = scan_for_bad_record(source)
+    elif isinstance(source, IndexedSource):
+        culprit = find_bad_sample(source, suspects)
+    else:
+        culprit = None
+    if culprit:
+        return DataError(culprit)
+    return DataError(f"{source.describe()}: DALI failed to produce a batch: {first_line(error)}")
+
+
+def find_bad_sample(source: IndexedSource, indices: Iterable[int]) -> str | None:
     """``"<file or record>: <what is wrong>"`` for the first bad sample among ``indices``.
 
     Example:
@@ -43,7 +58,7 @@ def find_bad_sample(source: Source, indices: Iterable[int]) -> str | None:
     return _first_failing(source, order)
 
 
-def _first_failing(source: Source, order: list[int]) -> str | None:
+def _first_failing(source: IndexedSource, order: list[int]) -> str | None:
     from nvidia.dali import fn, pipeline_def
 
     if not order:
@@ -69,6 +84,31 @@ def _first_failing(source: Source, order: list[int]) -> str | None:
                 raise
             except RuntimeError as e:
                 return f"{source.locate(i)}: cannot be decoded or read ({first_line(e)})"
+    finally:
+        del pipe
+    return None
+
+
+def scan_for_bad_record(source: ReaderSource, limit: int = 100_000) -> str | None:
+    """Reads ``source`` in order, one record at a time, up to ``limit`` records; names the first
+    one DALI cannot read or decode (``source.locate(position)``)."""
+    from nvidia.dali import pipeline_def
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,
+                  exec_async=False, exec_pipelined=False)
+    def pipeline():
+        return source.read(shard_id=0, num_shards=1, shuffle=False, device="cpu")
+
+    pipe = pipeline()
+    try:
+        pipe.build()
+        for t in range(min(source.num_samples, limit)):
+            try:
+                pipe.run()
+            except RuntimeError as e:
+                return f"{source.locate(t)}: cannot be decoded or read ({first_line(e)})"
+    except RuntimeError as e:
+        return f"{source.describe()}: cannot be read ({first_line(e)})"
     finally:
         del pipe
     return None

@@ -87,12 +87,12 @@ class EncodedImages:
                      transform: Callable[[Any], Any] | None, where: str) -> None:
         """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs)."""
         if color_mode not in (None, "grayscale", "rgb"):
-            raise DataError(f"color_mode={color_mode!r}: expected 'grayscale', 'rgb' or None")
+            raise ValueError(f"color_mode={color_mode!r}: expected 'grayscale', 'rgb' or None")
         if decoder not in ("auto", "mixed", "cpu"):
-            raise DataError(f"decoder={decoder!r}: expected 'auto', 'mixed' or 'cpu'")
+            raise ValueError(f"decoder={decoder!r}: expected 'auto', 'mixed' or 'cpu'")
         if image_size is not None:
             if len(image_size) != 2 or min(image_size) < 1:
-                raise DataError(f"image_size={image_size!r}: expected (height, width)")
+                raise ValueError(f"image_size={image_size!r}: expected (height, width)")
             image_size = (int(image_size[0]), int(image_size[1]))
         self.decoder = decoder
         self.transform = transform

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..parallel import Placement
-from .base import Source
 from .cache import CachedLoader, decide_cache
-from .loader import make_loader
+from .loader import Loader
 from .order import Plan
+from .sources.base import Source
 
 __all__ = ["PassLoaders"]
 
@@ -28,7 +28,8 @@ class PassLoaders:
     """
 
     def __init__(self, placement: Placement, options: dict[str, Any]):
-        self.placement, self.options = placement, options
+        self.placement = placement
+        self.options = options
         self._loaders: dict[tuple, tuple[Source, Any]] = {}
 
     def lease(self, source: Source, plan: Plan, cache: bool | str = "auto") -> Lease:
@@ -41,12 +42,18 @@ class PassLoaders:
         key = (id(source), plan)
         hit = self._loaders.get(key)
         if hit is None or hit[0] is not source:
-            loader = make_loader(source, plan, self.placement, **self.options)
+            loader: Any = Loader(source, plan, self.placement, **self.options)
             if decide_cache("auto" if cache is not False else False, source, self.placement)[0]:
                 loader = CachedLoader(loader)
             hit = (source, loader)
             self._loaders[key] = hit
         return Lease(self._loaders, key, hit[1])
+
+    def close(self) -> None:
+        """Closes every kept loader: their DALI pipelines and device caches are released."""
+        for _, loader in self._loaders.values():
+            loader.close()
+        self._loaders.clear()
 
 
 class Lease:
@@ -54,7 +61,9 @@ class Lease:
     longer start at a pass's first chunk)."""
 
     def __init__(self, loaders: dict, key: tuple, loader: Any):
-        self._loaders, self._key, self.loader = loaders, key, loader
+        self._loaders = loaders
+        self._key = key
+        self.loader = loader
         self.peek = loader.peek
         self._start = loader.iteration
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import DataError
-from .arrays import Arrays
-from .base import Source, Subset
 from .detect import detect
+from .sources.arrays import Arrays
+from .sources.base import Source, Subset
 
 __all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
 
@@ -55,8 +54,8 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
     base = like.source if isinstance(like, Subset) else like
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
-            raise DataError(f"y: not used with a path ({os.fspath(data)}); labels come from "
-                            "the data")
+            raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from "
+                             "the data")
         kind = detect(data)
         if type(base) is kind:
             sibling = base.sibling(data)
@@ -68,5 +67,5 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
         return Arrays(*data, scale=scale)
     if hasattr(data, "__array__") or isinstance(data, list):
         return Arrays(data, y, scale=scale)
-    raise DataError(f"{argument}: expected a path, arrays or an easyfit.data source, got "
+    raise TypeError(f"{argument}: expected a path, arrays or an easyfit.data source, got "
                     f"{type(data).__name__}")

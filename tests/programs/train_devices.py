@@ -29,7 +29,7 @@ trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
                      steps_per_execution=args.steps_per_execution)
 try:
     history = trainer.fit(args.root, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
-except ef.errors.DataError as e:
+except ValueError as e:  # batch_size not splitting over the devices
     print(json.dumps({"error": str(e)}))
     sys.exit(0)
 

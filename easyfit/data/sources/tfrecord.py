@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
-from .protos import tf_example
+from ...errors import DataError
+from ..protos import tf_example
 from .records import RecordFiles, list_files
 
 __all__ = ["TFRECORD_SUFFIXES", "TFRecord"]

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
-from .base import Source
+from ...errors import DataError
+from .base import IndexedSource
 
 __all__ = ["Arrays"]
 
 
-class Arrays(Source):
+class Arrays(IndexedSource):
     """Samples held in NumPy arrays, as in Keras' ``fit(x, y)``.
 
     ``x`` keeps its dtype through DALI (uint8 images travel as bytes) and reaches the model as

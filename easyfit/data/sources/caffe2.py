@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
-from .images import SAMPLED, EncodedImages, first_line, image_problem
-from .reader import READER, ReaderSource
+from ...errors import DataError
+from ..images import SAMPLED, EncodedImages, first_line, image_problem
+from .base import READER, ReaderSource
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
 

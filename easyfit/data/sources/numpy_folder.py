@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ...errors import DataError
+from ..images import file_problem, sample_positions
 from .folder import ClassFiles
-from .images import file_problem, sample_positions
 
 __all__ = ["NumpyFolder"]
 
@@ -80,7 +80,7 @@ class NumpyFolder(ClassFiles):
         self.sample_shape, self.dtype = first[1], first[2]
         if isinstance(scale, str):
             if scale != "auto":
-                raise DataError(f"scale={scale!r}: expected a number, None or 'auto'")
+                raise ValueError(f"scale={scale!r}: expected a number, None or 'auto'")
             scale = 1.0 / 255.0 if self.dtype == np.uint8 else None
         self.scale = scale
         self.augment = augment

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ...errors import DataError
 from .records import RecordFiles, list_files
 
 __all__ = ["RecordIO"]

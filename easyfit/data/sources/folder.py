@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
-from .base import Source
-from .images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
+from ...errors import DataError
+from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
+from .base import IndexedSource
 
 __all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "scan_classes"]
 
@@ -57,7 +57,7 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     return names, files, np.asarray(labels, np.int32)
 
 
-class ClassFiles(Source):
+class ClassFiles(IndexedSource):
     """Base of sources with one file per sample in class folders (``root/<class>/<file>``).
 
     Feeds file paths (read by ``fn.io.file.read``) and the class indices as labels. The first

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ...errors import DataError
 from .folder import IMAGE_EXTENSIONS
 from .records import RecordFiles, list_files
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
-from .base import Source
-from .images import EncodedImages, image_problem, sample_positions
+from ...errors import DataError
+from ..images import EncodedImages, image_problem, sample_positions
+from .base import IndexedSource
 
 __all__ = ["RecordFiles", "list_files"]
 
@@ -36,7 +37,7 @@ def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
     return files
 
 
-class RecordFiles(EncodedImages, Source):
+class RecordFiles(EncodedImages, IndexedSource):
     """Base of sources whose samples are byte ranges of ``files``.
 
     Subclasses fill ``files``, ``_file`` (file index per sample), ``_offset`` and ``_length``
@@ -59,7 +60,8 @@ class RecordFiles(EncodedImages, Source):
                       transform: Callable[[Any], Any] | None,
                       augment: Callable[[Any], Any] | None) -> None:
         self.root = root
-        self._fds: dict[int, int] = {}
+        self._fds: dict[int, int] = {}  # file index -> open descriptor, shared by DALI's threads
+        self._fds_lock = threading.Lock()
         if len(self._offset) == 0:
             raise DataError(f"{root}: no records")
         self._labels = labels
@@ -81,18 +83,25 @@ class RecordFiles(EncodedImages, Source):
 
     def read(self, index: int) -> bytes:
         """The bytes of record ``index``."""
-        f = int(self._file[index])
-        fd = self._fds.get(f)
-        if fd is None:
-            try:
-                fd = self._fds[f] = os.open(self.files[f], os.O_RDONLY)
-            except OSError as e:
-                raise DataError(f"{self.files[f]}: cannot be read ({e.strerror or e})") from None
+        fd = self._fd(int(self._file[index]))
         length = int(self._length[index])
         raw = os.pread(fd, length, int(self._offset[index]))
         if len(raw) != length:
             raise DataError(f"{self.locate(index)}: truncated ({len(raw)} of {length} bytes)")
         return raw
+
+    def _fd(self, f: int) -> int:
+        """An open descriptor of ``files[f]``, opened once however many threads ask at once."""
+        with self._fds_lock:
+            fd = self._fds.get(f)
+            if fd is None:
+                try:
+                    fd = os.open(self.files[f], os.O_RDONLY)
+                except OSError as e:
+                    raise DataError(f"{self.files[f]}: cannot be read ({e.strerror or e})") \
+                        from None
+                self._fds[f] = fd
+            return fd
 
     @property
     def num_samples(self) -> int:
@@ -141,7 +150,7 @@ class RecordFiles(EncodedImages, Source):
         """Constructor arguments that give another split the same samples' form."""
         return self.image_settings()
 
-    def sibling(self, path: str | os.PathLike) -> Source | None:
+    def sibling(self, path: str | os.PathLike) -> IndexedSource | None:
         try:
             other = type(self)(path, **self.settings())
         except DataError:
@@ -151,9 +160,13 @@ class RecordFiles(EncodedImages, Source):
 
     def close(self) -> None:
         """Closes the open files (they reopen when needed)."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        lock = getattr(self, "_fds_lock", None)
+        if lock is None:  # never initialised (the constructor failed)
+            return
+        with lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
 
     def __del__(self):
         try:

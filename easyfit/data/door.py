@@ -1,0 +1,177 @@
+"""The one door from the trainer into data (the role of Keras' ``EpochIterator``).
+
+Given what the user passed (a path, arrays, a source, ``validation_split``, ``cache``) and the
+placement, the :class:`DataDoor` resolves sources (keeping one per path), splits off validation
+data, plans the batches, decides caching, checks the labels once per source, builds the
+training loader, lends evaluation and prediction loaders from one pass to the next, and closes
+them all. The trainer's ``fit``, ``evaluate`` and ``predict`` only coordinate: they ask the door
+for loaders and iterate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..parallel import Placement, local_rows
+from .cache import CachedLoader, decide_cache
+from .checks import check_labels
+from .loader import Loader
+from .order import Plan
+from .passes import Lease, PassLoaders
+from .resolve import split_layout, to_source
+from .sources.base import Source
+from .split import split_validation
+
+__all__ = ["DataDoor"]
+
+log = logging.getLogger("easyfit")
+
+
+class _Resume(Protocol):
+    """Where a fit resumes (``easyfit.checkpoint.ResumePoint``): what the door needs of it."""
+
+    epoch: int
+    position: Any
+
+    def check(self, plan: Plan) -> None: ...
+
+
+class DataDoor:
+    """Everything a trainer needs from data, behind one object.
+
+    Args:
+        placement: the devices.
+        seed: seeds shuffling and ``validation_split``.
+        steps_per_execution: ``"auto"`` or optimizer steps per dispatch.
+        loader_options: keyword arguments for the loaders (``num_threads``,
+            ``pipelines_per_device``).
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> door = ef.data.DataDoor(ef.parallel.Placement.create(), seed=0)
+        >>> train, val = door.fit_sources(np.zeros((10, 4, 4, 1), np.uint8), np.arange(10),
+        ...                               validation_split=0.2)
+        >>> len(train), len(val)
+        (8, 2)
+        >>> with door.lease(val, batch_size=2) as loader:
+        ...     sorted(next(loader))
+        ['mask', 'x', 'y']
+        >>> door.close()
+    """
+
+    def __init__(self, placement: Placement, seed: int = 0,
+                 steps_per_execution: int | str = "auto",
+                 loader_options: dict[str, Any] | None = None):
+        self.placement = placement
+        self.seed = seed
+        self.steps_per_execution = steps_per_execution
+        self.loader_options = dict(loader_options or {})
+        self.cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
+        self._train: Source | None = None
+        self._sources: dict[str, Source] = {}
+        self._passes = PassLoaders(placement, self.loader_options)
+        self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
+
+    # ------------------------------------------------------------------------------ sources
+    def fit_sources(self, x: Any, y: Any = None, validation_data: Any = None,
+                    validation_split: float = 0.0) -> tuple[Source, Source | None]:
+        """``(train, validation or None)`` from fit's arguments: a ``root/train`` + ``root/val``
+        layout, ``validation_split`` held out, or ``validation_data``."""
+        if x is None:
+            raise ValueError("fit: give the training data (a folder, a source or arrays)")
+        val_path = None
+        if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
+            x, val_path = layout
+        train = self._resolve(x, y, like=None)
+        if validation_split and validation_data is None:
+            train, validation_data = split_validation(train, validation_split, self.seed)
+        self._train = train
+        if validation_data is not None:
+            if isinstance(validation_data, tuple) and len(validation_data) == 2:
+                return train, self.source(*validation_data)
+            return train, self.source(validation_data)
+        return train, (self.source(val_path) if val_path else None)
+
+    def source(self, data: Any, y: Any = None) -> Source:
+        """The source for ``data`` (the same one for the same path), with the training data's
+        settings (image size, color mode, ...) when of the same format."""
+        return self._resolve(data, y, like=self._train)
+
+    def _resolve(self, data: Any, y: Any, like: Source | None) -> Source:
+        if isinstance(data, (str, os.PathLike)):
+            key = os.path.abspath(os.fspath(data))
+            if key not in self._sources:
+                self._sources[key] = to_source(data, like=like)
+            return self._sources[key]
+        return to_source(data, y, like=like)
+
+    # ---------------------------------------------------------------------------- batching
+    def plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
+        """The batching plan; ``steps_per_execution="auto"``: on CPUs one step per dispatch
+        (XLA runs convolutions slower in a scan), on GPUs about 6,000 samples per dispatch when
+        streaming and 12,800 from the device cache, never more than an epoch."""
+        self.placement.check_batch_size(batch_size)
+        k = self.steps_per_execution
+        if k == "auto":
+            steps = -(-source.num_samples // batch_size)
+            wanted = 1 if self.placement.platform == "cpu" else round(
+                (12_800 if cached else 6_000) / batch_size)
+            k = min(steps, max(1, wanted))
+        return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
+                    steps_per_execution=k, num_shards=self.placement.num_shards)
+
+    def train_loader(self, source: Source, batch_size: int, *, shuffle: bool = True,
+                     cache: bool | str = "auto", initial_epoch: int = 0,
+                     resume: _Resume | None = None) -> tuple[Loader | CachedLoader, str]:
+        """The training loader, and a sentence saying whether it caches and why.
+
+        With ``resume``, its plan is checked against the saved one and the loader starts at
+        its position; else at ``initial_epoch``. The caller closes the loader.
+        """
+        use_cache, why = decide_cache(cache, source, self.placement)
+        self.cache = cache
+        log.info("easyfit: %s", why)
+        plan = self.plan(source, batch_size, shuffle, cached=use_cache)
+        if resume is not None:
+            resume.check(plan)
+            initial_epoch = resume.epoch
+        loader: Loader | CachedLoader = Loader(
+            source, plan, self.placement, training=True,
+            start=initial_epoch * plan.chunks_per_epoch,
+            position=resume.position if resume is not None else None, **self.loader_options)
+        if use_cache:
+            loader = CachedLoader(loader)
+        return loader, why
+
+    def lease(self, source: Source, batch_size: int) -> Lease:
+        """A loader for one pass over ``source`` in order (evaluation, prediction), kept for
+        the next pass; use it as a context manager."""
+        return self._passes.lease(source, self.plan(source, batch_size, shuffle=False),
+                                  self.cache)
+
+    # ------------------------------------------------------------------------------- checks
+    def check_labels(self, source: Source, loss: Any, num_outputs: Callable[[], int],
+                     chunk: Mapping[str, Any]) -> None:
+        """Checks ``source``'s labels against ``loss`` and the model's ``num_outputs()``, once
+        per source (``easyfit.data.checks``); ``chunk`` gives a first batch's labels."""
+        if source in self._checked:
+            return
+        self._checked.add(source)
+        check_labels(source, loss, num_outputs(), np.asarray(local_rows(chunk["y"])),
+                     np.asarray(local_rows(chunk["mask"])))
+
+    def close(self) -> None:
+        """Releases every kept loader (DALI pipelines, device caches) and open file."""
+        self._passes.close()
+        for source in self._sources.values():
+            closer = getattr(source, "close", None)
+            if callable(closer):
+                closer()
+        self._sources.clear()
+        self._train = None

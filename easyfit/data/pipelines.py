@@ -1,0 +1,430 @@
+"""The loader's two pipeline kinds: DALI pipelines that produce one chunk of global batches.
+
+* :class:`FedPipelines`, for an :class:`~easyfit.data.sources.base.IndexedSource`: each pipeline
+  is fed by an ``external_source`` whose callback asks the :class:`~easyfit.data.order.Plan`
+  which samples make up the chunk DALI is preparing. The order is a pure function of (seed,
+  epoch), so a position is just a chunk index.
+* :class:`ReaderPipelines`, for a :class:`~easyfit.data.sources.base.ReaderSource`: DALI's reader
+  picks the order, one shard per pipeline. A position holds DALI's own pipeline checkpoints
+  (``enable_checkpointing``), from which the pipelines are rebuilt to go on exactly there.
+
+On GPU machines, several pipelines per local GPU, each preparing a part of the device's rows;
+they run on the GPU (``device_id``) only when the source decodes there, else on the host, and
+the chunk is copied to the devices in one transfer. On a CPU-only machine, one pipeline.
+A pipeline's share of a chunk is prepared in runs of at most :data:`RUN_ROWS` rows.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import DataError
+from ..parallel import Placement
+from .diagnose import batch_error
+from .order import Plan
+from .sources.base import READER, IndexedSource, ReaderSource, Source
+
+__all__ = ["RUN_ROWS", "FedPipelines", "ReaderPipelines", "ReaderPlan", "default_num_threads",
+           "on_gpu_pipelines", "run_rows", "shard_sizes"]
+
+
+def _cores() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
+
+
+def default_num_threads(platform: str, pipelines: int) -> int:
+    """DALI worker threads per pipeline.
+
+    On a CPU-only machine training itself needs the cores, so DALI gets half of them. On GPU
+    machines each pipeline gets its share of the cores, capped at 8 (more does not help; see
+    docs/performance.md).
+    """
+    cores = _cores()
+    if platform == "cpu":
+        return max(1, cores // 2)
+    return max(1, min(8, cores // max(1, pipelines)))
+
+
+#: Most rows one pipeline run prepares: DALI's throughput falls steeply with larger batches
+#: (docs/performance.md), so a pipeline's share of a chunk is prepared in several runs.
+RUN_ROWS = 256
+
+
+def run_rows(rows: int) -> int:
+    """Rows of one run of a reader pipeline, which must split a chunk's ``rows`` evenly: their
+    largest divisor up to :data:`RUN_ROWS`, or ``rows`` itself (one run) when that divisor is
+    under ``RUN_ROWS // 8``, for which the runs would cost more than they save.
+
+    Example:
+        >>> from easyfit.data.pipelines import run_rows
+        >>> run_rows(6000), run_rows(200), run_rows(514)
+        (250, 200, 514)
+    """
+    best = max(d for d in range(1, min(rows, RUN_ROWS) + 1) if rows % d == 0)
+    return best if best >= min(rows, RUN_ROWS // 8) else rows
+
+
+def shard_sizes(num_samples: int, num_shards: int) -> np.ndarray:
+    """Samples in each of DALI's shards: shard k is ``[k*n//s, (k+1)*n//s)``.
+
+    Example:
+        >>> from easyfit.data.pipelines import shard_sizes
+        >>> shard_sizes(10, 3).tolist()
+        [3, 3, 4]
+    """
+    bounds = np.arange(num_shards + 1, dtype=np.int64) * num_samples // num_shards
+    return np.diff(bounds)
+
+
+def on_gpu_pipelines(source: Source, placement: Placement) -> bool:
+    """Whether the pipelines run on the GPUs (``device_id`` set, outputs in device memory).
+
+    Only when the source runs operators there (``source.uses_gpu``: the GPU image decoder).
+    Otherwise the pipelines run on the host and the chunk is copied to the devices in one
+    transfer, which costs less than DALI's per-pipeline copies for small samples.
+    """
+    return placement.platform == "gpu" and source.uses_gpu
+
+
+def augmented(source: Source, xy: tuple[Any, Any], training: bool) -> tuple[Any, Any]:
+    """``(x, y)`` with the source's training augmentation applied to ``x`` when training."""
+    x, y = xy
+    if training and source.augment is not None:
+        x = source.augment(x)
+    return x, y
+
+
+class _Runner:
+    """What both kinds do with one DALI pipeline run: outputs checked, converted and joined."""
+
+    def __init__(self, source: Source, on_gpu: bool):
+        self.source = source
+        self.on_gpu = on_gpu
+
+    def run(self, pipe: Any, suspects: Any) -> tuple[Any, Any]:
+        """One run of ``pipe`` as ``(x, y)``; a failure becomes a DataError naming the bad
+        sample among ``suspects()`` when one is found."""
+        try:
+            outs = pipe.run()
+        except RuntimeError as e:
+            raise batch_error(self.source, e, suspects()) from None
+        return tuple(self.convert(pipe, o, name) for o, name in zip(outs, ("x", "y")))
+
+    def convert(self, pipe: Any, out: Any, name: str) -> Any:
+        if not out.is_dense_tensor():
+            shapes = sorted({tuple(out[i].shape()) for i in range(len(out))})
+            raise DataError(f"{self.source.describe()}: samples of {name} differ in shape "
+                            f"({shapes[0]} and {shapes[-1]}); for images pass "
+                            "image_size=(height, width) to resize them all")
+        if not self.on_gpu:
+            return out.as_array()
+        array = jax.dlpack.from_dlpack(out.as_tensor())
+        return array if pipe.exec_dynamic else array.copy()
+
+    def join(self, runs: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+        """The ``(x, y)`` outputs of consecutive runs of one pipeline, as one ``(x, y)``."""
+        if len(runs) == 1:
+            return runs[0]
+        concatenate = jnp.concatenate if self.on_gpu else np.concatenate
+        return tuple(concatenate(parts) for parts in zip(*runs, strict=True))
+
+
+# --------------------------------------------------------------------------- index-fed sources
+class _Feeder:
+    """The external_source callback of one pipeline: its rows of each chunk, prepared in
+    ``len(parts)`` runs (run ``j`` feeds part ``j % len(parts)`` of chunk ``start + j // len(parts)``).
+    """
+
+    def __init__(self, source: IndexedSource, plan: Plan, rows: np.ndarray, start: int):
+        self.source = source
+        self.plan = plan
+        self.start = start
+        self.rows = rows
+        self.parts = np.array_split(rows, -(-len(rows) // RUN_ROWS))
+        self._lock = threading.Lock()
+        self._order: tuple[int, np.ndarray] | None = None
+
+    def chunk(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
+        epoch = self.plan.epoch_of(iteration)
+        with self._lock:
+            if self._order is None or self._order[0] != epoch:
+                self._order = (epoch, self.plan.order(epoch))
+            order = self._order[1]
+        return self.plan.chunk(iteration, order)
+
+    def __call__(self, info: Any) -> Any:
+        chunk, part = divmod(info.iteration, len(self.parts))
+        idx, _ = self.chunk(self.start + chunk)
+        return tuple(self.source.feed(idx[self.parts[part]]))
+
+
+class FedPipelines:
+    """Pipelines fed by easyfit's sampler (an :class:`IndexedSource`), starting at chunk
+    ``start``. ``pool``: wait for and refeed each pipeline in its own thread."""
+
+    def __init__(self, source: IndexedSource, plan: Plan, placement: Placement, *, start: int,
+                 num_threads: int | None, prefetch: int, pipelines_per_device: int | None,
+                 training: bool, pool: bool):
+        self.source = source
+        self.plan = plan
+        self.placement = placement
+        self.training = training
+        self.prefetch = prefetch
+        self.on_gpu = on_gpu_pipelines(source, placement)
+        self._runner = _Runner(source, self.on_gpu)
+        local = placement.local_shards
+        per = plan.rows_per_shard
+        if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
+            cores = _cores() // len(local)
+            parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
+            specs = [(rows, d if self.on_gpu else None) for s, d in local
+                     for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)]
+        else:  # host pipelines for all local rows (default one: training needs the cores)
+            rows = np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local])
+            specs = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
+        self._devices = [d for _, d in specs]
+        threads = num_threads or default_num_threads(placement.platform, len(specs))
+        self._feeders = [_Feeder(source, plan, rows, start) for rows, _ in specs]
+        self._pipes = [self._build(f, len(f.parts[0]), threads,
+                                   d.local_hardware_id if d is not None else None)
+                       for f, (_, d) in zip(self._feeders, specs)]
+        self._pool = (concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
+                      if pool and len(self._pipes) > 1 else None)
+
+    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None) -> Any:
+        from nvidia.dali import fn, pipeline_def
+
+        source = self.source
+        training = self.training
+        where = "gpu" if device_id is not None else "cpu"
+
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+                      seed=self.plan.seed, prefetch_queue_depth=self.prefetch)
+        def pipeline():
+            nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
+                                       num_outputs=source.num_feeds)
+            return augmented(source, source.graph(*nodes, device=where), training)
+
+        pipe = pipeline()
+        pipe.build()
+        return pipe
+
+    def position(self, iteration: int) -> dict[str, Any]:
+        """The sample order is a pure function of (seed, epoch): a chunk index is enough."""
+        return {"chunk": iteration}
+
+    def produce(self, iteration: int) -> dict[str, jax.Array]:
+        """Chunk ``iteration`` of the stream."""
+        if self._pool is not None:
+            outputs = list(self._pool.map(lambda i: self._share(i, iteration),
+                                          range(len(self._pipes))))
+        else:
+            outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
+        _, mask = self._feeders[0].chunk(iteration)
+        if self.on_gpu:
+            x, y = (self.placement.shard_device_rows(self._per_device(arrays))
+                    for arrays in zip(*outputs))
+        else:  # host pipelines, in local row order: one copy of the whole chunk to the devices
+            x, y = (self.placement.shard_host_rows(parts[0] if len(parts) == 1
+                                                   else np.concatenate(parts))
+                    for parts in zip(*outputs))
+        return {"x": x, "y": y, "mask": self.placement.shard_global_rows(mask)}
+
+    def _share(self, index: int, iteration: int) -> tuple[Any, Any]:
+        """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
+        pipe = self._pipes[index]
+        count = len(self._feeders[index].parts)
+        return self._runner.join([self._runner.run(pipe, lambda: self._suspects(iteration))
+                                  for _ in range(count)])
+
+    def _suspects(self, iteration: int) -> list[int]:
+        """The samples DALI may have been reading: this chunk's and those prefetched after it."""
+        chunks = range(iteration, iteration + self.prefetch + 2)
+        return [int(i) for c in chunks for i in self._feeders[0].chunk(c)[0]]
+
+    def _per_device(self, arrays: tuple[jax.Array, ...]) -> list[jax.Array]:
+        """One array per local device, joining the parts of its pipelines (in row order)."""
+        joined: dict[Any, list[jax.Array]] = {}
+        for device, array in zip(self._devices, arrays):
+            joined.setdefault(device, []).append(array)
+        return [parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+                for parts in joined.values()]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        self._pipes.clear()
+
+
+# ------------------------------------------------------------------------ reader-driven sources
+@dataclasses.dataclass(frozen=True)
+class ReaderPlan(Plan):
+    """A Plan whose epoch length is the padded shard length of a reader (``chunks`` chunks)."""
+
+    chunks: int = 1
+
+    @property
+    def chunks_per_epoch(self) -> int:
+        return self.chunks
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.chunks * self.steps_per_execution
+
+
+class ReaderPipelines:
+    """Pipelines of a :class:`ReaderSource`: one per local GPU (reader shard = the device's
+    shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
+    share of the local devices. ``plan`` gives the batch size, steps per execution, seed and
+    whether to shuffle; :attr:`plan` (a :class:`ReaderPlan`) adds the reader's epoch length.
+
+    Resume: a ``position`` from :meth:`position` holds each pipeline's DALI checkpoint
+    (``Pipeline.checkpoint()``), and the pipelines are rebuilt from them (``checkpoint=``): the
+    reader goes on exactly where it was, shuffle buffer included, reading nothing twice. Without
+    one (``fit(initial_epoch=...)`` with no backup), the chunks before ``start`` are read and
+    dropped, since DALI's readers cannot seek.
+    """
+
+    def __init__(self, source: ReaderSource, plan: Plan, placement: Placement, *, start: int,
+                 position: Mapping[str, Any] | None, num_threads: int | None, prefetch: int,
+                 training: bool, pipelines: int | None):
+        self.source = source
+        self.placement = placement
+        self.training = training
+        self.on_gpu = on_gpu_pipelines(source, placement)
+        self._runner = _Runner(source, self.on_gpu)
+        local = placement.local_shards
+        per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
+        if len(local) % per_process:
+            raise ValueError(f"pipelines={pipelines}: must divide the {len(local)} local devices")
+        size = len(local) // per_process
+        groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
+        readers = per_process * jax.process_count()
+        ids = [jax.process_index() * per_process + k for k in range(per_process)]
+        self._group = size
+        batch = size * plan.rows_per_shard  # a pipeline's rows of each chunk
+        run = run_rows(batch)  # read in runs of at most RUN_ROWS rows
+        threads = num_threads or default_num_threads(placement.platform, len(groups))
+        saved = list((position or {}).get("dali") or [])
+        if saved and len(saved) != len(ids):
+            raise ValueError(f"position: saved for {len(saved)} reader pipelines, but this "
+                             f"placement has {len(ids)}; {source.describe()} cannot resume "
+                             "exactly on another number of pipelines")
+        self._pipes = [self._build(shard, readers, plan, run, threads,
+                                   local[g[0]][1].local_hardware_id if self.on_gpu else None,
+                                   prefetch, saved[k] if saved else None)
+                       for k, (shard, g) in enumerate(zip(ids, groups, strict=True))]
+        meta = self._pipes[0].reader_meta(READER)
+        # each shard, padded to whole runs; a chunk holds batch // run of them, the epoch's last
+        # chunk fewer (its other rows are masked copies)
+        self._epoch_runs = -(-(meta["epoch_size_padded"] // readers) // run)
+        self._chunk_runs = batch // run
+        chunks = -(-self._epoch_runs // self._chunk_runs)
+        fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
+        self.plan = ReaderPlan(**fields, chunks=chunks)
+        self._sizes = shard_sizes(meta["epoch_size"], readers)
+        self._stick = bool(meta["stick_to_shard"])
+        self._ids = ids
+        self._readers = readers
+        self._batch = batch
+        self._checkpoints: dict[int, list[str]] = {}  # before chunk i, while it is unconsumed
+        if saved:
+            self.next = int(position["chunk"])
+            return
+        epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
+        self.next = 0
+        skip = epoch * chunks + rest if position is None else int(position["chunk"])
+        for _ in range(skip):  # no checkpoint to resume from: read and drop
+            for _ in range(self._runs(self.next)):
+                for p in self._pipes:
+                    p.run()
+            self.next += 1
+
+    def _build(self, shard: int, readers: int, plan: Plan, batch: int, threads: int,
+               device_id: int | None, prefetch: int, checkpoint: str | None) -> Any:
+        from nvidia.dali import pipeline_def
+
+        source = self.source
+        training = self.training
+        where = "gpu" if device_id is not None else "cpu"
+
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+                      seed=plan.seed, prefetch_queue_depth=prefetch, enable_checkpointing=True)
+        def pipeline():
+            xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle,
+                             device=where)
+            return augmented(source, xy, training)
+
+        pipe = pipeline(checkpoint=checkpoint) if checkpoint is not None else pipeline()
+        pipe.build()
+        return pipe
+
+    def position(self, iteration: int) -> dict[str, Any]:
+        """``{"chunk": i, "dali": [one checkpoint string per pipeline]}``: the pipelines' state
+        before chunk ``iteration``, the next one to be consumed."""
+        if iteration == self.next:
+            dali = [p.checkpoint() for p in self._pipes]
+        else:
+            dali = self._checkpoints[iteration]  # produced ahead (peeked), not yet consumed
+        return {"chunk": iteration, "dali": dali}
+
+    def _runs(self, iteration: int) -> int:
+        """Reader runs in chunk ``iteration`` (fewer in an epoch's last chunk)."""
+        c = iteration % self.plan.chunks_per_epoch
+        return min(self._chunk_runs, self._epoch_runs - c * self._chunk_runs)
+
+    def _mask(self, shard_index: int, iteration: int) -> np.ndarray:
+        epoch, c = divmod(iteration, self.plan.chunks_per_epoch)
+        shard = self._ids[shard_index]
+        if not self._stick:
+            shard = (shard + epoch) % self._readers
+        return c * self._batch + np.arange(self._batch) < self._sizes[shard]
+
+    def _layout(self, a: Any) -> Any:
+        """Reading order -> shard-major rows, so that padding lands in the last steps."""
+        k = self.plan.steps_per_execution
+        g = self._group
+        if g == 1 or k == 1:
+            return a
+        return a.reshape((k, g, -1) + a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
+
+    def _chunk_of(self, pipe: Any, runs: int) -> tuple[Any, Any]:
+        """A pipeline's rows of a chunk: ``runs`` runs, then copies of the last one up to the
+        chunk's size (masked: past the shard's end)."""
+        outs = [self._runner.run(pipe, list) for _ in range(runs)]
+        return self._runner.join(outs + [outs[-1]] * (self._chunk_runs - runs))
+
+    def produce(self, iteration: int) -> dict[str, jax.Array]:
+        """Chunk ``iteration`` of the stream: the pipelines' next runs, with their masks."""
+        if iteration != self.next:
+            raise RuntimeError(f"reader pipelines are at chunk {self.next}, not {iteration}")
+        self._checkpoints = {iteration: [p.checkpoint() for p in self._pipes]}
+        runs = self._runs(iteration)
+        outputs = [self._chunk_of(p, runs) for p in self._pipes]
+        self.next += 1
+        masks = [self._layout(self._mask(k, iteration)) for k in range(len(self._pipes))]
+        if self.on_gpu:
+            xs, ys = zip(*outputs, strict=True)
+            x = self.placement.shard_device_rows(xs)
+            y = self.placement.shard_device_rows(ys)
+        else:
+            x, y = (self.placement.shard_host_rows(np.concatenate([self._layout(o[j])
+                                                                   for o in outputs]))
+                    for j in (0, 1))
+        return {"x": x, "y": y,
+                "mask": self.placement.shard_host_rows(np.concatenate(masks))}
+
+    def close(self) -> None:
+        self._pipes.clear()
+        self._checkpoints.clear()

@@ -1,0 +1,17 @@
+"""One file per data format, and ``base.py`` with the kinds of source (see docs/architecture.md).
+
+A new format is one new file here: a subclass of :class:`~easyfit.data.sources.base.IndexedSource`
+or :class:`~easyfit.data.sources.base.ReaderSource`.
+"""
+
+from .arrays import Arrays
+from .base import READER, IndexedSource, ReaderSource, Source, Subset
+from .caffe2 import Caffe2LMDB
+from .folder import IMAGE_EXTENSIONS, ImageFolder
+from .numpy_folder import NumpyFolder
+from .recordio import RecordIO
+from .tfrecord import TFRecord
+from .webdataset import WebDataset
+
+__all__ = ["IMAGE_EXTENSIONS", "READER", "Arrays", "Caffe2LMDB", "ImageFolder", "IndexedSource",
+           "NumpyFolder", "ReaderSource", "RecordIO", "Source", "Subset", "TFRecord", "WebDataset"]

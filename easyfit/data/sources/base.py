@@ -1,0 +1,214 @@
+"""The kinds of data source: a small base, index-fed sources and reader-driven sources.
+
+A source says what its samples are and how DALI turns one into an ``(x, y)`` pair. It knows
+nothing of devices, batches, epochs or shuffling: the loader (``easyfit.data.loader``) owns those,
+and picks its pipeline kind from the source's kind (``easyfit.data.pipelines``).
+
+* :class:`Source`: what every source says (size, labels, scale, where a sample comes from).
+* :class:`IndexedSource`: sample ``i`` can be handed to DALI on request. ``feed(indices)`` gives
+  the host-side inputs of those samples, one array (or list of per-sample arrays) per DALI
+  ``external_source``: cheap (paths, small arrays, the bytes of a record), never decoded pixels
+  unless the source is in memory anyway. ``graph(*nodes, device=...)`` gives the DALI operators
+  from those inputs to ``(x, y)``: ``x`` HWC (uint8 for images), ``y`` one label per sample.
+* :class:`ReaderSource`: a DALI reader chooses the order (``read(shard_id=..., ...)``).
+
+A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset"]
+
+#: The name a ReaderSource gives its DALI reader (``fn.readers.*(..., name=READER)``).
+READER = "reader"
+
+
+class Source(abc.ABC):
+    """Base class of easyfit's data sources: what every kind says about its samples.
+
+    Subclass :class:`IndexedSource` or :class:`ReaderSource`, not this class.
+    """
+
+    #: Factor applied to ``x`` (cast to float32) in the train step; None to leave it as is.
+    scale: float | None = 1.0 / 255.0
+    #: Sorted class names when labels are class indices, else None.
+    class_names: list[str] | None = None
+    #: Training-only augmentation: ``f(x) -> x`` on DALI data nodes (see ``easyfit.data.Augment``).
+    augment: Callable[[Any], Any] | None = None
+
+    @property
+    @abc.abstractmethod
+    def num_samples(self) -> int:
+        """Number of samples."""
+
+    def describe(self) -> str:
+        """A short human description, used in logs and error messages."""
+        return type(self).__name__
+
+    @property
+    def label_dtype(self) -> np.dtype:
+        """dtype of the labels (integer labels mean class indices)."""
+        return np.dtype(np.int32)
+
+    @property
+    def sample_nbytes(self) -> int | None:
+        """Bytes of one decoded sample (inputs and label), if known without decoding."""
+        return None
+
+    @property
+    def random(self) -> bool:
+        """Whether training batches get random augmentation (``augment=``): such a source is
+        never cached, since its samples differ every epoch."""
+        return getattr(self, "augment", None) is not None
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether the source's DALI graph runs operators on the GPU (the GPU image decoder).
+        When False, the loader runs the source's pipelines on the host even on GPU machines
+        and copies the batches to the devices itself."""
+        return False
+
+    def known_labels(self) -> np.ndarray | None:
+        """Every label, when the source knows them without decoding (checked before training)."""
+        return None
+
+    def locate(self, index: int) -> str:
+        """Where sample ``index`` comes from (a file, a record), for error messages."""
+        return f"{self.describe()}: sample {index}"
+
+    def sibling(self, path: str | os.PathLike) -> Source | None:
+        """A source of this kind for another split at ``path``, with the same settings (image
+        size, color mode, ...); None when ``path`` holds another kind of data."""
+        return None
+
+    def check(self) -> None:
+        """Checks to do before the first pipeline of this source is built (called by the
+        loader before each; a source that checks much remembers it did); raises DataError.
+        Default: nothing."""
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class IndexedSource(Source):
+    """A source whose every sample is addressable by an integer: easyfit's sampler chooses the
+    samples of each batch and an ``external_source`` feeds them to the source's DALI graph.
+
+    Subclasses implement ``num_samples``, ``num_feeds``, ``feed`` and ``graph``.
+    """
+
+    @property
+    @abc.abstractmethod
+    def num_feeds(self) -> int:
+        """How many arrays ``feed`` returns (one DALI external_source each)."""
+
+    @abc.abstractmethod
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        """Host inputs for the samples at ``indices`` (one entry per external source)."""
+
+    @abc.abstractmethod
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+        """DALI operators turning the fed nodes into ``(x, y)``.
+
+        Args:
+            *nodes: the external_source data nodes, in the order of ``feed``'s result.
+            device: ``"cpu"`` or ``"gpu"``, where the pipeline's outputs are wanted.
+        """
+
+    def sample_problem(self, index: int) -> str | None:
+        """A cheap host-side reason why sample ``index`` cannot be read (e.g. an unreadable or
+        empty file), or None. Used to explain a failed batch (``easyfit.data.diagnose``)."""
+        return None
+
+
+class ReaderSource(Source):
+    """A source read by a DALI reader in its own order (``fn.readers.*``).
+
+    Each pipeline reads one contiguous shard (``shard_id``/``num_shards``), shuffled inside a
+    buffer when training, and pads the shard's end with copies of its last sample
+    (``pad_last_batch``); the loader masks the padding. Batches depend on the number of
+    pipelines, and ``validation_split`` is not available (see docs/data-formats.md).
+
+    Subclasses implement ``num_samples`` and :meth:`read`.
+    """
+
+    @abc.abstractmethod
+    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str
+             ) -> tuple[Any, Any]:
+        """DALI graph from a reader named :data:`READER` to ``(x, y)`` nodes on ``device``.
+
+        The reader must take ``shard_id``, ``num_shards``, ``random_shuffle=shuffle`` and
+        ``pad_last_batch=True``, and support DALI's pipeline checkpointing.
+        """
+
+
+class Subset(IndexedSource):
+    """The samples of ``source`` at ``indices`` (used by validation_split).
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> full = ef.data.Arrays(np.zeros((10, 2, 2, 1), np.uint8), np.arange(10))
+        >>> part = ef.data.Subset(full, [1, 3, 5])
+        >>> len(part), part.feed(np.array([2]))[1].tolist()
+        (3, [5])
+    """
+
+    def __init__(self, source: IndexedSource, indices: Sequence[int] | np.ndarray):
+        self.source = source
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.scale = source.scale
+        self.class_names = source.class_names
+        self.augment = source.augment
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.indices)
+
+    @property
+    def num_feeds(self) -> int:
+        return self.source.num_feeds
+
+    @property
+    def label_dtype(self) -> np.dtype:
+        return self.source.label_dtype
+
+    @property
+    def sample_nbytes(self) -> int | None:
+        return self.source.sample_nbytes
+
+    @property
+    def random(self) -> bool:
+        return self.source.random
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.source.uses_gpu
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        return self.source.feed(self.indices[indices])
+
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+        return self.source.graph(*nodes, device=device)
+
+    def known_labels(self) -> np.ndarray | None:
+        labels = self.source.known_labels()
+        return None if labels is None else labels[self.indices]
+
+    def check(self) -> None:
+        self.source.check()
+
+    def locate(self, index: int) -> str:
+        return self.source.locate(int(self.indices[index]))
+
+    def sample_problem(self, index: int) -> str | None:
+        return self.source.sample_problem(int(self.indices[index]))
+
+    def describe(self) -> str:
+        return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"
