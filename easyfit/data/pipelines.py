@@ -372,7 +372,11 @@ class ReaderPipelines:
 
     def position(self, iteration: int) -> dict[str, Any]:
         """``{"chunk": i, "dali": [one checkpoint string per pipeline]}``: the pipelines' state
-        before chunk ``iteration``, the next one to be consumed."""
+        before chunk ``iteration``, the next one to be consumed. With several processes only
+        ``{"chunk": i}``: a checkpoint's metadata is written by process 0, whose pipelines
+        read other shards than the others' (they resume by reading and dropping)."""
+        if jax.process_count() > 1:
+            return {"chunk": iteration}
         if iteration == self.next:
             dali = [p.checkpoint() for p in self._pipes]
         else:
