@@ -175,3 +175,12 @@ def test_evaluate_return_dict_as_keras(sample):
     assert isinstance(loss, float) and loss > 0
 
 
+# ------------------------------------------------------------------------------ easyfit info
+def test_info_finds_installed_requirements():
+    from easyfit._info import collect, problems
+
+    env = collect()
+    assert env.versions.get("packaging") and env.versions.get("protobuf")
+    assert not [p for p in problems(env) if "is not installed" in p and "DALI" not in p]
+
+
