@@ -5,12 +5,17 @@ Data: the MNIST sample inside easyfit (``ef.datasets.sample()``), or arrays the 
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import optax
 import pytest
+from conftest import ROOT
 from flax import nnx
 from models import NNXMLP, SmallMLP
 
@@ -182,5 +187,33 @@ def test_info_finds_installed_requirements():
     env = collect()
     assert env.versions.get("packaging") and env.versions.get("protobuf")
     assert not [p for p in problems(env) if "is not installed" in p and "DALI" not in p]
+
+
+# ---------------------------------------------------------------------------------- examples
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def _example(path, *args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH",
+                                                                                     "")])}
+    return subprocess.run([sys.executable, str(path), *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_help_shows_defaults(path):
+    proc = _example(path, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"--epochs EPOCHS\s+.*\(default: \d+\)", proc.stdout), proc.stdout
+
+
+def test_arrays_example_takes_a_folder_easyfit_reads(tmp_path):
+    root = ef.datasets.sample_folder(tmp_path / "sample", limit=(300, 100))
+    proc = _example(ROOT / "examples" / "arrays.py", "--data", root, "--epochs", "1",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    labels = json.loads(re.search(r"labels:\s+(\[.*\])", proc.stdout).group(1))
+    assert len(labels) == 10 and labels == sorted(labels)  # val/0/* first, in file order
+    assert "evaluate: {'loss'" in proc.stdout
 
 
