@@ -217,3 +217,26 @@ def test_arrays_example_takes_a_folder_easyfit_reads(tmp_path):
     assert "evaluate: {'loss'" in proc.stdout
 
 
+# ---------------------------------------------------------------------------- progress bar
+def test_progress_display_per_environment():
+    from easyfit.callbacks.progbar import display_mode
+
+    assert display_mode(1, isatty=True, notebook=False) == "bar"  # a terminal: today's bar
+    assert display_mode(1, isatty=False, notebook=True) == "bar"  # Jupyter: tqdm.auto's widget
+    assert display_mode(1, isatty=False, notebook=False) == "lines"  # a log file
+    assert display_mode(2, isatty=True, notebook=True) == "lines"
+    assert display_mode(0, isatty=True, notebook=True) is None
+
+
+def test_a_jupyter_kernel_is_recognised_from_its_shell(monkeypatch):
+    import types
+
+    from easyfit.callbacks.progbar import in_notebook
+
+    assert not in_notebook()  # pytest: no IPython shell
+    for name, expected in (("ZMQInteractiveShell", True), ("TerminalInteractiveShell", False)):
+        shell_type = type(name, (), {})
+        colab_like = type("Shell", (shell_type,), {})  # Colab's shell subclasses Jupyter's
+        ipython = types.SimpleNamespace(get_ipython=colab_like)
+        monkeypatch.setitem(sys.modules, "IPython", ipython)
+        assert in_notebook() is expected
