@@ -5,19 +5,18 @@ the name stands for the optimizer with Keras' default settings. Each is built wi
 ``optax.inject_hyperparams``, so its learning rate shows in the epoch logs and
 ``ReduceLROnPlateau`` / ``LearningRateScheduler`` can change it.
 
-=========== ============================================================================
-name        optax optimizer (Keras 3's defaults)
-=========== ============================================================================
-``adam``    ``optax.adam(1e-3, b1=0.9, b2=0.999, eps=1e-7)``
-``sgd``     ``optax.sgd(1e-2)``
-``rmsprop`` ``optax.rmsprop(1e-3, decay=0.9, eps=1e-7)`` (epsilon inside the square root)
-``adamw``   ``optax.adamw(1e-3, b1=0.9, b2=0.999, eps=1e-7, weight_decay=0.004)``
-``adagrad`` ``optax.adagrad(1e-3, initial_accumulator_value=0.1, eps=1e-7)``
-=========== ============================================================================
+| name | optax optimizer (Keras 3's defaults) |
+|------|--------------------------------------|
+| ``adam`` | ``optax.adam(1e-3, b1=0.9, b2=0.999, eps=1e-7)`` |
+| ``sgd`` | ``optax.sgd(1e-2)`` |
+| ``rmsprop`` | ``optax.rmsprop(1e-3, decay=0.9, eps=1e-7)`` (epsilon inside the square root) |
+| ``adamw`` | ``optax.adamw(1e-3, b1=0.9, b2=0.999, eps=1e-7, weight_decay=0.004)`` |
+| ``adagrad`` | ``optax.adagrad(1e-3, initial_accumulator_value=0.1, eps=1e-7)`` |
 
-Keras' Adam adds its epsilon before the bias correction, optax's after it: the two differ only
-while the second moments are of the order of epsilon (the first steps of tiny gradients). For
-other settings, pass an optax optimizer.
+Keras' Adam (and AdamW) adds its epsilon to the square root of the uncorrected second moment
+("epsilon hat"), optax to that of the bias-corrected one: the updates differ only where that
+root is of the order of epsilon, i.e. for tiny gradients. For other settings, pass an optax
+optimizer.
 """
 
 from __future__ import annotations

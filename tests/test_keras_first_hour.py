@@ -165,6 +165,21 @@ def test_the_users_nnx_module_holds_the_trained_state_after_fit(sample):
     np.testing.assert_array_equal(trained, np.asarray(trainer.params["out"]["kernel"][...]))
 
 
+def test_write_back_leaves_the_module_as_it_was_when_the_state_was_donated():
+    """A step that failed after donating the state: fit's clean-up must not raise over it."""
+    import types
+
+    from easyfit.models import write_back
+
+    model = NNXMLP(nnx.Rngs(0))
+    before = np.asarray(model.out.kernel[...]).copy()
+    _, params, rest = nnx.split(model, nnx.Param, ...)
+    params = jax.tree_util.tree_map(lambda a: a + 1, params)
+    jax.tree_util.tree_leaves(params)[0].delete()
+    write_back(model, types.SimpleNamespace(params=params, model_state=rest))
+    np.testing.assert_array_equal(np.asarray(model.out.kernel[...]), before)
+
+
 # ------------------------------------------------------------------------- evaluate's result
 def test_evaluate_return_dict_as_keras(sample):
     x, y, xv, yv = sample
