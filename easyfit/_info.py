@@ -1,6 +1,6 @@
 """``easyfit info``: versions, backend and devices, and the known bad combinations among them.
 
-:func:`collect` reads the environment; :func:`problems` is a pure function of what it read, so
+``collect`` reads the environment; ``problems`` is a pure function of what it read, so
 each known bad combination can be checked on its own.
 """
 
@@ -114,6 +114,10 @@ def collect() -> Environment:
         requires_python = metadata.metadata("easyfit")["Requires-Python"]
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         requirements, requires_python = (), None
+    for line in requirements:  # what problems() checks: every requirement's version
+        name = canonicalize_name(Requirement(line).name)
+        if not name.startswith(DALI):
+            versions.setdefault(name, _version(name))
     backend, devices, processes = _devices()
     return Environment(
         python=platform.python_version(), versions=versions, dali_dist=dali_dist,

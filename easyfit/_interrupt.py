@@ -2,7 +2,7 @@
 
 A KeyboardInterrupt raised while a train step is being dispatched can lose the step's result
 after the step has already consumed (donated) the previous state: nothing would be left to back
-up. Inside :func:`deferred_sigint`, a first SIGINT only sets a flag, which fit checks after each
+up. Inside ``deferred_sigint``, a first SIGINT only sets a flag, which fit checks after each
 step and turns into a KeyboardInterrupt at that safe point; a second SIGINT interrupts at once,
 as usual. Only in the main thread, and only when SIGINT has Python's default handler (a handler
 the user installed is left alone).

@@ -2,7 +2,7 @@
 
 A checkpoint is a directory written by Orbax's composite handler with these items:
 
-* ``state``: the whole :class:`~easyfit.state.TrainState` (step, parameters, optimizer state,
+* ``state``: the whole ``TrainState`` (step, parameters, optimizer state,
   model state, the dropout RNG key), as arrays (``weights`` instead, holding ``params`` and
   ``model_state`` only, for a weights-only checkpoint);
 * ``epoch_metrics``: the epoch's metric accumulator, when the checkpoint was taken mid-epoch;
@@ -10,8 +10,8 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   the input shape, the class names and the batching plan.
 
 Orbax writes into a temporary directory and renames it when complete, so a process killed while
-saving leaves either the previous checkpoint or a temporary directory, which
-:func:`read_metadata` refuses
+saving leaves either the previous checkpoint or a temporary directory, which ``read_metadata``
+refuses
 and which backups ignore; never a checkpoint that loads as something else. Restored arrays take
 the shardings of the target state. The functions work on plain values (a state, a
 :class:`Progress`, a dict of metadata); ``Trainer.save``/``load`` call them.
@@ -212,7 +212,7 @@ class ResumePoint:
 
     ``fit`` asks each callback that has a ``restore_point()`` method, before it builds the
     training loader; the first one that returns a ResumePoint wins. fit then starts the loader at
-    ``position``, the epoch loop at ``(epoch, batch)``, and calls :meth:`restore` once the
+    ``position``, the epoch loop at ``(epoch, batch)``, and calls ``restore`` once the
     state exists.
     """
 

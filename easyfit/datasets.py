@@ -147,7 +147,7 @@ def sample_folder(out_dir: str | os.PathLike, *, limit: tuple[int, int] | None =
     """Writes the packaged MNIST sample as an image folder: ``out_dir/{train,val}/<digit>/*.png``.
 
     Args:
-        out_dir: where to write, as for :func:`mnist` (a folder this function wrote before is
+        out_dir: where to write, as for ``mnist`` (a folder this function wrote before is
             reused; any other non-empty folder is refused).
         limit: ``(train, val)`` numbers of images to write (at most 6,000 and 1,000).
 

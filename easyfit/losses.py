@@ -6,17 +6,28 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
-__all__ = ["LossFn", "get_loss"]
+__all__ = ["LossFn", "get_loss", "infer_loss"]
 
 #: ``loss(outputs, labels) -> per-sample losses, shape (batch,)``.
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 
+def class_indices(labels: jax.Array, outputs: jax.Array) -> jax.Array:
+    """Integer labels as one class index per sample: shape ``(batch,)`` or, as Keras accepts
+    too, ``(batch, 1)``."""
+    if labels.ndim == outputs.ndim and labels.shape[-1] == 1:
+        labels = labels[..., 0]
+    return labels.astype(jnp.int32)
+
+
 def _one_hot_like(labels: jax.Array, outputs: jax.Array) -> jax.Array:
-    if labels.ndim == outputs.ndim - 1 and jnp.issubdtype(labels.dtype, jnp.integer):
-        return jax.nn.one_hot(labels, outputs.shape[-1], dtype=outputs.dtype)
+    if jnp.issubdtype(labels.dtype, jnp.integer) and (
+            labels.ndim == outputs.ndim - 1 or labels.shape[-1] == 1 < outputs.shape[-1]):
+        return jax.nn.one_hot(class_indices(labels, outputs), outputs.shape[-1],
+                              dtype=outputs.dtype)
     return labels.astype(outputs.dtype)
 
 
@@ -26,7 +37,7 @@ def _per_sample(values: jax.Array) -> jax.Array:
 
 def sparse_categorical_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Softmax cross-entropy of logits against integer class labels."""
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels.astype(jnp.int32))
+    return optax.softmax_cross_entropy_with_integer_labels(logits, class_indices(labels, logits))
 
 
 def categorical_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -80,3 +91,37 @@ def get_loss(loss: str | LossFn) -> LossFn:
     except KeyError:
         raise ValueError(f"loss={loss!r}: unknown; expected one of {sorted(LOSSES)} or a "
                          "callable (outputs, labels) -> per-sample losses") from None
+
+
+def _distributions(labels: np.ndarray) -> bool:
+    """Whether every row is one-hot or a probability distribution over more than one class."""
+    rows = labels.reshape(len(labels), -1) if labels.ndim >= 2 else None
+    return (rows is not None and len(rows) > 0 and rows.shape[1] > 1 and bool((rows >= 0).all())
+            and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
+
+
+def infer_loss(label_dtype: np.dtype, labels: np.ndarray | None) -> tuple[str, str]:
+    """The loss to use when none was given, from the labels, and why (a line for the log).
+
+    Integer labels are class indices: sparse categorical cross-entropy. Float labels whose rows
+    are one-hot (or class probabilities): categorical cross-entropy. Other float labels:
+    mean squared error.
+
+    Args:
+        label_dtype: the labels' dtype.
+        labels: every label, or a first batch's; None if unknown.
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.losses import infer_loss
+        >>> infer_loss(np.dtype("float32"), np.eye(3, dtype=np.float32))[0]
+        'categorical_crossentropy'
+        >>> infer_loss(np.dtype("float32"), np.array([[0.5], [2.0]]))[0]
+        'mse'
+    """
+    if np.issubdtype(label_dtype, np.integer):
+        return "sparse_categorical_crossentropy", "integer labels (class indices)"
+    if labels is not None and _distributions(np.asarray(labels)):
+        return "categorical_crossentropy", "float labels whose rows are one-hot or class " \
+                                           "probabilities"
+    return "mse", "float labels that are not one-hot"

@@ -18,14 +18,20 @@ from clu import metrics as clu_metrics
 __all__ = ["build_collection", "compute_on_host"]
 
 
+def _true_class(outputs: jax.Array, labels: jax.Array) -> jax.Array:
+    """Class indices from sparse labels (shape ``(batch,)`` or ``(batch, 1)``) or one-hot ones."""
+    if labels.ndim == outputs.ndim and labels.shape[-1] == 1:
+        return labels[..., 0]
+    return labels.argmax(-1) if labels.ndim == outputs.ndim else labels
+
+
 def _class_of(outputs: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Predicted and true classes, for sparse, one-hot and binary labels."""
     if outputs.shape[-1] == 1 or outputs.ndim == 1:
         pred = (outputs.reshape(outputs.shape[0], -1)[:, 0] > 0).astype(jnp.int32)
         return pred, (labels.reshape(labels.shape[0], -1)[:, 0] > 0.5).astype(jnp.int32)
     pred = outputs.argmax(-1)
-    true = labels.argmax(-1) if labels.ndim == outputs.ndim else labels
-    return pred, true.astype(pred.dtype)
+    return pred, _true_class(outputs, labels).astype(pred.dtype)
 
 
 def _accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
@@ -35,7 +41,7 @@ def _accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
 
 def _top_k(k: int) -> Callable[..., jax.Array]:
     def top_k_accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
-        true = labels.argmax(-1) if labels.ndim == outputs.ndim else labels
+        true = _true_class(outputs, labels)
         true_score = jnp.take_along_axis(outputs, true.astype(jnp.int32)[:, None], -1)
         return ((outputs > true_score).sum(-1) < k).astype(jnp.float32)
     return top_k_accuracy

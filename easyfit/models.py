@@ -12,17 +12,18 @@ import inspect
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
 
-__all__ = ["ModelAdapter", "adapt"]
+__all__ = ["ModelAdapter", "adapt", "write_back"]
 
 _TRAIN_FLAGS = {"train": True, "training": True, "is_training": True, "deterministic": False}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelAdapter:
-    """A model as pure functions; built by :func:`adapt`."""
+    """A model as pure functions; built by ``adapt``."""
 
     kind: str  # "linen" | "nnx"
     module: Any  # the linen module, or the NNX graphdef
@@ -82,3 +83,16 @@ def adapt(model: Any) -> tuple[ModelAdapter, Any]:
         return ModelAdapter("linen", model, flag), None
     raise TypeError(f"model: expected a flax.linen.Module or a flax.nnx.Module, got "
                     f"{type(model).__name__}")
+
+
+def write_back(model: Any, state: Any) -> None:
+    """Puts a TrainState's parameters and variables into the user's NNX ``model``, so that it
+    holds the trained weights after ``fit``, as a Keras model does. Copies: the next ``fit``
+    donates the state's buffers. A linen module holds no weights: nothing to do.
+    """
+    if not isinstance(model, nnx.Module) or state is None:
+        return
+    variables = (state.params, state.model_state)
+    if any(getattr(a, "is_deleted", lambda: False)() for a in jax.tree_util.tree_leaves(variables)):
+        return  # a step failed after donating them: the module keeps what it last held
+    nnx.update(model, *jax.tree_util.tree_map(jnp.copy, variables))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import optax
 from flax import struct
 
-__all__ = ["TrainState"]
+__all__ = ["TrainState", "create_state"]
 
 
 @struct.dataclass
@@ -29,3 +32,32 @@ class TrainState:
     opt_state: Any
     model_state: Any
     rng: jax.Array
+
+
+def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,
+                 shape: tuple[int, ...], nnx_variables: Any = None,
+                 abstract: bool = False) -> TrainState:
+    """A fresh TrainState for inputs of ``shape`` (one sample's); with ``abstract``, its shapes
+    and dtypes only, computing nothing.
+
+    Args:
+        adapter: the model's ``easyfit.models.ModelAdapter``.
+        tx: the optimizer.
+        seed: seeds the initialisation (linen) and the training RNG key.
+        shape: one input sample's shape.
+        nnx_variables: an NNX model's ``(params, model_state)``, copied: the train step donates
+            the state's buffers, never the user's.
+        abstract: return ``jax.ShapeDtypeStruct`` leaves instead of arrays.
+    """
+    init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
+    if adapter.kind == "nnx":
+        params, model_state = jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy,
+                                                     nnx_variables)
+    else:
+        sample = jnp.zeros((1, *shape), jnp.float32)
+        init = (functools.partial(jax.eval_shape, adapter.init) if abstract
+                else jax.jit(adapter.init))
+        params, model_state = init(init_rng, sample)
+    opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(tx.init, params)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
+                      model_state=model_state, rng=train_rng)

@@ -24,7 +24,7 @@ from .parallel import DATA_AXIS, Placement
 from .state import TrainState
 
 __all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step",
-           "make_train_step", "prepare_inputs"]
+           "make_train_step", "per_dispatch", "prepare_inputs"]
 
 Batch = dict[str, jax.Array]
 
@@ -150,6 +150,18 @@ def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Place
         return _scan(body, None, steps, k)[1], steps["mask"]
 
     return jax.jit(run)
+
+
+def per_dispatch(steps_per_execution: int | str, num_samples: int, batch_size: int,
+                 platform: str, cached: bool) -> int:
+    """Optimizer steps per dispatch: ``steps_per_execution``, or for ``"auto"`` about 6,000
+    samples per dispatch when streaming and 12,800 from the device cache (GPUs), never more
+    than an epoch; on CPUs one step, as XLA runs convolutions slower inside a scan."""
+    if steps_per_execution != "auto":
+        return int(steps_per_execution)
+    steps = -(-num_samples // batch_size)
+    wanted = 1 if platform == "cpu" else round((12_800 if cached else 6_000) / batch_size)
+    return min(steps, max(1, wanted))
 
 
 def compile_ahead(jitted: Callable, *args: Any) -> threading.Thread:

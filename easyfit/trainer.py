@@ -8,7 +8,6 @@ loaders of global batches, the pure steps (``easyfit.steps``) train and evaluate
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +20,7 @@ import optax
 from flax import nnx
 
 from . import checkpoint, steps
+from ._args import check_int, check_verbose
 from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
@@ -29,18 +29,18 @@ from .data.order import Plan
 from .data.sources.base import Source
 from .errors import CheckpointError
 from .learning_rate import get_learning_rate
-from .losses import LossFn, get_loss
+from .losses import LossFn, get_loss, infer_loss
 from .metrics import build_collection, compute_on_host
-from .models import adapt
-from .parallel import Placement, gather_to_host
-from .state import TrainState
+from .models import adapt, write_back
+from .optimizers import get_optimizer
+from .parallel import Placement, gather_to_host, local_rows
+from .state import TrainState, create_state
 
 __all__ = ["Trainer"]
 
 log = logging.getLogger("easyfit")
 
-_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy",
-                   "binary_crossentropy")
+_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +58,15 @@ class Trainer:
         model: a ``flax.linen.Module`` (initialised from the first batch's shape) or a
             ``flax.nnx.Module`` (already initialised). A linen module whose ``__call__`` takes
             ``train``, ``training`` or ``deterministic`` gets it set for training and evaluation.
-        optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``).
+        optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``), or a Keras
+            name with Keras' defaults: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``,
+            ``"adagrad"`` (see ``easyfit.optimizers``).
         loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
             ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``) or a
             callable ``(outputs, labels) -> per-sample losses``. Models output logits. None:
-            sparse categorical cross-entropy for integer labels, mse for float labels.
+            sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
+            categorical cross-entropy for one-hot float labels, mse for other float labels
+            (``fit`` says which at ``verbose >= 1``).
         metrics: Keras metric names, callables or clu metrics (see ``easyfit.metrics``).
             None: ``["accuracy"]`` for classification losses, none otherwise.
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
@@ -92,21 +96,20 @@ class Trainer:
         (['accuracy', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
     """
 
-    def __init__(self, model: Any, optimizer: optax.GradientTransformation | None = None,
+    def __init__(self, model: Any, optimizer: optax.GradientTransformation | str | None = None,
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
                  None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
                  devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
                  pipelines_per_device: int | None = None):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
-        self.optimizer = optimizer if optimizer is not None else optax.adam(1e-3)
+        self.optimizer = get_optimizer(optimizer)
         self.loss = loss
+        self._loss_note: str | None = None
         self.metrics = metrics
         self.seed = int(seed)
-        if steps_per_execution != "auto" and (not isinstance(steps_per_execution, int)
-                                               or steps_per_execution < 1):
-            raise ValueError(f"steps_per_execution={steps_per_execution!r}: expected 'auto' "
-                             "or an integer >= 1")
+        if steps_per_execution != "auto":
+            check_int("steps_per_execution", steps_per_execution, 1)
         self.steps_per_execution = steps_per_execution
         self.placement = Placement.create(devices)
         self.state: TrainState | None = None
@@ -200,7 +203,10 @@ class Trainer:
         Returns:
             The History of this fit (also ``trainer.history``).
         """
-        verbose = verbose if jax.process_index() == 0 else 0  # only process 0 reports
+        check_int("batch_size", batch_size, 1, none=True)
+        check_int("epochs", epochs, 0)
+        check_int("initial_epoch", initial_epoch, 0)
+        verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         train, val = self._data.fit_sources(x, y, validation_data, validation_split)
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
@@ -215,7 +221,9 @@ class Trainer:
         plan = loader.plan
         start = loader.position()
         first: dict | None = next(loader)
-        fns = self._functions(train, plan)
+        fns = self._functions(train, plan, first)
+        if verbose and self._loss_note:
+            print(f"easyfit: {self._loss_note}", flush=True)
         compiling = steps.compile_ahead(fns.train, self._abstract_state(first), self._empty(fns),
                                         first)  # while the model initialises
         self._ensure_state(first, train)
@@ -275,6 +283,7 @@ class Trainer:
         finally:
             loader.close()
             cbs.call("on_train_end", logs=logs)
+            write_back(self._model, self.state)  # the user's NNX module holds the trained state
         return history
 
     def _epoch_logs(self, acc: Any) -> dict[str, float]:
@@ -302,7 +311,7 @@ class Trainer:
                                weights_only=weights_only)
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
-        """Restores a checkpoint written by :meth:`save` (or ``ModelCheckpoint``).
+        """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
 
         The trainer must have been built with the same model and optimizer. Continue training
         with ``fit(..., initial_epoch=meta["epoch"])``.
@@ -331,6 +340,7 @@ class Trainer:
             self.seed = int(meta["seed"])
             self._data.seed = self.seed
             self._progress = checkpoint.Progress(meta["epoch"])
+        write_back(self._model, self.state)
         return meta
 
     @classmethod
@@ -342,7 +352,8 @@ class Trainer:
 
     # ------------------------------------------------------------------------------- evaluate
     def evaluate(self, x: Any, y: Any = None, *, batch_size: int | None = None,
-                 callbacks: Sequence[Callback] | None = None, verbose: int = 0) -> dict[str, float]:
+                 callbacks: Sequence[Callback] | None = None, verbose: int = 0,
+                 return_dict: bool = True) -> dict[str, float] | float | list[float]:
         """Loss and metrics over every sample of ``x`` exactly once.
 
         Args:
@@ -351,22 +362,26 @@ class Trainer:
             batch_size: global batch size (default: the last fit's).
             callbacks: callbacks whose ``on_test_*`` hooks run.
             verbose: 1 prints the result.
+            return_dict: True (the default, unlike Keras): a dict by name, as History and the
+                callbacks' logs. False: Keras' default form, the loss alone, or
+                ``[loss, *metrics]`` when there are metrics.
 
         Returns:
-            ``{"loss": ..., "accuracy": ..., ...}``.
+            ``{"loss": ..., "accuracy": ..., ...}`` (a float or a list with ``return_dict=False``).
         """
+        check_int("batch_size", batch_size, 1, none=True)
         source = self._data.source(x, y)
         batch_size = int(batch_size or self.batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}))
         if verbose and jax.process_index() == 0:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
-        return logs
+        return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
 
     def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
         with self._data.lease(source, batch_size) as loader:
             first = loader.peek()
             self._ensure_state(first, source)
-            fns = self._functions(source, loader.plan)
+            fns = self._functions(source, loader.plan, first)
             cbs.call("on_test_begin")
             acc = self._empty(fns)
             for batch in range(loader.plan.chunks_per_epoch):
@@ -389,13 +404,15 @@ class Trainer:
             A NumPy array with one row per sample.
         """
         del verbose
+        check_int("batch_size", batch_size, 1, none=True)
         source = self._data.source(x)
         batch_size = int(batch_size or self.batch_size)
         cbs = CallbackList(callbacks or [], self, {})
         outputs = []
         with self._data.lease(source, batch_size) as loader:
-            self._ensure_state(loader.peek(), source)
-            fns = self._functions(source, loader.plan)
+            first = loader.peek()
+            self._ensure_state(first, source)
+            fns = self._functions(source, loader.plan, first)
             cbs.call("on_predict_begin")
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
@@ -407,16 +424,20 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------------------------ internals
-    def _resolved_loss(self, source: Source) -> LossFn:
-        if self.loss is None:
-            integer = np.issubdtype(source.label_dtype, np.integer)
-            self.loss = "sparse_categorical_crossentropy" if integer else "mse"
+    def _resolved_loss(self, source: Source, chunk: Mapping[str, jax.Array]) -> LossFn:
+        if self.loss is None:  # from every label when the source knows them, else a batch's
+            labels = source.known_labels()
+            if labels is None:
+                labels = local_rows(chunk["y"])[local_rows(chunk["mask"]).astype(bool)]
+            self.loss, why = infer_loss(source.label_dtype, labels)
+            self._loss_note = f"loss={self.loss!r} (none given; {why})"
+            log.info("easyfit: %s", self._loss_note)
         return get_loss(self.loss)
 
-    def _functions(self, source: Source, plan: Plan) -> _Compiled:
+    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, jax.Array]) -> _Compiled:
         key = (source.scale, plan.steps_per_execution)
         if key not in self._compiled:
-            loss_fn = self._resolved_loss(source)
+            loss_fn = self._resolved_loss(source, chunk)
             metrics = self.metrics
             if metrics is None:
                 metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
@@ -449,7 +470,7 @@ class Trainer:
             self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
             if self.class_names is None:
                 self.class_names = source.class_names
-        self._resolved_loss(source)  # sets self.loss when it was None
+        self._resolved_loss(source, chunk)  # sets self.loss when it was None
         self._data.check_labels(source, self.loss, lambda: self._num_outputs(chunk), chunk)
 
     def _num_outputs(self, chunk: Mapping[str, jax.Array]) -> int:
@@ -464,17 +485,8 @@ class Trainer:
         """Creates ``self.state`` for inputs of ``shape``; with ``abstract``, returns its shapes,
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape), dtype)
-        init_rng, train_rng = jax.random.split(jax.random.PRNGKey(self.seed))
-        if self._adapter.kind == "nnx":
-            params, model_state = self._nnx_variables
-        else:
-            sample = jnp.zeros((1, *shape), jnp.float32)
-            init = jax.jit(self._adapter.init) if not abstract else functools.partial(
-                jax.eval_shape, self._adapter.init)
-            params, model_state = init(init_rng, sample)
-        opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(self.optimizer.init, params)
-        state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                           model_state=model_state, rng=train_rng)
+        state = create_state(self._adapter, self.optimizer, self.seed, shape, self._nnx_variables,
+                             abstract)
         if abstract:
             rep = self.placement.replicated
             return jax.tree_util.tree_map(

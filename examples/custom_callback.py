@@ -52,11 +52,13 @@ class TargetAccuracy(ef.callbacks.Callback):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", metavar="DIR", help="folder with train/ and val/ class folders")
-    ap.add_argument("--target", type=float, default=0.9)
-    ap.add_argument("--epochs", type=int, default=20)
-    ap.add_argument("--out", default="report.json")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--data", metavar="DIR",
+                    help="folder with train/ and val/ class folders; none: the MNIST sample inside easyfit")
+    ap.add_argument("--target", type=float, default=0.9, help="validation accuracy at which training stops")
+    ap.add_argument("--epochs", type=int, default=20, help="most epochs to train")
+    ap.add_argument("--out", default="report.json", help="where the JSON report goes")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

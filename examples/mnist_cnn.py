@@ -38,9 +38,11 @@ def load(data_dir):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", metavar="DIR", help="MNIST IDX files, or train/ and val/ folders")
-    ap.add_argument("--epochs", type=int, default=5)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--data", metavar="DIR",
+                    help="MNIST IDX files, or train/ and val/ folders; none: the MNIST sample inside easyfit")
+    ap.add_argument("--epochs", type=int, default=5, help="epochs to train")
     args = ap.parse_args()
     train, val = load(args.data)
     batch_size = 64 * jax.device_count()  # 64 per device, as in the tutorial

@@ -145,8 +145,10 @@ def test_progress_verbose_levels(mnist_dir, capsys):
     _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=0)
     assert capsys.readouterr().out == ""
     _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=1)  # stdout is not a terminal
-    note, *lines = capsys.readouterr().out.strip().splitlines()
+    note, loss, *lines = capsys.readouterr().out.strip().splitlines()
     assert note.startswith("easyfit: caching the decoded dataset")  # what cache="auto" chose
+    assert loss == ("easyfit: loss='sparse_categorical_crossentropy' (none given; integer labels "
+                    "(class indices))")  # the loss the labels chose
     assert [ln.split(" - ")[0] for ln in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert "val_accuracy:" in lines[-1]
 

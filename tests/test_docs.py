@@ -69,3 +69,10 @@ def test_mkdocs_build_strict(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "Trains a Flax model on data read by DALI" in api  # the docstrings made it in
+    assert not re.findall(r":(?:meth|func|class|attr|mod|exc):", api)  # roles rendered as code
+    ids = set(re.findall(r'id="(easyfit\.[\w.]+)"', api))
+    assert {"easyfit.Trainer.fit", "easyfit.Trainer.evaluate", "easyfit.data.Source.num_samples",
+            "easyfit.optimizers.get_optimizer"} <= ids
+    internal = {"easyfit.data.Source.feed", "easyfit.data.Source.graph", "easyfit.data.Plan.chunk",
+                "easyfit.callbacks.Callback.set_params", "easyfit.parallel.Placement.replicate"}
+    assert not ids & internal

@@ -26,7 +26,7 @@ class BackupAndRestore(Callback):
     CPU. Backups are written by Orbax into a temporary directory and renamed when complete (a
     half-written one is ignored), and asynchronously: training goes on while they are written.
 
-    fit asks this callback for its :meth:`restore_point` before building the loader. Starting
+    fit asks this callback for its ``restore_point`` before building the loader. Starting
     again with other data, batch size, seed or ``steps_per_execution`` raises ValueError
     (the backup would not mean the same samples); delete ``backup_dir`` to start afresh.
 

@@ -61,6 +61,8 @@ def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.n
     known = labels is not None
     if not known:
         labels = np.asarray(batch_labels)[np.asarray(batch_mask, bool)]
+    if np.ndim(labels) == 2 and np.shape(labels)[1] == 1:  # (n, 1): class indices too
+        labels = np.asarray(labels)[:, 0]
     if np.ndim(labels) != 1:  # one-hot or multi-label targets: not class indices
         return
     bad = np.flatnonzero((labels < 0) | (labels >= num_outputs))

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..parallel import Placement, local_rows
+from ..steps import per_dispatch
 from .cache import CachedLoader, decide_cache
 from .checks import check_labels
 from .loader import Loader
@@ -113,16 +114,10 @@ class DataDoor:
 
     # ---------------------------------------------------------------------------- batching
     def plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
-        """The batching plan; ``steps_per_execution="auto"``: on CPUs one step per dispatch
-        (XLA runs convolutions slower in a scan), on GPUs about 6,000 samples per dispatch when
-        streaming and 12,800 from the device cache, never more than an epoch."""
+        """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``)."""
         self.placement.check_batch_size(batch_size)
-        k = self.steps_per_execution
-        if k == "auto":
-            steps = -(-source.num_samples // batch_size)
-            wanted = 1 if self.placement.platform == "cpu" else round(
-                (12_800 if cached else 6_000) / batch_size)
-            k = min(steps, max(1, wanted))
+        k = per_dispatch(self.steps_per_execution, source.num_samples, batch_size,
+                         self.placement.platform, cached)
         return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
                     steps_per_execution=k, num_shards=self.placement.num_shards)
 

@@ -1,0 +1,81 @@
+"""Keras optimizer names -> optax optimizers, with Keras 3's defaults.
+
+``Trainer(model, optimizer="adam")`` works as ``model.compile(optimizer="adam")`` does in Keras:
+the name stands for the optimizer with Keras' default settings. Each is built with
+``optax.inject_hyperparams``, so its learning rate shows in the epoch logs and
+``ReduceLROnPlateau`` / ``LearningRateScheduler`` can change it.
+
+| name | optax optimizer (Keras 3's defaults) |
+|------|--------------------------------------|
+| ``adam`` | ``optax.adam(1e-3, b1=0.9, b2=0.999, eps=1e-7)`` |
+| ``sgd`` | ``optax.sgd(1e-2)`` |
+| ``rmsprop`` | ``optax.rmsprop(1e-3, decay=0.9, eps=1e-7)`` (epsilon inside the square root) |
+| ``adamw`` | ``optax.adamw(1e-3, b1=0.9, b2=0.999, eps=1e-7, weight_decay=0.004)`` |
+| ``adagrad`` | ``optax.adagrad(1e-3, initial_accumulator_value=0.1, eps=1e-7)`` |
+
+Keras' Adam (and AdamW) adds its epsilon to the square root of the uncorrected second moment
+("epsilon hat"), optax to that of the bias-corrected one: the updates differ only where that
+root is of the order of epsilon, i.e. for tiny gradients. For other settings, pass an optax
+optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optax
+
+__all__ = ["KERAS_DEFAULTS", "get_optimizer"]
+
+#: Keras 3's defaults, as optax constructors and their keyword arguments.
+KERAS_DEFAULTS: dict[str, tuple[Callable[..., optax.GradientTransformation], dict[str, Any]]] = {
+    "adam": (optax.adam, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7}),
+    "sgd": (optax.sgd, {"learning_rate": 1e-2}),
+    "rmsprop": (optax.rmsprop, {"learning_rate": 1e-3, "decay": 0.9, "eps": 1e-7}),
+    "adamw": (optax.adamw, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7,
+                            "weight_decay": 0.004}),
+    "adagrad": (optax.adagrad, {"learning_rate": 1e-3, "initial_accumulator_value": 0.1,
+                                "eps": 1e-7}),
+}
+
+
+def get_optimizer(optimizer: str | optax.GradientTransformation | None
+                  ) -> optax.GradientTransformation:
+    """An optax optimizer: by Keras name (with Keras' defaults), as given, or the default.
+
+    Args:
+        optimizer: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``, ``"adagrad"`` (any case),
+            an optax ``GradientTransformation``, or None for ``optax.adam(1e-3)``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones), or something that is
+            no optimizer.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from easyfit.learning_rate import get_learning_rate
+        >>> from easyfit.optimizers import get_optimizer
+        >>> tx = get_optimizer("sgd")
+        >>> round(get_learning_rate(tx.init({"w": jnp.zeros(2)})), 6)
+        0.01
+        >>> get_optimizer("adamax")
+        Traceback (most recent call last):
+        ...
+        ValueError: optimizer='adamax': unknown name; expected one of 'adam', 'sgd', ...
+    """
+    if optimizer is None:
+        return optax.adam(1e-3)
+    if isinstance(optimizer, str):
+        try:
+            make, kwargs = KERAS_DEFAULTS[optimizer.lower()]
+        except KeyError:
+            known = ", ".join(repr(n) for n in KERAS_DEFAULTS)
+            raise ValueError(f"optimizer={optimizer!r}: unknown name; expected one of {known}, "
+                             "or an optax optimizer such as optax.adam(1e-3)") from None
+        return optax.inject_hyperparams(make)(**kwargs)
+    if not (callable(getattr(optimizer, "init", None))
+            and callable(getattr(optimizer, "update", None))):
+        raise ValueError(f"optimizer={optimizer!r}: expected a Keras optimizer name or an optax "
+                         "GradientTransformation (with init and update)")
+    return optimizer
