@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +25,6 @@ from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data.door import DataDoor
-from .data.order import Plan
-from .data.sources.base import Source
 from .errors import CheckpointError
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss, infer_loss
@@ -35,6 +33,10 @@ from .models import adapt, write_back
 from .optimizers import get_optimizer
 from .parallel import Placement, gather_to_host, local_rows
 from .state import TrainState, create_state
+
+if TYPE_CHECKING:
+    from .data.order import Plan
+    from .data.sources.base import Source
 
 __all__ = ["Trainer"]
 
