@@ -155,11 +155,9 @@ class Trainer:
         return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
                 "class_names": self.class_names}
 
-    # ------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Releases the DALI pipelines, device caches and open files kept for evaluation and
-        prediction, and the compiled steps. The trained state stays; the trainer can be used
-        again (it rebuilds what it needs)."""
+        """Releases the DALI pipelines, device caches, open files and compiled steps kept between
+        passes. The trained state stays; used again, the trainer rebuilds what it needs."""
         self._data.close()
         self._compiled.clear()
 
