@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from flax import struct
@@ -29,3 +29,7 @@ class TrainState:
     opt_state: Any
     model_state: Any
     rng: jax.Array
+
+    if TYPE_CHECKING:  # added by flax.struct.dataclass
+
+        def replace(self, **updates: Any) -> TrainState: ...
