@@ -100,7 +100,7 @@ def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
     return carry, jax.tree_util.tree_map(lambda a: a[None], out)
 
 
-def compile_train(train_step: Callable, placement: Placement, k: int) -> Callable:
+def compile_train(train_step: Callable, placement: Placement, k: int) -> jax.stages.Wrapped:
     """``(state, acc, chunk) -> (state, acc)``: k steps in one dispatch.
 
     A step with no valid row (the tail of an epoch's last chunk) leaves the state untouched.
