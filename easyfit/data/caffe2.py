@@ -95,7 +95,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         """Number of records, and ``(name, image, label)`` of the first few."""
         from nvidia.dali import fn, pipeline_def
 
-        @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
                       exec_async=False, exec_pipelined=False)
         def probe():
             data, labels = fn.readers.caffe2(path=self.path, name=READER)
@@ -132,7 +133,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         batch = int(np.clip(_VERIFY_BYTES // max(self._record_bytes, 1), 64, 8192))
         batch = min(batch, self._num)
 
-        @pipeline_def(batch_size=batch, num_threads=1, device_id=None, prefetch_queue_depth=2)
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=1, device_id=None, prefetch_queue_depth=2)  # type: ignore[call-overload]
         def records():
             data, labels = fn.readers.caffe2(path=self.path, pad_last_batch=True, name=READER)
             return data, labels

@@ -46,7 +46,8 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
             raise DataError(f"{name}: {problem}")
     data = [np.frombuffer(b, np.uint8) for _, b in samples]
 
-    @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)
+    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+    @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)  # type: ignore[call-overload]
     def peek():
         encoded = fn.external_source(source=lambda: data, batch=True, dtype=types.UINT8)
         return fn.peek_image_shape(encoded, image_type=types.ANY_DATA)

@@ -169,7 +169,8 @@ class Loader:
         source = self.source
         where = "gpu" if device_id is not None else "cpu"
 
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
                       seed=self.plan.seed, prefetch_queue_depth=prefetch)
         def pipeline():
             nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
