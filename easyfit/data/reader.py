@@ -108,7 +108,7 @@ class ReaderLoader(Loader):
     def __init__(self, source: ReaderSource, plan: Plan, placement: Placement, *,
                  start: int = 0, position: dict[str, Any] | None = None,
                  num_threads: int | None = None, prefetch: int = 2, training: bool = False,
-                 pipelines: int | None = None, **_: Any):
+                 pipelines: int | None = None, **_unused: Any):
         self.source, self.placement = source, placement
         self.training, self.prefetch = training, prefetch
         self._peeked, self._threaded, self._thread, self._pool = None, False, None, None
