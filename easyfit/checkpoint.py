@@ -87,6 +87,7 @@ def _plan_json(plan: Plan | None) -> dict | None:
 def _metadata(trainer: Trainer, kind: str) -> dict[str, Any]:
     progress = trainer._progress or Progress(0)
     shape, dtype = trainer._input_spec or (None, None)
+    assert trainer.state is not None  # callers check it with _require_state
     return {"format": FORMAT, "version": VERSION, "kind": kind, "epoch": progress.epoch,
             "batch": progress.batch, "position": dict(progress.position or {}) or None,
             "step": int(np.asarray(jax.device_get(trainer.state.step))), "seed": trainer.seed,
@@ -99,6 +100,7 @@ def checkpoint_args(trainer: Trainer, *, weights_only: bool = False) -> ocp.args
     """The Orbax save arguments for the trainer's state and progress."""
     trainer._require_state()
     state = trainer.state
+    assert state is not None
     meta = _metadata(trainer, "weights" if weights_only else "full")
     items: dict[str, Any] = {"metadata": ocp.args.JsonSave(meta)}
     if weights_only:
@@ -106,7 +108,8 @@ def checkpoint_args(trainer: Trainer, *, weights_only: bool = False) -> ocp.args
                                                    "model_state": state.model_state})
     else:
         items["state"] = ocp.args.StandardSave(state)
-        if meta["has_metrics"]:
+        if meta["has_metrics"]:  # only with a progress
+            assert trainer._progress is not None
             items["epoch_metrics"] = ocp.args.StandardSave(trainer._progress.metrics)
     return ocp.args.Composite(**items)
 
@@ -239,6 +242,7 @@ class ResumePoint:
         """Raises ValueError if the checkpoint's batching plan differs from ``plan`` (its
         loader position would then mean other samples)."""
         saved, now = self.meta.get("plan"), _plan_json(plan)
+        assert now is not None
         if saved is not None and saved != now:
             diff = ", ".join(f"{k}: {saved.get(k)} -> {now[k]}" for k in _PLAN_KEYS
                              if saved.get(k) != now[k])

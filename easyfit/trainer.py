@@ -7,6 +7,7 @@ global batches, the pure steps (``easyfit.steps``) train and evaluate, callbacks
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import weakref
@@ -17,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from clu import metrics as clu_metrics
 from flax import nnx
 
 from . import checkpoint, steps
@@ -49,10 +51,10 @@ _CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy"
 
 @dataclasses.dataclass(frozen=True)
 class _Compiled:
-    train: Callable
+    train: jax.stages.Wrapped
     eval: Callable
     predict: Callable
-    metrics: type
+    metrics: type[clu_metrics.Collection]
 
 
 class Trainer:
@@ -109,7 +111,8 @@ class Trainer:
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
-        self.loss, self._loss_note = loss, None
+        self.loss = loss
+        self._loss_note: str | None = None
         self.metrics = metrics
         self.seed = int(seed)
         if steps_per_execution != "auto":
@@ -127,7 +130,7 @@ class Trainer:
         self._compiled: dict[Any, _Compiled] = {}
         self._sources: dict[str, Source] = {}
         self._passes = PassLoaders(self.placement, self._loader_options)
-        self._input_spec: tuple[list[int], str] | None = None
+        self._input_spec: tuple[list[int], str | None] | None = None
         self._progress: checkpoint.Progress | None = None
         self._cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
         self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
@@ -137,6 +140,7 @@ class Trainer:
     def params(self) -> Any:
         """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
         self._require_state()
+        assert self.state is not None
         return self.state.params
 
     @property
@@ -190,7 +194,8 @@ class Trainer:
             The History of this fit (also ``trainer.history``).
         """
         check_int("batch_size", batch_size, 1, none=True)
-        check_int("epochs", epochs, 0), check_int("initial_epoch", initial_epoch, 0)
+        check_int("epochs", epochs, 0)
+        check_int("initial_epoch", initial_epoch, 0)
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         train, val = self._fit_sources(x, y, validation_data, validation_split)
         self.batch_size = batch_size = int(batch_size or self.batch_size)
@@ -213,13 +218,14 @@ class Trainer:
         if use_cache:
             loader = CachedLoader(loader)
         start = loader.position()
-        first: dict | None = next(loader)
-        fns = self._functions(train, plan, first)
+        head: dict[str, jax.Array] = next(loader)
+        first: dict | None = head  # the first step's chunk, already read
+        fns = self._functions(train, plan, head)
         if verbose and self._loss_note:
             print(f"easyfit: {self._loss_note}", flush=True)
-        compiling = steps.compile_ahead(fns.train, self._abstract_state(first), self._empty(fns),
-                                        first)  # while the model initialises
-        self._ensure_state(first, train)
+        compiling = steps.compile_ahead(fns.train, self._abstract_state(head), self._empty(fns),
+                                        head)  # while the model initialises
+        self._ensure_state(head, train)
         compiling.join()
         acc = (resume.restore(self, self._empty(fns)) if resume
                else None)
@@ -246,7 +252,7 @@ class Trainer:
                             epoch, batch + 1, loader.position(), acc, plan)
                         if cbs.wants("on_train_batch_end"):
                             cbs.call("on_train_batch_end", batch,
-                                     logs=LazyLogs(lambda a=acc: compute_on_host(a)))
+                                     logs=LazyLogs(functools.partial(compute_on_host, acc)))
                         if self.stop_training or interrupted():
                             break
                     else:
@@ -275,6 +281,7 @@ class Trainer:
 
     def _epoch_logs(self, acc: Any) -> dict[str, float]:
         logs = compute_on_host(acc)
+        assert self.state is not None
         learning_rate = get_learning_rate(self.state.opt_state)
         if learning_rate is not None:
             logs["learning_rate"] = learning_rate
@@ -418,7 +425,7 @@ class Trainer:
         return train, (self._source(val_path, None) if val_path else None)
 
     def _source(self, data: Any, y: Any, like: Source | None | bool = True) -> Source:
-        like = self._train_source if like is True else like
+        like = self._train_source if like is True else None if like is False else like
         if isinstance(data, (str, os.PathLike)):
             key = os.path.abspath(os.fspath(data))
             if key not in self._sources:
@@ -474,6 +481,7 @@ class Trainer:
         if source not in self._checked:
             self._checked.add(source)
             x = jax.ShapeDtypeStruct((1, *chunk["x"].shape[1:]), jnp.float32)
+            assert self.state is not None
             out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
                                  self.state.params, self.state.model_state, x)
             self._resolved_loss(source, chunk)  # sets self.loss when it was None

@@ -52,7 +52,8 @@ def _first_failing(source: Source, order: list[int]) -> str | None:
     def one(info):
         return tuple(source.feed(np.array([order[min(info.iteration, len(order) - 1)]])))
 
-    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,
+    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
                   exec_async=False, exec_pipelined=False)
     def pipeline():
         nodes = fn.external_source(source=one, batch=True, batch_info=True,

@@ -169,7 +169,8 @@ class Loader:
         source = self.source
         where = "gpu" if device_id is not None else "cpu"
 
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
                       seed=self.plan.seed, prefetch_queue_depth=prefetch)
         def pipeline():
             nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
@@ -241,8 +242,7 @@ class Loader:
             x, y = (self.placement.shard_host_rows(parts[0] if len(parts) == 1
                                                    else np.concatenate(parts))
                     for parts in zip(*outputs))
-        mask = self.placement.shard_global_rows(mask)
-        return {"x": x, "y": y, "mask": mask}
+        return {"x": x, "y": y, "mask": self.placement.shard_global_rows(mask)}
 
     def _per_device(self, arrays: tuple[jax.Array, ...]) -> list[jax.Array]:
         """One array per local device, joining the parts of its pipelines (in row order)."""
@@ -290,7 +290,8 @@ class Loader:
         if len(runs) == 1:
             return runs[0]
         join = jnp.concatenate if self._on_gpu else np.concatenate
-        return tuple(join(parts) for parts in zip(*runs, strict=True))
+        x, y = (join(parts) for parts in zip(*runs, strict=True))
+        return x, y
 
     def _run(self, pipe, iteration: int) -> tuple[Any, Any]:
         try:
@@ -362,7 +363,8 @@ def make_loader(source: Source, plan: Plan, placement: Placement, **kwargs: Any)
     """
     source.check()
     if source.reader_driven:
-        from .reader import ReaderLoader
+        from .reader import ReaderLoader, ReaderSource
 
+        assert isinstance(source, ReaderSource)  # the only reader-driven kind
         return ReaderLoader(source, plan, placement, **kwargs)
     return Loader(source, plan, placement, **kwargs)

@@ -108,7 +108,7 @@ class ReaderLoader(Loader):
     def __init__(self, source: ReaderSource, plan: Plan, placement: Placement, *,
                  start: int = 0, position: dict[str, Any] | None = None,
                  num_threads: int | None = None, prefetch: int = 2, training: bool = False,
-                 pipelines: int | None = None, **_: Any):
+                 pipelines: int | None = None, **_unused: Any):
         self.source, self.placement = source, placement
         self.training, self.prefetch = training, prefetch
         self._peeked, self._threaded, self._thread, self._pool = None, False, None, None
@@ -160,7 +160,8 @@ class ReaderLoader(Loader):
         source, where, training = self.source, "gpu" if device_id is not None else "cpu", \
             self.training
 
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
                       seed=plan.seed, prefetch_queue_depth=prefetch)
         def pipeline():
             xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle,
@@ -217,7 +218,8 @@ def scan_for_bad_record(source: ReaderSource, limit: int = 100_000) -> str | Non
 
     from .images import first_line
 
-    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,
+    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
                   exec_async=False, exec_pipelined=False)
     def pipeline():
         return source.read(shard_id=0, num_shards=1, shuffle=False, device="cpu")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -123,8 +123,9 @@ class RecordFiles(EncodedImages, Source):
             return images, self._labels[indices]
         return images, np.asarray(labels, self._label_dtype)
 
-    def graph(self, images: Any, labels: Any, *, device: str) -> tuple[Any, Any]:
-        images = self.decode(images, device=device)
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+        encoded, labels = nodes  # as feed() returns them
+        images = self.decode(encoded, device=device)
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def sample_problem(self, index: int) -> str | None:
@@ -143,7 +144,8 @@ class RecordFiles(EncodedImages, Source):
 
     def sibling(self, path: str | os.PathLike) -> Source | None:
         try:
-            other = type(self)(path, **self.settings())
+            # every concrete kind takes the path first (the abstract base declares no __init__)
+            other = cast("Callable[..., RecordFiles]", type(self))(path, **self.settings())
         except DataError:
             return None
         self.check_same_images(other, self.root, other.root)
