@@ -107,7 +107,8 @@ def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, An
                                                    "model_state": state.model_state})
     else:
         items["state"] = ocp.args.StandardSave(state)
-        if full["has_metrics"]:
+        if full["has_metrics"]:  # only with a progress
+            assert progress is not None
             items["epoch_metrics"] = ocp.args.StandardSave(progress.metrics)
     return ocp.args.Composite(**items)
 
@@ -226,7 +227,9 @@ class ResumePoint:
     def check(self, plan: Plan) -> None:
         """Raises ValueError if the checkpoint's batching plan differs from ``plan`` (its
         loader position would then mean other samples)."""
-        saved, now = self.meta.get("plan"), _plan_json(plan)
+        saved = self.meta.get("plan")
+        now = _plan_json(plan)
+        assert now is not None
         if saved is not None and saved != now:
             diff = ", ".join(f"{k}: {saved.get(k)} -> {now[k]}" for k in _PLAN_KEYS
                              if saved.get(k) != now[k])

@@ -138,7 +138,8 @@ def sample() -> dict[str, tuple[np.ndarray, np.ndarray]]:
         >>> x.shape, x.dtype, y.dtype, data["val"][0].shape
         ((6000, 28, 28, 1), dtype('uint8'), dtype('int32'), (1000, 28, 28, 1))
     """
-    with resources.files(__package__).joinpath("_sample", _SAMPLE).open("rb") as f, \
+    # one name per step: the joinpath of Python 3.10 takes a single name
+    with (resources.files(__package__) / "_sample" / _SAMPLE).open("rb") as f, \
             np.load(f) as npz:
         return {split: (npz[f"x_{split}"], npz[f"y_{split}"]) for split in _FILES}
 

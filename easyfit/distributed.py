@@ -14,6 +14,7 @@ forever.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 
@@ -47,7 +48,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         >>> ef.distributed.is_main_process()  # a single process is the main one
         True
     """
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if local_device_ids is not None:
         kwargs["local_device_ids"] = local_device_ids
     jax.distributed.initialize(coordinator_address=coordinator_address,

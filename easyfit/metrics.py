@@ -71,7 +71,7 @@ _BY_NAME: dict[str, Callable[..., jax.Array]] = {
 def _from_values(fn: Callable[..., jax.Array]) -> type[clu_metrics.Metric]:
     """A masked average of ``fn(outputs, labels)``'s per-sample values."""
     def values(outputs: jax.Array, labels: jax.Array, mask: jax.Array | None = None,
-               **_: Any) -> dict[str, jax.Array]:
+               **_: Any) -> dict[str, jax.Array | None]:
         return {"values": fn(outputs=outputs, labels=labels), "mask": mask}
     return clu_metrics.Average.from_fun(values)
 

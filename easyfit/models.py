@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,7 @@ class ModelAdapter:
             model = nnx.merge(self.module, params, model_state, copy=True)
             model.train() if train else model.eval()
             out = model(x)
-            _, _, new_state = nnx.split(model, nnx.Param, ...)
+            _, _, new_state = _split(model)
             return out, new_state
         variables = {"params": params, **model_state}
         kwargs = self._flag(train)
@@ -57,11 +57,24 @@ class ModelAdapter:
             return out, {**model_state, **updates}
         return self.module.apply(variables, x, rngs=rngs, **kwargs), model_state
 
+    def num_outputs(self, params: Any, model_state: Any, input_shape: tuple[int, ...]) -> int:
+        """Size of the last output axis for inputs of ``input_shape`` (no computation)."""
+        x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
+        out = jax.eval_shape(lambda p, m, x: self.apply(p, m, x, False)[0], params, model_state, x)
+        return int(out.shape[-1])
+
     def _flag(self, train: bool) -> dict[str, bool]:
         if self.train_flag is None:
             return {}
         on = _TRAIN_FLAGS[self.train_flag]
         return {self.train_flag: on if train else not on}
+
+
+
+def _split(model: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """``nnx.split(model, nnx.Param, ...)``: the graph, the parameters, every other variable."""
+    # flax annotates a split by n filters as "at least two parts"; two filters give three
+    return cast("tuple[nnx.GraphDef, nnx.State, nnx.State]", nnx.split(model, nnx.Param, ...))
 
 
 def adapt(model: Any) -> tuple[ModelAdapter, Any]:
@@ -75,11 +88,11 @@ def adapt(model: Any) -> tuple[ModelAdapter, Any]:
         TypeError: ``model`` is neither.
     """
     if isinstance(model, nnx.Module):
-        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        graphdef, params, rest = _split(model)
         return ModelAdapter("nnx", graphdef), (params, rest)
     if isinstance(model, nn.Module):
-        params = inspect.signature(type(model).__call__).parameters
-        flag = next((f for f in _TRAIN_FLAGS if f in params), None)
+        arguments = inspect.signature(type(model).__call__).parameters
+        flag = next((f for f in _TRAIN_FLAGS if f in arguments), None)
         return ModelAdapter("linen", model, flag), None
     raise TypeError(f"model: expected a flax.linen.Module or a flax.nnx.Module, got "
                     f"{type(model).__name__}")

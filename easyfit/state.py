@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,10 @@ class TrainState:
     opt_state: Any
     model_state: Any
     rng: jax.Array
+
+    if TYPE_CHECKING:  # added by flax.struct.dataclass
+
+        def replace(self, **updates: Any) -> TrainState: ...
 
 
 def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,

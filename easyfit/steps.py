@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from clu import metrics as clu_metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -41,7 +42,8 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: LossFn,
-                    metrics: type, scale: float | None) -> Callable[[TrainState, Batch], Any]:
+                    metrics: type[clu_metrics.Collection], scale: float | None
+                    ) -> Callable[[TrainState, Batch], Any]:
     """The pure train step: gradients of the masked mean loss, one optimizer update."""
 
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Any]:
@@ -63,7 +65,7 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
     return train_step
 
 
-def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type,
+def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type[clu_metrics.Collection],
                    scale: float | None) -> Callable[[TrainState, Batch], Any]:
     """The pure evaluation step: metrics of one batch, padding rows excluded."""
 
@@ -98,7 +100,7 @@ def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
     return carry, jax.tree_util.tree_map(lambda a: a[None], out)
 
 
-def compile_train(train_step: Callable, placement: Placement, k: int) -> Callable:
+def compile_train(train_step: Callable, placement: Placement, k: int) -> jax.stages.Wrapped:
     """``(state, acc, chunk) -> (state, acc)``: k steps in one dispatch.
 
     A step with no valid row (the tail of an epoch's last chunk) leaves the state untouched.
@@ -164,7 +166,7 @@ def per_dispatch(steps_per_execution: int | str, num_samples: int, batch_size: i
     return min(steps, max(1, wanted))
 
 
-def compile_ahead(jitted: Callable, *args: Any) -> threading.Thread:
+def compile_ahead(jitted: jax.stages.Wrapped, *args: Any) -> threading.Thread:
     """Compiles ``jitted`` for ``args`` (arrays or ``jax.ShapeDtypeStruct`` with shardings) in a
     background thread, into the cache its calls use; join the thread before the first call.
 

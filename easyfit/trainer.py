@@ -8,15 +8,16 @@ loaders of global batches, the pure steps (``easyfit.steps``) train and evaluate
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
+from clu import metrics as clu_metrics
 from flax import nnx
 
 from . import checkpoint, steps
@@ -47,10 +48,10 @@ _CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy"
 
 @dataclasses.dataclass(frozen=True)
 class _Compiled:
-    train: Callable
+    train: jax.stages.Wrapped
     eval: Callable
     predict: Callable
-    metrics: type
+    metrics: type[clu_metrics.Collection]
 
 
 class Trainer:
@@ -123,7 +124,7 @@ class Trainer:
         self._data = DataDoor(self.placement, self.seed, steps_per_execution,
                               {"num_threads": num_threads,
                                "pipelines_per_device": pipelines_per_device})
-        self._input_spec: tuple[list[int], str] | None = None
+        self._input_spec: tuple[list[int], str | None] | None = None
         self._progress: checkpoint.Progress | None = None
 
     # ----------------------------------------------------------------------------- public state
@@ -131,6 +132,7 @@ class Trainer:
     def params(self) -> Any:
         """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
         self._require_state()
+        assert self.state is not None
         return self.state.params
 
     @property
@@ -220,13 +222,14 @@ class Trainer:
             initial_epoch = resume.epoch
         plan = loader.plan
         start = loader.position()
-        first: dict | None = next(loader)
-        fns = self._functions(train, plan, first)
+        head: dict[str, jax.Array] = next(loader)
+        first: dict | None = head  # the first step's chunk, already read
+        fns = self._functions(train, plan, head)
         if verbose and self._loss_note:
             print(f"easyfit: {self._loss_note}", flush=True)
-        compiling = steps.compile_ahead(fns.train, self._abstract_state(first), self._empty(fns),
-                                        first)  # while the model initialises
-        self._ensure_state(first, train)
+        compiling = steps.compile_ahead(fns.train, self._abstract_state(head), self._empty(fns),
+                                        head)  # while the model initialises
+        self._ensure_state(head, train)
         compiling.join()
         acc = None
         first_batch = 0
@@ -258,7 +261,7 @@ class Trainer:
                                                              acc, plan)
                         if cbs.wants("on_train_batch_end"):
                             cbs.call("on_train_batch_end", batch,
-                                     logs=LazyLogs(lambda a=acc: compute_on_host(a)))
+                                     logs=LazyLogs(functools.partial(compute_on_host, acc)))
                         if self.stop_training or interrupted():
                             break
                     else:
@@ -288,6 +291,7 @@ class Trainer:
 
     def _epoch_logs(self, acc: Any) -> dict[str, float]:
         logs = compute_on_host(acc)
+        assert self.state is not None
         learning_rate = get_learning_rate(self.state.opt_state)
         if learning_rate is not None:
             logs["learning_rate"] = learning_rate
@@ -471,14 +475,10 @@ class Trainer:
             if self.class_names is None:
                 self.class_names = source.class_names
         self._resolved_loss(source, chunk)  # sets self.loss when it was None
-        self._data.check_labels(source, self.loss, lambda: self._num_outputs(chunk), chunk)
-
-    def _num_outputs(self, chunk: Mapping[str, jax.Array]) -> int:
-        """Size of the model's last output axis for inputs like ``chunk``'s (no computation)."""
-        x = jax.ShapeDtypeStruct((1, *chunk["x"].shape[1:]), jnp.float32)
-        out = jax.eval_shape(lambda p, m, x: self._adapter.apply(p, m, x, False)[0],
-                             self.state.params, self.state.model_state, x)
-        return out.shape[-1]
+        state = self.state
+        assert state is not None
+        self._data.check_labels(source, self.loss, lambda: self._adapter.num_outputs(
+            state.params, state.model_state, tuple(chunk["x"].shape[1:])), chunk)
 
     def _init_state(self, shape: tuple[int, ...], dtype: str | None,
                     abstract: bool = False) -> Any:

@@ -149,3 +149,17 @@ def test_no_batch_hook_unless_asked(tmp_path):
         assert wants_batches(*per_epoch, every_n)
     with pytest.raises(ValueError, match="save_freq=0"):
         ModelCheckpoint(tmp_path / "m", save_freq=0)
+
+
+def test_a_callback_names_what_is_missing_before_a_trainer_is_set():
+    class Stopper(ef.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.trainer.stop_training = True
+
+    with pytest.raises(RuntimeError, match="Stopper is not attached to a Trainer yet"):
+        Stopper().on_epoch_end(0)
+    trainer = ef.Trainer(SmallMLP())
+    stopper = Stopper()
+    stopper.set_trainer(trainer)
+    stopper.on_epoch_end(0)
+    assert trainer.stop_training and stopper.model is trainer

@@ -58,7 +58,8 @@ class BackupAndRestore(Callback):
         self._saved: int | None = None
         self._since, self._interrupted = 0, False
         if self.save_freq != "epoch":
-            self.on_train_batch_end = self._on_batch_end
+            # on purpose, per instance: CallbackList calls the batch hook only when it is set
+            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
 
     def _open(self) -> ocp.CheckpointManager:
         if self._manager is None:
@@ -87,6 +88,7 @@ class BackupAndRestore(Callback):
 
     def _backup(self) -> None:
         progress = self.trainer.progress
+        assert progress is not None  # fit sets it before the first hook
         step = progress.epoch * (self.params["steps"] + 1) + progress.batch  # grows with both
         if step == self._saved:
             return
@@ -113,6 +115,7 @@ class BackupAndRestore(Callback):
             return
         self._manager.wait_until_finished()
         progress = self.trainer.progress
+        assert progress is not None
         finished = self.trainer.stop_training or (
             progress.batch == 0 and progress.epoch >= self.params["epochs"])
         if self.delete_checkpoint and finished and not self._interrupted:

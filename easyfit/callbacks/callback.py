@@ -42,8 +42,20 @@ class Callback:
     """
 
     def __init__(self) -> None:
-        self.trainer: Trainer | None = None
+        self._trainer: Trainer | None = None
         self.params: dict[str, Any] = {}
+
+    @property
+    def trainer(self) -> Trainer:
+        """The Trainer running this callback (set by ``fit``, ``evaluate`` and ``predict``)."""
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet: pass it "
+                               "to fit, evaluate or predict in callbacks=[...]")
+        return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer) -> None:
+        self._trainer = trainer
 
     def set_trainer(self, trainer: Trainer) -> None:
         self.trainer = trainer
@@ -53,7 +65,7 @@ class Callback:
         self.params = params
 
     @property
-    def model(self) -> Trainer | None:
+    def model(self) -> Trainer:
         """Keras' name for the object being trained (here the Trainer)."""
         return self.trainer
 

@@ -57,6 +57,7 @@ class EarlyStopping(Callback):
 
     def _weights(self) -> Any:
         state = self.trainer.state
+        assert state is not None
         return jax.tree_util.tree_map(jnp.copy, (state.params, state.model_state))
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
@@ -85,6 +86,7 @@ class EarlyStopping(Callback):
                 print(f"Restoring model weights from the end of the best epoch: "
                       f"{self.best_epoch + 1}.", flush=True)
             params, model_state = self.best_weights
-            self.trainer.state = self.trainer.state.replace(params=params,
-                                                            model_state=model_state)
+            state = self.trainer.state
+            assert state is not None
+            self.trainer.state = state.replace(params=params, model_state=model_state)
             self.best_weights = None

@@ -39,10 +39,14 @@ class LearningRateScheduler(Callback):
         self.schedule, self.verbose = schedule, verbose
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        set_learning_rate(self.trainer.state.opt_state, 0.0)  # raises if there is none to set
+        state = self.trainer.state
+        assert state is not None  # fit builds it before on_train_begin
+        set_learning_rate(state.opt_state, 0.0)  # raises if there is none to set
 
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
-        current = get_learning_rate(self.trainer.state.opt_state)
+        state = self.trainer.state
+        assert state is not None
+        current = get_learning_rate(state.opt_state)
         try:
             value = self.schedule(epoch, current)
         except TypeError:  # a schedule of the epoch alone, as Keras accepts

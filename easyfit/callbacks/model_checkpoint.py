@@ -54,7 +54,8 @@ class ModelCheckpoint(Callback):
         self._fields = {f for _, f, _, _ in string.Formatter().parse(self.filepath) if f}
         self._epoch, self._since = 0, 0
         if self.save_freq != "epoch":
-            self.on_train_batch_end = self._on_batch_end
+            # on purpose, per instance: CallbackList calls the batch hook only when it is set
+            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
 
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         self._epoch = epoch

@@ -49,8 +49,8 @@ class ReduceLROnPlateau(Callback):
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         self.best, self.wait, self.cooldown_counter = self._monitor.worst, 0, 0
-        if self.trainer is not None:
-            set_learning_rate(self.trainer.state.opt_state, 0.0)  # raises if there is none
+        if self._trainer is not None and self._trainer.state is not None:
+            set_learning_rate(self._trainer.state.opt_state, 0.0)  # raises if there is none
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         current = self._monitor.value(logs, "ReduceLROnPlateau")
@@ -67,7 +67,10 @@ class ReduceLROnPlateau(Callback):
         self.wait += 1
         if self.wait < self.patience:
             return
-        old = get_learning_rate(self.trainer.state.opt_state)
+        state = self.trainer.state
+        assert state is not None
+        old = get_learning_rate(state.opt_state)
+        assert old is not None  # on_train_begin checked that there is one
         if old > np.float32(self.min_lr):
             new = max(old * self.factor, self.min_lr)
             apply_learning_rate(self.trainer, new)

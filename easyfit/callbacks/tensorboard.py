@@ -41,7 +41,8 @@ class TensorBoard(Callback):
         self._writers: dict[str, Any] = {}
         self._since = 0
         if self.update_freq != "epoch":
-            self.on_train_batch_end = self._on_batch_end
+            # on purpose, per instance: CallbackList calls the batch hook only when it is set
+            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
 
     def _writer(self, split: str) -> Any:
         if split not in self._writers:
@@ -67,7 +68,9 @@ class TensorBoard(Callback):
         self._since += 1
         if self._since >= self.update_freq:
             self._since = 0
-            self._write("batch", logs or {}, int(np.asarray(self.trainer.state.step)))
+            state = self.trainer.state
+            assert state is not None  # set before the first batch
+            self._write("batch", logs or {}, int(np.asarray(state.step)))
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         self._write("epoch", logs or {}, epoch)

@@ -62,8 +62,9 @@ class Augment:
         if self.crop_padding:
             p = int(self.crop_padding)
             offset = fn.random.uniform(values=list(range(-p, p + 1)), shape=[2],
-                                       dtype=types.INT32)
-            images = fn.slice(images, start=offset, shape=images.shape(dtype=types.INT32)[0:2],
+                                       dtype=types.DALIDataType.INT32)
+            images = fn.slice(images, start=offset,
+                              shape=images.shape(dtype=types.DALIDataType.INT32)[0:2],
                               axis_names="HW", out_of_bounds_policy="pad", fill_values=0)
         if self.flip:
             images = fn.flip(images, horizontal=fn.random.coin_flip())
@@ -75,5 +76,5 @@ class Augment:
             b, c = float(self.brightness), float(self.contrast)
             images = fn.brightness_contrast(
                 images, brightness=fn.random.uniform(range=[1 - b, 1 + b]),
-                contrast=fn.random.uniform(range=[1 - c, 1 + c]), dtype=types.UINT8)
+                contrast=fn.random.uniform(range=[1 - c, 1 + c]), dtype=types.DALIDataType.UINT8)
         return images

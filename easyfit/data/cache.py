@@ -135,8 +135,8 @@ class CachedLoader:
             return batch
         index, mask = self.plan.chunk(self.iteration)
         self.iteration += 0 if peek else 1
-        index = self.placement.shard_global_rows(index.astype(np.int32))
-        batch = self._gather(self._data, index)
+        rows = self.placement.shard_global_rows(index.astype(np.int32))
+        batch = self._gather(self._data, rows)
         batch["mask"] = self.placement.shard_global_rows(mask)
         return batch
 

@@ -59,7 +59,7 @@ def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.n
         return
     labels = source.known_labels()
     known = labels is not None
-    if not known:
+    if labels is None:
         labels = np.asarray(batch_labels)[np.asarray(batch_mask, bool)]
     if np.ndim(labels) == 2 and np.shape(labels)[1] == 1:  # (n, 1): class indices too
         labels = np.asarray(labels)[:, 0]

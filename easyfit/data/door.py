@@ -37,8 +37,11 @@ log = logging.getLogger("easyfit")
 class _Resume(Protocol):
     """Where a fit resumes (``easyfit.checkpoint.ResumePoint``): what the door needs of it."""
 
-    epoch: int
-    position: Any
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def position(self) -> Mapping[str, Any] | None: ...
 
     def check(self, plan: Plan) -> None: ...
 
@@ -136,13 +139,11 @@ class DataDoor:
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
-        loader: Loader | CachedLoader = Loader(
-            source, plan, self.placement, training=True,
-            start=initial_epoch * plan.chunks_per_epoch,
-            position=resume.position if resume is not None else None, **self.loader_options)
-        if use_cache:
-            loader = CachedLoader(loader)
-        return loader, why
+        loader = Loader(source, plan, self.placement, training=True,
+                        start=initial_epoch * plan.chunks_per_epoch,
+                        position=resume.position if resume is not None else None,
+                        **self.loader_options)
+        return (CachedLoader(loader) if use_cache else loader), why
 
     def lease(self, source: Source, batch_size: int) -> Lease:
         """A loader for one pass over ``source`` in order (evaluation, prediction), kept for

@@ -40,13 +40,14 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
     """
     from nvidia.dali import fn, pipeline_def, types
 
-    for name, data in samples:
-        problem = image_problem(data)
+    for name, encoded in samples:
+        problem = image_problem(encoded)
         if problem:
             raise DataError(f"{name}: {problem}")
     data = [np.frombuffer(b, np.uint8) for _, b in samples]
 
-    @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)
+    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+    @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)  # type: ignore[call-overload]
     def peek():
         encoded = fn.external_source(source=lambda: data, batch=True, dtype=types.UINT8)
         return fn.peek_image_shape(encoded, image_type=types.ANY_DATA)
@@ -109,7 +110,7 @@ class EncodedImages:
     @staticmethod
     def _common_size(names: list[str], shapes: list[tuple[int, ...]],
                      where: str) -> tuple[int, int]:
-        sizes = {s[:2] for s in shapes}
+        sizes = {(s[0], s[1]) for s in shapes}
         if len(sizes) > 1:
             a, sa = names[0], shapes[0][:2]
             b, sb = next((n, s[:2]) for n, s in zip(names, shapes, strict=True) if s[:2] != sa)
@@ -164,11 +165,12 @@ class EncodedImages:
         where = self.decode_device(device)
         gray = self.color_mode == "grayscale"
         images = fn.decoders.image(encoded, device=where,
-                                   output_type=types.GRAY if gray else types.RGB)
+                                   output_type=types.DALIImageType.GRAY if gray
+                                   else types.DALIImageType.RGB)
         if device == "gpu" and where == "cpu":
             images = images.gpu()
         if self.resize:
-            images = fn.resize(images, size=list(self.image_size), dtype=types.UINT8)
+            images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8)
         if self.transform is not None:
             images = self.transform(images)
         return images

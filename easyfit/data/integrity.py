@@ -28,6 +28,7 @@ import functools
 import re
 import struct
 import zlib
+from typing import Literal
 
 __all__ = ["bmp_problem", "jpeg_problem", "png_problem", "structure_problem", "webp_problem"]
 
@@ -36,11 +37,11 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _u16(b: bytes, i: int, order: str = "big") -> int:
+def _u16(b: bytes, i: int, order: Literal["big", "little"] = "big") -> int:
     return int.from_bytes(b[i:i + 2], order)
 
 
-def _u32(b: bytes, i: int, order: str = "big") -> int:
+def _u32(b: bytes, i: int, order: Literal["big", "little"] = "big") -> int:
     return int.from_bytes(b[i:i + 4], order)
 
 
@@ -307,6 +308,7 @@ def png_problem(data: bytes) -> str | None:
         return "PNG chunks do not end with an IEND chunk"
     if not idat:
         return "PNG without image data (no IDAT chunk)"
+    assert header is not None  # the first chunk was checked to be an IHDR
     return _idat_problem(header, idat)
 
 

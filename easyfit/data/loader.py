@@ -22,7 +22,7 @@ import jax
 from ..parallel import Placement
 from .order import Plan
 from .pipelines import FedPipelines, ReaderPipelines
-from .sources.base import ReaderSource, Source
+from .sources.base import IndexedSource, ReaderSource, Source
 
 __all__ = ["Loader", "make_loader"]
 
@@ -71,17 +71,22 @@ class Loader:
             start = int(position["chunk"])
         self._threaded = (placement.platform == "gpu" and not reader) if threaded is None \
             else threaded and not reader  # a reader's position is read between chunks
-        if reader:
-            self._pipelines: Any = ReaderPipelines(
+        self._pipelines: FedPipelines | ReaderPipelines
+        if isinstance(source, ReaderSource):
+            self._pipelines = ReaderPipelines(
                 source, plan, placement, start=start, position=position, num_threads=num_threads,
                 prefetch=prefetch, training=training, pipelines=pipelines)
-        else:
+        elif isinstance(source, IndexedSource):
             self._pipelines = FedPipelines(
                 source, plan, placement, start=start, num_threads=num_threads, prefetch=prefetch,
                 pipelines_per_device=pipelines_per_device, training=training,
                 pool=self._threaded)
+        else:
+            raise TypeError(f"source: {source.describe()} is neither an IndexedSource nor a "
+                            "ReaderSource (see easyfit.data.sources.base)")
         self.plan = self._pipelines.plan
-        self.iteration = self._pipelines.next if reader else start
+        self.iteration = (self._pipelines.next if isinstance(self._pipelines, ReaderPipelines)
+                          else start)
         self._peeked: dict[str, jax.Array] | None = None
         chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
         self._ahead = ahead or 2

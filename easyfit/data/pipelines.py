@@ -137,7 +137,8 @@ class _Runner:
         if len(runs) == 1:
             return runs[0]
         concatenate = jnp.concatenate if self.on_gpu else np.concatenate
-        return tuple(concatenate(parts) for parts in zip(*runs, strict=True))
+        x, y = (concatenate(parts) for parts in zip(*runs, strict=True))
+        return x, y
 
 
 # --------------------------------------------------------------------------- index-fed sources
@@ -209,7 +210,8 @@ class FedPipelines:
         training = self.training
         where = "gpu" if device_id is not None else "cpu"
 
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
                       seed=self.plan.seed, prefetch_queue_depth=self.prefetch)
         def pipeline():
             nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
@@ -341,6 +343,7 @@ class ReaderPipelines:
         self._batch = batch
         self._checkpoints: dict[int, list[str]] = {}  # before chunk i, while it is unconsumed
         if saved:
+            assert position is not None
             self.next = int(position["chunk"])
             return
         epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
@@ -360,7 +363,8 @@ class ReaderPipelines:
         training = self.training
         where = "gpu" if device_id is not None else "cpu"
 
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
                       seed=plan.seed, prefetch_queue_depth=prefetch, enable_checkpointing=True)
         def pipeline():
             xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle,

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 __all__ = ["build_messages", "tf_example"]
 
@@ -70,7 +74,7 @@ def build_messages(file_name: str, package: str, messages: Mapping[str, Sequence
 
 
 @functools.cache
-def tf_example() -> type:
+def tf_example() -> type[Message]:
     """The ``tf.train.Example`` message class (TensorFlow's ``example.proto``/``feature.proto``).
 
     Example:

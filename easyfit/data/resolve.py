@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from .detect import detect
 from .sources.arrays import Arrays
@@ -61,7 +62,7 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
             sibling = base.sibling(data)
             if sibling is not None:
                 return sibling
-        return kind(data)
+        return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
     scale = base.scale if isinstance(base, Arrays) else None
     if isinstance(data, tuple) and y is None and len(data) == 2:
         return Arrays(*data, scale=scale)

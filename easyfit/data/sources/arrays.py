@@ -93,7 +93,8 @@ class Arrays(IndexedSource):
     def locate(self, index: int) -> str:
         return f"x[{index}]"
 
-    def graph(self, x: Any, y: Any, *, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+        x, y = nodes  # as feed() returns them
         if self.x.ndim == 4:  # images: name the layout for DALI's image operators
             from nvidia.dali import fn
 

@@ -95,7 +95,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         """Number of records, and ``(name, image, label)`` of the first few."""
         from nvidia.dali import fn, pipeline_def
 
-        @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
                       exec_async=False, exec_pipelined=False)
         def probe():
             data, labels = fn.readers.caffe2(path=self.path, name=READER)
@@ -132,7 +133,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         batch = int(np.clip(_VERIFY_BYTES // max(self._record_bytes, 1), 64, 8192))
         batch = min(batch, self._num)
 
-        @pipeline_def(batch_size=batch, num_threads=1, device_id=None, prefetch_queue_depth=2)
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(batch_size=batch, num_threads=1, device_id=None, prefetch_queue_depth=2)  # type: ignore[call-overload]
         def records():
             data, labels = fn.readers.caffe2(path=self.path, pad_last_batch=True, name=READER)
             return data, labels
@@ -156,9 +158,10 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                             f"({first_line(e)})") from None
         finally:
             del pipe
-        if any(part is None or part.shape[1] != 1 for part in labels):
+        parts = [part for part in labels if part is not None and part.shape[1] == 1]
+        if len(parts) < len(labels):
             return None
-        return np.concatenate(labels)[:, 0].astype(self._label_dtype)
+        return np.concatenate(parts)[:, 0].astype(self._label_dtype)
 
     def known_labels(self) -> np.ndarray | None:
         """Every label in key order, once :meth:`check` has read them (encoded records)."""
@@ -187,7 +190,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
              ) -> tuple[Any, Any]:
         from nvidia.dali import fn, types
 
-        data, labels = fn.readers.caffe2(path=self.path, shard_id=shard_id,
+        # DALI's stub returns "a node, a sequence of nodes or None"; this reader gives two nodes
+        data, labels = fn.readers.caffe2(path=self.path, shard_id=shard_id,  # type: ignore[misc]
                                          num_shards=num_shards, random_shuffle=shuffle,
                                          pad_last_batch=True, name=READER)
         if self.encoded:
@@ -196,7 +200,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
             images = fn.reshape(data, layout="HWC")
             images = images.gpu() if device == "gpu" else images
             if self.resize:
-                images = fn.resize(images, size=list(self.image_size), dtype=types.UINT8)
+                images = fn.resize(images, size=list(self.image_size),
+                                   dtype=types.DALIDataType.UINT8)
             if self.transform is not None:
                 images = self.transform(images)
         labels = fn.reshape(labels, shape=[])

@@ -111,7 +111,8 @@ class ClassFiles(IndexedSource):
         from nvidia.dali import fn
 
         path = fn.slice(paths, np.zeros(1, np.int32), lengths, axes=[0])
-        return fn.io.file.read(path, dont_use_mmap=True)
+        # DALI ships a stub for fn.io.file but none for fn.io, so its stubs miss the attribute
+        return fn.io.file.read(path, dont_use_mmap=True)  # type: ignore[attr-defined]
 
     def known_labels(self) -> np.ndarray:
         return self.labels
@@ -168,7 +169,8 @@ class ImageFolder(EncodedImages, ClassFiles):
                                    for i in sample_positions(len(self.files))],
                           image_size, color_mode, decoder, transform, self.root)
 
-    def graph(self, paths: Any, lengths: Any, labels: Any, *, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+        paths, lengths, labels = nodes  # as feed() returns them
         images = self.decode(self.read(paths, lengths), device=device)
         return images, (labels.gpu() if device == "gpu" else labels)
 

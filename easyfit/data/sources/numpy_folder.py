@@ -85,9 +85,10 @@ class NumpyFolder(ClassFiles):
         self.scale = scale
         self.augment = augment
 
-    def graph(self, paths: Any, lengths: Any, labels: Any, *, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
         from nvidia.dali import fn
 
+        paths, lengths, labels = nodes  # as feed() returns them
         x = fn.decoders.numpy(self.read(paths, lengths))
         if len(self.sample_shape) == 3:
             x = fn.reshape(x, layout="HWC")

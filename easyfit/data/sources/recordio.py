@@ -30,26 +30,27 @@ def _read_index(idx: str, size: int) -> np.ndarray:
     """Record offsets from an ``.idx`` file (``key<TAB>offset`` lines), in file order."""
     try:
         with open(idx) as f:
-            offsets = [int(line.split()[1]) for line in f if line.strip()]
+            listed = [int(line.split()[1]) for line in f if line.strip()]
     except (OSError, ValueError, IndexError) as e:
         raise DataError(f"{idx}: not a RecordIO index (key<TAB>offset lines): {e}") from None
-    offsets = np.unique(np.asarray(offsets, np.int64))
+    offsets = np.unique(np.asarray(listed, np.int64))
     if len(offsets) and (offsets[0] < 0 or offsets[-1] >= size):
         raise DataError(f"{idx}: offsets beyond the end of its .rec file ({size} bytes)")
     return offsets
 
 
 def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+          ) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
     """``(offsets, lengths, labels)`` of the records, reading their frame and IRHeader."""
     starts, lengths, labels = [], [], []
     pos = 0
     todo = iter(offsets) if offsets is not None else None
     while True:
         if todo is not None:
-            pos = next(todo, None)
-            if pos is None:
+            listed = next(todo, None)
+            if listed is None:
                 break
+            pos = int(listed)
         elif pos >= size:
             break
         start = pos
@@ -113,7 +114,8 @@ class RecordIO(RecordFiles):
                  augment: Callable[[Any], Any] | None = None):
         root = os.fspath(path)
         self.files = list_files(root, (".rec",), "RecordIO")
-        parts, headers = [], []
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        headers: list[tuple[Any, ...]] = []
         for k, rec in enumerate(self.files):
             size = os.path.getsize(rec)
             idx = _index_file(rec)

@@ -13,7 +13,7 @@ import abc
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -132,8 +132,9 @@ class RecordFiles(EncodedImages, IndexedSource):
             return images, self._labels[indices]
         return images, np.asarray(labels, self._label_dtype)
 
-    def graph(self, images: Any, labels: Any, *, device: str) -> tuple[Any, Any]:
-        images = self.decode(images, device=device)
+    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+        encoded, labels = nodes  # as feed() returns them
+        images = self.decode(encoded, device=device)
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def sample_problem(self, index: int) -> str | None:
@@ -152,7 +153,8 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     def sibling(self, path: str | os.PathLike) -> IndexedSource | None:
         try:
-            other = type(self)(path, **self.settings())
+            # every concrete kind takes the path first (the abstract base declares no __init__)
+            other = cast("Callable[..., RecordFiles]", type(self))(path, **self.settings())
         except DataError:
             return None
         self.check_same_images(other, self.root, other.root)

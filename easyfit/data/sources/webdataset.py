@@ -37,7 +37,9 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
                 if ext in image_exts:
                     images[key] = (m.offset_data, m.size)
                 elif ext == label_ext:
-                    text = tar.extractfile(m).read().decode(errors="replace").strip()
+                    member = tar.extractfile(m)
+                    assert member is not None  # a regular file (isfile above)
+                    text = member.read().decode(errors="replace").strip()
                     try:
                         labels[key] = int(text)
                     except ValueError:
@@ -96,8 +98,8 @@ class WebDataset(RecordFiles):
         parts, labels, self.keys = [], [], []
         for k, shard in enumerate(self.files):
             ranges, shard_labels, keys = _scan(shard, label_ext)
-            ranges = np.asarray(ranges, np.int64).reshape(-1, 2)
-            parts.append((np.full(len(ranges), k, np.int32), ranges[:, 0], ranges[:, 1]))
+            spans = np.asarray(ranges, np.int64).reshape(-1, 2)
+            parts.append((np.full(len(spans), k, np.int32), spans[:, 0], spans[:, 1]))
             labels += shard_labels
             self.keys += keys
         self._set_ranges(parts)
