@@ -34,7 +34,9 @@ class Monitor:
             raise ValueError(f"mode={mode!r}: expected 'auto', 'min' or 'max'")
         if mode == "auto":
             mode = "max" if any(s in monitor for s in _HIGHER_IS_BETTER) else "min"
-        self.monitor, self.mode, self.min_delta = monitor, mode, abs(float(min_delta))
+        self.monitor = monitor
+        self.mode = mode
+        self.min_delta = abs(float(min_delta))
 
     @property
     def worst(self) -> float:

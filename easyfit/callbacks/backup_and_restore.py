@@ -56,7 +56,8 @@ class BackupAndRestore(Callback):
         self.delete_checkpoint = delete_checkpoint
         self._manager: ocp.CheckpointManager | None = None
         self._saved: int | None = None
-        self._since, self._interrupted = 0, False
+        self._since = 0
+        self._interrupted = False
         if self.save_freq != "epoch":
             # on purpose, per instance: CallbackList calls the batch hook only when it is set
             self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
@@ -84,7 +85,8 @@ class BackupAndRestore(Callback):
                            source=f"{self.backup_dir} (backup {step})")
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self._since, self._interrupted = 0, False
+        self._since = 0
+        self._interrupted = False
 
     def _backup(self) -> None:
         progress = self.trainer.progress
@@ -120,6 +122,7 @@ class BackupAndRestore(Callback):
             progress.batch == 0 and progress.epoch >= self.params["epochs"])
         if self.delete_checkpoint and finished and not self._interrupted:
             self._manager.close()
-            self._manager, self._saved = None, None
+            self._manager = None
+            self._saved = None
             if jax.process_index() == 0:
                 shutil.rmtree(self.backup_dir, ignore_errors=True)

@@ -38,7 +38,9 @@ class CSVLogger(Callback):
 
     def __init__(self, filename: str | os.PathLike, separator: str = ",", append: bool = False):
         super().__init__()
-        self.filename, self.sep, self.append = os.fspath(filename), separator, append
+        self.filename = os.fspath(filename)
+        self.sep = separator
+        self.append = append
         self._file: IO[str] | None = None
         self._writer: csv.DictWriter | None = None
 
@@ -51,7 +53,8 @@ class CSVLogger(Callback):
         if folder:
             os.makedirs(folder, exist_ok=True)
         self._file = open(self.filename, "a" if self.append else "w", newline="")
-        self._writer, self._header = None, not has_rows
+        self._writer = None
+        self._header = not has_rows
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         if self._file is None:
@@ -69,4 +72,5 @@ class CSVLogger(Callback):
     def on_train_end(self, logs: Logs | None = None) -> None:
         if self._file is not None:
             self._file.close()
-            self._file, self._writer = None, None
+            self._file = None
+            self._writer = None

@@ -44,14 +44,19 @@ class EarlyStopping(Callback):
                  restore_best_weights: bool = False, start_from_epoch: int = 0):
         super().__init__()
         self._monitor = Monitor(monitor, mode, min_delta)
-        self.monitor, self.mode = monitor, self._monitor.mode
-        self.patience, self.verbose, self.baseline = int(patience), verbose, baseline
+        self.monitor = monitor
+        self.mode = self._monitor.mode
+        self.patience = int(patience)
+        self.verbose = verbose
+        self.baseline = baseline
         self.restore_best_weights = restore_best_weights
         self.start_from_epoch = int(start_from_epoch)
         self.on_train_begin()
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self.wait, self.stopped_epoch, self.best_epoch = 0, 0, 0
+        self.wait = 0
+        self.stopped_epoch = 0
+        self.best_epoch = 0
         self.best: float = self._monitor.worst
         self.best_weights: Any = None
 
@@ -65,10 +70,12 @@ class EarlyStopping(Callback):
         if current is None or epoch < self.start_from_epoch:
             return
         if self.restore_best_weights and self.best_weights is None:
-            self.best_weights, self.best_epoch = self._weights(), epoch
+            self.best_weights = self._weights()
+            self.best_epoch = epoch
         self.wait += 1
         if self._monitor.improved(current, self.best):
-            self.best, self.best_epoch = current, epoch
+            self.best = current
+            self.best_epoch = epoch
             if self.restore_best_weights:
                 self.best_weights = self._weights()
             if self.baseline is None or self._monitor.improved(current, self.baseline):

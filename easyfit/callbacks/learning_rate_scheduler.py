@@ -36,7 +36,8 @@ class LearningRateScheduler(Callback):
 
     def __init__(self, schedule: Callable[..., float], verbose: int = 0):
         super().__init__()
-        self.schedule, self.verbose = schedule, verbose
+        self.schedule = schedule
+        self.verbose = verbose
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         state = self.trainer.state

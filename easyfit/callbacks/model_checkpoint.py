@@ -47,12 +47,16 @@ class ModelCheckpoint(Callback):
         super().__init__()
         self.filepath = os.fspath(filepath)
         self._monitor = Monitor(monitor, mode)
-        self.monitor, self.mode, self.verbose = monitor, self._monitor.mode, verbose
-        self.save_best_only, self.save_weights_only = save_best_only, save_weights_only
+        self.monitor = monitor
+        self.mode = self._monitor.mode
+        self.verbose = verbose
+        self.save_best_only = save_best_only
+        self.save_weights_only = save_weights_only
         self.save_freq = check_freq(save_freq, "save_freq")
         self.best = initial_value_threshold
         self._fields = {f for _, f, _, _ in string.Formatter().parse(self.filepath) if f}
-        self._epoch, self._since = 0, 0
+        self._epoch = 0
+        self._since = 0
         if self.save_freq != "epoch":
             # on purpose, per instance: CallbackList calls the batch hook only when it is set
             self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]

@@ -42,13 +42,20 @@ class ReduceLROnPlateau(Callback):
         if factor >= 1.0:
             raise ValueError(f"ReduceLROnPlateau: factor={factor} must be below 1")
         self._monitor = Monitor(monitor, mode, min_delta)
-        self.monitor, self.mode, self.factor = monitor, self._monitor.mode, float(factor)
-        self.patience, self.verbose, self.cooldown = int(patience), verbose, int(cooldown)
-        self.min_delta, self.min_lr = min_delta, float(min_lr)
+        self.monitor = monitor
+        self.mode = self._monitor.mode
+        self.factor = float(factor)
+        self.patience = int(patience)
+        self.verbose = verbose
+        self.cooldown = int(cooldown)
+        self.min_delta = min_delta
+        self.min_lr = float(min_lr)
         self.on_train_begin()
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self.best, self.wait, self.cooldown_counter = self._monitor.worst, 0, 0
+        self.best = self._monitor.worst
+        self.wait = 0
+        self.cooldown_counter = 0
         if self._trainer is not None and self._trainer.state is not None:
             set_learning_rate(self._trainer.state.opt_state, 0.0)  # raises if there is none
 
@@ -60,7 +67,8 @@ class ReduceLROnPlateau(Callback):
             self.cooldown_counter -= 1
             self.wait = 0
         if self._monitor.improved(current, self.best):
-            self.best, self.wait = current, 0
+            self.best = current
+            self.wait = 0
             return
         if self.cooldown_counter > 0:
             return
@@ -77,4 +85,5 @@ class ReduceLROnPlateau(Callback):
             if self.verbose > 0:
                 print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.",
                       flush=True)
-            self.cooldown_counter, self.wait = self.cooldown, 0
+            self.cooldown_counter = self.cooldown
+            self.wait = 0
