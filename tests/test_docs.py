@@ -2,8 +2,9 @@
 
 The blocks of one file run in order in one fresh interpreter (like a notebook), in an empty
 temporary folder, offline: MNIST's download mirror is an unreachable local address and the
-cache an empty folder, so a block that needs the network fails (blocks use the packaged sample). A file can ask for virtual CPU devices with an
-HTML comment, invisible on the site: ``<!-- docs-test: devices=4 -->``.
+cache an empty folder, so a block that needs the network fails (blocks use the packaged
+sample). A file can ask for virtual CPU devices with an HTML comment, invisible on the site:
+``<!-- docs-test: devices=4 -->``.
 """
 
 from __future__ import annotations
