@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DataError"]
+__all__ = ["DataError", "Preempted"]
 
 
 class DataError(ValueError):
@@ -18,3 +18,16 @@ class DataError(ValueError):
         ...     print(e)
         /no/such/dir: no such directory
     """
+
+
+class Preempted(SystemExit):
+    """``fit`` stopped on SIGTERM, the signal job schedulers send before they preempt a job.
+
+    fit finishes the step in progress, lets the callbacks write their backups
+    (``BackupAndRestore``) and run ``on_train_end``, then raises this. It is a SystemExit with
+    the status a process killed by SIGTERM has (143), so a script that does not catch it exits
+    as the scheduler expects; run it again to resume from the backup.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(143)

@@ -23,7 +23,7 @@ from flax import nnx
 
 from . import checkpoint, steps
 from ._args import check_int, check_verbose
-from ._interrupt import deferred_sigint
+from ._interrupt import deferred_signals
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data import Source, to_source
@@ -34,6 +34,7 @@ from .data.order import Plan
 from .data.passes import PassLoaders
 from .data.resolve import split_layout
 from .data.split import split_validation
+from .errors import Preempted
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss, infer_loss
 from .metrics import build_collection, compute_on_host
@@ -187,8 +188,9 @@ class Trainer:
 
         A callback with a ``restore_point()`` method (``BackupAndRestore``) may make fit resume
         where an earlier run stopped, mid-epoch included; see ``easyfit.checkpoint.ResumePoint``.
-        On Ctrl-C, fit stops after the step in progress, calls the callbacks' ``on_interrupt``
-        and ``on_train_end``, then lets the KeyboardInterrupt through.
+        On Ctrl-C or SIGTERM (preemption), fit stops after the step in progress, calls the
+        callbacks' ``on_interrupt`` and ``on_train_end``, then raises KeyboardInterrupt (Ctrl-C)
+        or ``easyfit.errors.Preempted`` (SIGTERM: a SystemExit with status 143).
 
         Returns:
             The History of this fit (also ``trainer.history``).
@@ -240,7 +242,7 @@ class Trainer:
         logs: dict[str, float] = {}
         cbs.call("on_train_begin")
         try:
-            with deferred_sigint() as interrupted:
+            with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
                     acc = acc if acc is not None else self._empty(fns)
@@ -260,17 +262,17 @@ class Trainer:
                             epoch + 1, 0, start if first is not None else loader.position(),
                             None, plan)
                     if interrupted():
-                        raise KeyboardInterrupt
+                        raise interrupted.exception()
                     logs, acc, first_batch = self._epoch_logs(acc), None, 0
                     if val is not None:
                         val_logs = self._evaluate(val, batch_size, cbs)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
                     if interrupted():
-                        raise KeyboardInterrupt
+                        raise interrupted.exception()
                     if self.stop_training:
                         break
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Preempted):
             cbs.call("on_interrupt", logs=logs)
             raise
         finally:
