@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-MNIST_IDX = ROOT.parent / "shared" / "datasets" / "mnist"
 sys.path.insert(0, str(ROOT / "tests"))
 
 
@@ -24,7 +23,7 @@ class _LazyFormats(dict):
 
         import easyfit as ef
 
-        data = ef.datasets.mnist_arrays(MNIST_IDX)
+        data = ef.datasets.sample()
         self[fmt] = mnist_in(fmt, self.base / fmt, data, (200, 100))
         return self[fmt]
 
@@ -34,8 +33,18 @@ def _doc_formats(tmp_path_factory) -> _LazyFormats:
     return _LazyFormats(tmp_path_factory.mktemp("formats"))
 
 
+@pytest.fixture(scope="session")
+def _doc_idx(tmp_path_factory) -> str:
+    """The packaged sample written as MNIST's four gzipped IDX files (what ``source=`` takes)."""
+    from formats import write_idx_mnist
+
+    import easyfit as ef
+
+    return write_idx_mnist(tmp_path_factory.mktemp("idx"), ef.datasets.sample())
+
+
 @pytest.fixture(autouse=True)
-def _doctest_names(doctest_namespace, tmp_path, _doc_formats):
+def _doctest_names(doctest_namespace, tmp_path, _doc_formats, _doc_idx):
     doctest_namespace["DOCS_TMP"] = str(tmp_path)
-    doctest_namespace["MNIST_IDX"] = str(MNIST_IDX)
+    doctest_namespace["MNIST_IDX"] = _doc_idx
     doctest_namespace["MNIST_FORMATS"] = _doc_formats

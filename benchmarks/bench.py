@@ -1,14 +1,16 @@
 """easyfit's fit in each mode against the hand-written DALI + Flax loop, same data, same run.
 
-    python benchmarks/bench.py DATA_ROOT [--epochs 5] [--reference ../shared/bench/seed_loop.py]
+    python benchmarks/bench.py DATA_ROOT --reference SEED_LOOP.py|none [--epochs 5]
         [--modes stream,cache] [--json OUT.json]
 
 DATA_ROOT holds train/<class>/* and val/<class>/* (for example MNIST written as JPEGs by
-../shared/bench/mnist_to_folder.py). Every run is reference program 1: the MLP 784-1024-1024-10,
-SGD(0.1, momentum 0.9), batch 200. Each runs in its own process, one after the other; the table
-gives steady samples/s (median of epochs 2..N, training only), first-epoch seconds, total
-seconds, final validation accuracy, peak host RSS, peak device memory (GPU) and the ratio of
-steady samples/s to the reference loop's.
+benchmarks/make_data.py). SEED_LOOP.py is the hand-written reference loop (a DALI + Flax script
+that takes DATA_ROOT and --epochs and prints one JSON line); ``none`` runs easyfit's modes only.
+Every run is reference program 1: the MLP 784-1024-1024-10, SGD(0.1, momentum 0.9), batch 200.
+Each runs in its own process, one after the other; the table gives steady samples/s (median of
+epochs 2..N, training only), first-epoch seconds, total seconds, final validation accuracy, peak
+host RSS, peak device memory (GPU) and the ratio of steady samples/s to the first row's (the
+reference loop's unless ``--reference none``).
 """
 
 from __future__ import annotations
@@ -42,19 +44,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
     ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--reference", default=str(HERE.parent.parent / "shared/bench/seed_loop.py"))
+    ap.add_argument("--reference", required=True,
+                    help="the hand-written reference loop's script, or 'none' to skip it")
     ap.add_argument("--modes", default="stream,cache")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
     rows = []
-    ref, rss = run([sys.executable, args.reference, args.root, "--epochs", str(args.epochs)])
     n_train = sum(len(files) for _, _, files in os.walk(os.path.join(args.root, "train")))
-    rows.append({"label": "hand-written loop (seed_loop.py)", "backend": ref["backend"],
-                 "steady_samples_per_s": ref["steady_samples_per_s"],
-                 "first_epoch_s": round(n_train / ref["first_epoch_samples_per_s"], 3),
-                 "total_s": ref["total_s"], "val_accuracy": ref["val_accuracy"],
-                 "peak_rss_mb": rss, "peak_device_mb": None})
+    if args.reference != "none":
+        ref, rss = run([sys.executable, args.reference, args.root, "--epochs", str(args.epochs)])
+        rows.append({"label": "hand-written reference loop", "backend": ref["backend"],
+                     "steady_samples_per_s": ref["steady_samples_per_s"],
+                     "first_epoch_s": round(n_train / ref["first_epoch_samples_per_s"], 3),
+                     "total_s": ref["total_s"], "val_accuracy": ref["val_accuracy"],
+                     "peak_rss_mb": rss, "peak_device_mb": None})
     for mode in args.modes.split(","):
         row, rss = run([sys.executable, str(HERE / "run_easyfit.py"), args.root, "--epochs",
                         str(args.epochs), "--label", f"easyfit fit, {mode}", *MODES[mode]])

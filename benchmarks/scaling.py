@@ -4,7 +4,7 @@
         [--per-device-batch B] [--cache false|true|auto] [--check-once]
 
 DATA is an image folder with ``train/`` and ``val/`` (MNIST written by
-``../shared/bench/mnist_to_folder.py``) or, for the CNN, MNIST's gzipped IDX files (in memory,
+``benchmarks/make_data.py``) or, for the CNN, MNIST's gzipped IDX files (in memory,
 as in the Gluon tutorial). The global batch is ``B * N`` (reference program 1: 200 per device,
 reference program 2: 64). Printed: steady samples/s (median of epochs 2..N, training only),
 first-epoch seconds, final validation accuracy, whether the replicas hold identical parameters,

@@ -2,7 +2,7 @@
 
     python benchmarks/soak.py [DATA_ROOT] [--epochs 50] [--cache auto|true|false]
 
-Without DATA_ROOT, writes 2,000 + 500 MNIST images (from $EASYFIT_MNIST_DIR or a download).
+Without DATA_ROOT, writes 2,000 + 500 images of the MNIST sample shipped in easyfit (offline).
 Prints the RSS after each epoch and exits non-zero if it grew by 50 MB or more after epoch 2.
 """
 
@@ -47,7 +47,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--cache", default="false")
     args = ap.parse_args()
-    root = args.root or ef.datasets.mnist(tempfile.mkdtemp() + "/mnist", limit=(2000, 500))
+    root = args.root or ef.datasets.sample_folder(tempfile.mkdtemp() + "/mnist",
+                                                         limit=(2000, 500))
     rss = RSS()
     ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9)).fit(
         root, epochs=args.epochs, batch_size=100, verbose=0, callbacks=[rss],

@@ -19,7 +19,7 @@ the shardings of the target state. The functions work on plain values (a state, 
 Example:
     >>> import optax, easyfit as ef
     >>> from flax import linen as nn
-    >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist-ckpt", limit=(200, 100), source=MNIST_IDX)
+    >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist-ckpt", limit=(200, 100))
     >>> def model():
     ...     return nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])
     >>> trainer = ef.Trainer(model(), optimizer=optax.adam(1e-3), seed=0)

@@ -20,7 +20,7 @@ __all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "write_png"]
 
 _FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
           "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
-_MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"
+_MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"  # $EASYFIT_MNIST_MIRROR overrides
 _MARKER = ".easyfit-mnist"
 _SAMPLE = "mnist_sample.npz"
 
@@ -55,7 +55,15 @@ def _locate(source: str | os.PathLike | None) -> str:
         target = os.path.join(cache, name)
         if not os.path.isfile(target):
             tmp = target + ".part"
-            urllib.request.urlretrieve(_MIRROR + name, tmp)
+            url = os.environ.get("EASYFIT_MNIST_MIRROR", _MIRROR).rstrip("/") + "/" + name
+            try:
+                urllib.request.urlretrieve(url, tmp)
+            except OSError as e:  # URLError, HTTPError, timeouts: all OSErrors
+                raise DataError(
+                    f"could not download MNIST from {url} ({e}). Without a network, use the "
+                    "sample shipped with easyfit: ef.datasets.sample_folder(dir) (or "
+                    "ef.datasets.sample() for arrays), or pass source= a folder holding "
+                    "MNIST's four .gz files") from None
             os.replace(tmp, target)
     return cache
 
@@ -67,6 +75,10 @@ def mnist_arrays(source: str | os.PathLike | None = None
     Args:
         source: a folder with the four gzipped IDX files; None uses ``$EASYFIT_MNIST_DIR`` if
             set, else downloads them once into ``~/.cache/easyfit/mnist``.
+
+    Raises:
+        DataError: ``source`` lacks a file, or the download failed (no network); the message
+            names ``ef.datasets.sample_folder()`` and ``source=``.
     """
     root = _locate(source)
     out = {}
@@ -102,6 +114,9 @@ def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
 def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None,
           limit: tuple[int, int] | None = None) -> str:
     """Writes MNIST as an image folder: ``out_dir/{train,val}/<digit>/<n>.png``.
+
+    Without ``source`` this downloads the full set (60,000 + 10,000 images) once; offline, use
+    :func:`sample_folder`, the first 6,000 + 1,000 of them shipped inside easyfit.
 
     Args:
         out_dir: where to write; created if needed. A folder this function wrote before (with

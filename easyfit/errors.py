@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "DataError"]
+__all__ = ["CheckpointError", "DataError", "Preempted"]
 
 
 class DataError(ValueError):
@@ -37,3 +37,16 @@ class CheckpointError(ValueError):
         ...     print(e)
         /no/such/ckpt: no such checkpoint directory
     """
+
+
+class Preempted(SystemExit):
+    """``fit`` stopped on SIGTERM, the signal job schedulers send before they preempt a job.
+
+    fit finishes the step in progress, lets the callbacks write their backups
+    (``BackupAndRestore``) and run ``on_train_end``, then raises this. It is a SystemExit with
+    the status a process killed by SIGTERM has (143), so a script that does not catch it exits
+    as the scheduler expects; run it again to resume from the backup.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(143)

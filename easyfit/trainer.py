@@ -22,11 +22,11 @@ from flax import nnx
 
 from . import checkpoint, steps
 from ._args import check_int, check_verbose
-from ._interrupt import deferred_sigint
+from ._interrupt import deferred_signals
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data.door import DataDoor
-from .errors import CheckpointError
+from .errors import CheckpointError, Preempted
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss, infer_loss
 from .metrics import build_collection, compute_on_host
@@ -199,8 +199,9 @@ class Trainer:
 
         A callback with a ``restore_point()`` method (``BackupAndRestore``) may make fit resume
         where an earlier run stopped, mid-epoch included; see ``easyfit.checkpoint.ResumePoint``.
-        On Ctrl-C, fit stops after the step in progress, calls the callbacks' ``on_interrupt``
-        and ``on_train_end``, then lets the KeyboardInterrupt through.
+        On Ctrl-C or SIGTERM (preemption), fit stops after the step in progress, calls the
+        callbacks' ``on_interrupt`` and ``on_train_end``, then raises KeyboardInterrupt (Ctrl-C)
+        or ``easyfit.errors.Preempted`` (SIGTERM: a SystemExit with status 143).
 
         Returns:
             The History of this fit (also ``trainer.history``).
@@ -247,7 +248,7 @@ class Trainer:
         logs: dict[str, float] = {}
         cbs.call("on_train_begin")
         try:
-            with deferred_sigint() as interrupted:
+            with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
                     if acc is None:
@@ -268,7 +269,7 @@ class Trainer:
                         position = start if first is not None else loader.position()
                         self._progress = checkpoint.Progress(epoch + 1, 0, position, None, plan)
                     if interrupted():
-                        raise KeyboardInterrupt
+                        raise interrupted.exception()
                     logs = self._epoch_logs(acc)
                     acc = None
                     first_batch = 0
@@ -277,10 +278,10 @@ class Trainer:
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
                     if interrupted():
-                        raise KeyboardInterrupt
+                        raise interrupted.exception()
                     if self.stop_training:
                         break
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Preempted):
             cbs.call("on_interrupt", logs=logs)
             raise
         finally:

@@ -1,4 +1,4 @@
-"""Shared fixtures: real MNIST images written from ../shared/datasets/mnist."""
+"""Shared fixtures: real MNIST images, from the sample shipped in easyfit (no network)."""
 
 from __future__ import annotations
 
@@ -11,32 +11,35 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MNIST_IDX = ROOT.parent / "shared" / "datasets" / "mnist"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 collect_ignore = ["programs"]
 
 
-def _need_mnist() -> None:
-    if not (MNIST_IDX / "train-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"MNIST not found at {MNIST_IDX}")
-
-
 @pytest.fixture(scope="session")
 def mnist_dir(tmp_path_factory) -> str:
-    """MNIST as an image folder: 3,000 training and 500 validation PNGs."""
-    _need_mnist()
+    """MNIST as an image folder: 3,000 training and 500 validation PNGs of the sample."""
     import easyfit as ef
 
-    return ef.datasets.mnist(tmp_path_factory.mktemp("mnist") / "mnist", limit=(3000, 500),
-                             source=MNIST_IDX)
+    return ef.datasets.sample_folder(tmp_path_factory.mktemp("mnist") / "mnist",
+                                     limit=(3000, 500))
 
 
 @pytest.fixture(scope="session")
 def mnist_arrays():
-    _need_mnist()
+    """The packaged sample: the first 6,000 training and 1,000 test images of MNIST."""
     import easyfit as ef
 
-    return ef.datasets.mnist_arrays(MNIST_IDX)
+    return ef.datasets.sample()
+
+
+@pytest.fixture(scope="session")
+def mnist_idx(tmp_path_factory) -> str:
+    """The sample as MNIST's four gzipped IDX files, for code that takes ``source=``."""
+    from formats import write_idx_mnist
+
+    import easyfit as ef
+
+    return write_idx_mnist(tmp_path_factory.mktemp("idx"), ef.datasets.sample())
 
 
 def run_program(name: str, *args: str, devices: int = 1, timeout: float = 600,

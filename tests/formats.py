@@ -198,3 +198,19 @@ def mnist_in(fmt: str, root: str | os.PathLike, data: dict, limit: tuple[int, in
         else:
             raise ValueError(fmt)
     return root
+
+
+def write_idx_mnist(root: str | os.PathLike, data: dict) -> str:
+    """``data`` (``{"train": (x, y), "val": (x, y)}``) as MNIST's four gzipped IDX files."""
+    import gzip
+
+    names = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+             "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+    os.makedirs(root, exist_ok=True)
+    for split, (x, y) in data.items():
+        for name, arr in zip(names[split], (np.asarray(x, np.uint8).reshape(len(x), 28, 28),
+                                            np.asarray(y, np.uint8))):
+            head = b"\0\0\x08" + bytes([arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
+            with gzip.open(os.path.join(root, name), "wb", compresslevel=1) as f:
+                f.write(head + arr.tobytes())
+    return str(root)

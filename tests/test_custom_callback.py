@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import optax
-from conftest import MNIST_IDX
 from models import SmallMLP
 
 import easyfit as ef
@@ -52,13 +51,13 @@ def test_user_callback_reads_metrics_stops_and_writes(tmp_path, mnist_arrays):
 
 
 def test_the_example_stops_at_its_target_and_writes_its_report(tmp_path):
-    env = {**os.environ, "EASYFIT_MNIST_DIR": str(MNIST_IDX),
+    env = {**os.environ,
            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLE.parents[1]),
                                                        os.environ.get("PYTHONPATH")]))}
     import easyfit as ef
 
-    root = ef.datasets.mnist(str(tmp_path / "mnist"), limit=(2000, 500), source=MNIST_IDX)
+    root = ef.datasets.sample_folder(str(tmp_path / "mnist"), limit=(2000, 500))
     proc = subprocess.run([sys.executable, str(EXAMPLE), "--data", root,
                            "--target", "0.85", "--out", str(tmp_path / "report.json")],
                           env=env, capture_output=True, text=True, timeout=300)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from conftest import MNIST_IDX, last_json, run_program
+from conftest import last_json, run_program
 
 
 @pytest.fixture(scope="module")
-def by_devices(format_roots):
-    return {n: last_json(run_program("formats_devices.py", str(MNIST_IDX), format_roots["lmdb"],
+def by_devices(format_roots, mnist_idx):
+    return {n: last_json(run_program("formats_devices.py", mnist_idx, format_roots["lmdb"],
                                      format_roots["recordio"], devices=n)) for n in (1, 4)}
 
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import optax
 import pytest
-from conftest import MNIST_IDX, PROGRAMS, flat_params, last_json
+from conftest import PROGRAMS, flat_params, last_json
 from models import SmallMLP
 
 import easyfit as ef
@@ -23,10 +23,10 @@ def _npz(path) -> list[np.ndarray]:
         return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
 
 
-def test_sigkill_mid_epoch_then_restart_gives_the_same_parameters(tmp_path):
+def test_sigkill_mid_epoch_then_restart_gives_the_same_parameters(tmp_path, mnist_idx):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONUNBUFFERED": "1"}
-    program = [sys.executable, str(PROGRAMS / "train_resume.py"), str(MNIST_IDX)]
+    program = [sys.executable, str(PROGRAMS / "train_resume.py"), mnist_idx]
     never_killed = subprocess.Popen(program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True)

@@ -1,10 +1,12 @@
 """Writes the MNIST sample that ships inside the package (``easyfit/_sample/mnist_sample.npz``).
 
-    python tools/make_sample.py [--mnist ../shared/datasets/mnist] [--train 6000] [--val 1000]
+    python tools/make_sample.py [--mnist IDX_DIR] [--train 6000] [--val 1000]
 
-The sample is the first ``--train`` images of MNIST's training set and the first ``--val`` of its
-test set, as uint8 ``(n, 28, 28, 1)`` images and int32 labels, in one compressed NumPy archive
-(no pickle). ``easyfit.datasets.sample()`` reads it back; ``easyfit demo`` trains on it.
+The sample is the first ``--train`` images of MNIST's training set and the first ``--val`` of
+its test set (``--mnist``: a folder with MNIST's four gzipped IDX files; without it they are
+downloaded once into ``~/.cache/easyfit/mnist``), as uint8 ``(n, 28, 28, 1)`` images and int32
+labels, in one compressed NumPy archive (no pickle). ``easyfit.datasets.sample()`` reads it
+back; ``easyfit demo`` trains on it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from easyfit.datasets import mnist_arrays  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mnist", default=os.path.join(ROOT, "..", "shared", "datasets", "mnist"),
-                    help="folder with MNIST's four gzipped IDX files")
+    ap.add_argument("--mnist", default=None,
+                    help="folder with MNIST's four gzipped IDX files (default: download once)")
     ap.add_argument("--train", type=int, default=6000)
     ap.add_argument("--val", type=int, default=1000)
     ap.add_argument("--out", default=os.path.join(ROOT, "easyfit", "_sample", "mnist_sample.npz"))

@@ -76,8 +76,9 @@ class Callback:
         """After the last epoch, also when training stops early or is interrupted."""
 
     def on_interrupt(self, logs: Logs | None = None) -> None:
-        """fit was interrupted (Ctrl-C) after its last completed step; ``on_train_end``
-        follows, then the KeyboardInterrupt reaches the caller."""
+        """fit was interrupted (Ctrl-C, or SIGTERM before a preemption) after its last
+        completed step; ``on_train_end`` follows, then the KeyboardInterrupt (or
+        ``easyfit.errors.Preempted``) reaches the caller."""
 
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         """Before each epoch."""

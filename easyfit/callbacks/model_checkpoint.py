@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import string
 from collections.abc import Mapping
 from typing import Any
+
+import jax
 
 from ._monitor import Monitor, check_freq
 from .callback import Callback, Logs
@@ -32,6 +35,9 @@ class ModelCheckpoint(Callback):
         save_freq: ``"epoch"``, or an integer: every that many batches (the logs are then the
             epoch's running metrics, read from the device only at those batches).
         initial_value_threshold: the value ``monitor`` must beat for the first save.
+        max_to_keep: keep only this many of the checkpoints this callback wrote, the latest
+            (with ``save_best_only``, the best); older ones it deletes once a newer one is
+            complete. None (default) keeps all. Nothing it did not write is ever deleted.
 
     Example:
         >>> from easyfit.callbacks import ModelCheckpoint
@@ -43,8 +49,12 @@ class ModelCheckpoint(Callback):
     def __init__(self, filepath: str | os.PathLike, monitor: str = "val_loss", verbose: int = 0,
                  save_best_only: bool = False, save_weights_only: bool = False,
                  mode: str = "auto", save_freq: str | int = "epoch",
-                 initial_value_threshold: float | None = None):
+                 initial_value_threshold: float | None = None, max_to_keep: int | None = None):
         super().__init__()
+        if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
+            raise ValueError(f"max_to_keep={max_to_keep!r}: expected None or an integer >= 1")
+        self.max_to_keep = max_to_keep
+        self._written: list[str] = []
         self.filepath = os.fspath(filepath)
         self._monitor = Monitor(monitor, mode)
         self.monitor = monitor
@@ -106,4 +116,17 @@ class ModelCheckpoint(Callback):
         if self.verbose > 0:
             kind = "weights" if self.save_weights_only else "model"
             print(f"Epoch {epoch + 1}: {what} {kind} to {path}", flush=True)
-        self.trainer.save(path, weights_only=self.save_weights_only)
+        path = self.trainer.save(path, weights_only=self.save_weights_only)
+        self._forget_old(path)
+
+    def _forget_old(self, path: str) -> None:
+        """Deletes this callback's checkpoints beyond the newest ``max_to_keep``."""
+        if self.max_to_keep is None:
+            return
+        if path in self._written:
+            self._written.remove(path)
+        self._written.append(path)
+        while len(self._written) > self.max_to_keep:
+            old = self._written.pop(0)
+            if jax.process_index() == 0:
+                shutil.rmtree(old, ignore_errors=True)

@@ -33,7 +33,7 @@ class Augment:
     Example:
         >>> import easyfit as ef
         >>> from flax import linen as nn
-        >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(200, 100), source=MNIST_IDX)
+        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(200, 100))
         >>> aug = ef.data.Augment(crop_padding=2, flip=False, rotation=10)
         >>> train = ef.data.ImageFolder(root + "/train", augment=aug)
         >>> model = nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])

@@ -41,7 +41,7 @@ def find_bad_sample(source: IndexedSource, indices: Iterable[int]) -> str | None
     Example:
         >>> import numpy as np, easyfit as ef
         >>> from easyfit.data.diagnose import find_bad_sample
-        >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(20, 10), source=MNIST_IDX)
+        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(20, 10))
         >>> folder = ef.data.ImageFolder(root + "/train")
         >>> with open(folder.files[3], "r+b") as f:  # scramble the pixel data, keep the frame
         ...     _ = f.seek(50)

@@ -152,7 +152,7 @@ class ImageFolder(EncodedImages, ClassFiles):
 
     Example:
         >>> import easyfit as ef
-        >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(200, 50), source=MNIST_IDX)
+        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(200, 50))
         >>> train = ef.data.ImageFolder(root + "/train")
         >>> train.class_names[:3], train.image_shape, len(train)
         (['0', '1', '2'], (28, 28, 1), 200)

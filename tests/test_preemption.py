@@ -1,0 +1,56 @@
+"""SIGTERM, as a job scheduler sends it before preempting a job: fit stops after the step in
+progress, writes its backup, runs on_train_end and exits with status 143; run again, it ends
+with the parameters of a run never stopped, bit for bit on CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+from conftest import PROGRAMS, last_json
+
+from easyfit.callbacks import BackupAndRestore
+
+
+def _npz(path) -> list[np.ndarray]:
+    with np.load(path) as f:
+        return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def test_sigterm_backs_up_exits_143_and_resumes_exactly(tmp_path):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+           "PYTHONUNBUFFERED": "1"}
+    program = [sys.executable, str(PROGRAMS / "train_preempted.py")]
+    never_stopped = subprocess.Popen(program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+    cmd = program + [str(tmp_path / "backup"), str(tmp_path / "resumed.npz"), "--delay", "0.1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines = []
+    try:
+        for line in proc.stdout:  # 15 batches an epoch, a backup every 3: stop in epoch 1
+            lines.append(line.strip())
+            if line.split()[:3] == ["batch", "1", "4"]:
+                proc.send_signal(signal.SIGTERM)
+                break
+        out, err = proc.communicate(timeout=120)
+        lines += out.splitlines()
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert "train end" in lines  # on_train_end ran before the exit
+    assert not (tmp_path / "resumed.npz").exists()
+    point = BackupAndRestore(tmp_path / "backup").restore_point()
+    last = [tuple(map(int, ln.split()[1:])) for ln in lines if ln.startswith("batch")][-1]
+    assert (point.epoch, point.batch) == (last[0], last[1] + 1)  # the last step, not step 3
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    resumed = last_json(again)
+    out, err = never_stopped.communicate(timeout=300)
+    reference = last_json(subprocess.CompletedProcess(cmd, never_stopped.returncode, out, err))
+    assert resumed["epochs"] == [1] and resumed["step"] == reference["step"]
+    for a, b in zip(_npz(tmp_path / "ref.npz"), _npz(tmp_path / "resumed.npz"), strict=True):
+        assert np.array_equal(a, b)
