@@ -6,6 +6,9 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   model state, the dropout RNG key), as arrays (``weights`` instead, holding ``params`` and
   ``model_state`` only, for a weights-only checkpoint);
 * ``epoch_metrics``: the epoch's metric accumulator, when the checkpoint was taken mid-epoch;
+* ``loss_scale``: the dynamic loss scale, for a trainer with ``precision="float16"`` (kept apart
+  from ``state``, so that a checkpoint loads into a trainer of any precision: parameters are
+  float32 under every precision);
 * ``metadata``: JSON: the epoch and the batch reached, the train loader's position, the seed,
   the input shape, the class names and the batching plan.
 
@@ -92,7 +95,8 @@ def _metadata(trainer: Trainer, kind: str) -> dict[str, Any]:
             "step": int(np.asarray(jax.device_get(trainer.state.step))), "seed": trainer.seed,
             "input_shape": shape, "input_dtype": dtype, "class_names": trainer.class_names,
             "plan": _plan_json(progress.plan),
-            "has_metrics": kind == "full" and progress.metrics is not None}
+            "has_metrics": kind == "full" and progress.metrics is not None,
+            "precision": trainer.precision.name}
 
 
 def checkpoint_args(trainer: Trainer, *, weights_only: bool = False) -> ocp.args.Composite:
@@ -105,7 +109,9 @@ def checkpoint_args(trainer: Trainer, *, weights_only: bool = False) -> ocp.args
         items["weights"] = ocp.args.StandardSave({"params": state.params,
                                                    "model_state": state.model_state})
     else:
-        items["state"] = ocp.args.StandardSave(state)
+        items["state"] = ocp.args.StandardSave(state.replace(dynamic_scale=None))
+        if state.dynamic_scale is not None:
+            items["loss_scale"] = ocp.args.StandardSave(state.dynamic_scale)
         if meta["has_metrics"]:
             items["epoch_metrics"] = ocp.args.StandardSave(trainer._progress.metrics)
     return ocp.args.Composite(**items)
@@ -184,11 +190,17 @@ def restore(read: Reader, trainer: Trainer, meta: Mapping[str, Any],
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
         trainer.state = target.replace(**got["weights"])
         return None
-    items = {"state": ocp.args.StandardRestore(_abstract(target))}
+    items = {"state": ocp.args.StandardRestore(_abstract(target.replace(dynamic_scale=None)))}
     if meta.get("has_metrics") and metrics_template is not None:
         items["epoch_metrics"] = ocp.args.StandardRestore(_abstract(metrics_template))
+    scaled = target.dynamic_scale is not None
+    if scaled and meta.get("precision") == "float16":
+        items["loss_scale"] = ocp.args.StandardRestore(_abstract(target.dynamic_scale))
     got = read(ocp.args.Composite(**items))
-    trainer.state = got["state"]
+    scale = got.get("loss_scale")
+    if scale is None and scaled:  # saved under another precision: a fresh scale
+        scale = trainer.placement.replicate(trainer.precision.initial_scale())
+    trainer.state = got["state"].replace(dynamic_scale=scale)
     return got.get("epoch_metrics")
 
 

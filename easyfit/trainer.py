@@ -37,6 +37,7 @@ from .losses import LossFn, get_loss
 from .metrics import build_collection, compute_on_host
 from .models import adapt
 from .parallel import Placement, gather_to_host, local_rows
+from .precision import get_precision
 from .state import TrainState
 
 __all__ = ["Trainer"]
@@ -80,6 +81,9 @@ class Trainer:
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
+        precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
+            scaling): the dtype of the forward and backward passes; parameters, optimizer state,
+            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.precision``).
 
     Example:
         >>> import optax, easyfit as ef
@@ -101,13 +105,14 @@ class Trainer:
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
                  None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
                  devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
-                 pipelines_per_device: int | None = None):
+                 pipelines_per_device: int | None = None, precision: str = "float32"):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = optimizer if optimizer is not None else optax.adam(1e-3)
         self.loss = loss
         self.metrics = metrics
         self.seed = int(seed)
+        self.precision = get_precision(precision)
         if steps_per_execution != "auto" and (not isinstance(steps_per_execution, int)
                                                or steps_per_execution < 1):
             raise ValueError(f"steps_per_execution={steps_per_execution!r}: expected 'auto' "
@@ -271,6 +276,8 @@ class Trainer:
         learning_rate = get_learning_rate(self.state.opt_state)
         if learning_rate is not None:
             logs["learning_rate"] = learning_rate
+        if self.state.dynamic_scale is not None:
+            logs["loss_scale"] = float(jax.device_get(self.state.dynamic_scale.scale))
         return logs
 
     # ---------------------------------------------------------------------------- checkpoints
@@ -429,13 +436,14 @@ class Trainer:
                 metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
             collection = build_collection(metrics)
             k, placement = plan.steps_per_execution, self.placement
+            p = self.precision
             train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
-                                               source.scale)
-            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
+                                               source.scale, p)
+            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale, p)
             self._compiled[key] = _Compiled(
                 train=steps.compile_train(train_step, placement, k),
                 eval=steps.compile_eval(eval_step, placement, k),
-                predict=steps.compile_predict(self._adapter, source.scale, placement, k),
+                predict=steps.compile_predict(self._adapter, source.scale, placement, k, p),
                 metrics=collection)
         return self._compiled[key]
 
@@ -479,7 +487,8 @@ class Trainer:
             params, model_state = init(init_rng, sample)
         opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(self.optimizer.init, params)
         state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                           model_state=model_state, rng=train_rng)
+                           model_state=model_state, rng=train_rng,
+                           dynamic_scale=self.precision.initial_scale())
         if abstract:
             rep = self.placement.replicated
             return jax.tree_util.tree_map(
