@@ -14,9 +14,10 @@ from importlib import resources
 
 import numpy as np
 
+from ._synthetic import synthetic_images
 from .errors import DataError
 
-__all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "write_png"]
+__all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "synthetic_images", "write_png"]
 
 _FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
           "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}

@@ -22,6 +22,8 @@ class TrainState:
             for NNX, every non-parameter variable).
         rng: the key dropout and other randomness in the train step derive from (folded with
             the step, so it never needs to change).
+        dynamic_scale: the loss scale under ``precision="float16"`` (a Flax ``DynamicScale``),
+            else None.
     """
 
     step: jax.Array
@@ -29,3 +31,4 @@ class TrainState:
     opt_state: Any
     model_state: Any
     rng: jax.Array
+    dynamic_scale: Any = None

@@ -33,6 +33,7 @@ from .losses import LossFn, get_loss
 from .metrics import build_collection, compute_on_host
 from .models import adapt
 from .parallel import Placement, gather_to_host
+from .precision import get_precision
 from .state import TrainState
 
 __all__ = ["Trainer"]
@@ -76,6 +77,9 @@ class Trainer:
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
+        precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
+            scaling): the dtype of the forward and backward passes; parameters, optimizer state,
+            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.precision``).
 
     Example:
         >>> import optax, easyfit as ef
@@ -96,13 +100,14 @@ class Trainer:
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
                  None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
                  devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
-                 pipelines_per_device: int | None = None):
+                 pipelines_per_device: int | None = None, precision: str = "float32"):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = optimizer if optimizer is not None else optax.adam(1e-3)
         self.loss = loss
         self.metrics = metrics
         self.seed = int(seed)
+        self.precision = get_precision(precision)
         if steps_per_execution != "auto" and (not isinstance(steps_per_execution, int)
                                                or steps_per_execution < 1):
             raise ValueError(f"steps_per_execution={steps_per_execution!r}: expected 'auto' "
@@ -148,7 +153,7 @@ class Trainer:
         shape and dtype, the class names."""
         shape, dtype = self._input_spec or (None, None)
         return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
-                "class_names": self.class_names}
+                "class_names": self.class_names, "precision": self.precision.name}
 
     # ------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -282,6 +287,8 @@ class Trainer:
         learning_rate = get_learning_rate(self.state.opt_state)
         if learning_rate is not None:
             logs["learning_rate"] = learning_rate
+        if self.state.dynamic_scale is not None:
+            logs["loss_scale"] = float(jax.device_get(self.state.dynamic_scale.scale))
         return logs
 
     # ---------------------------------------------------------------------------- checkpoints
@@ -423,13 +430,14 @@ class Trainer:
             collection = build_collection(metrics)
             k = plan.steps_per_execution
             placement = self.placement
+            p = self.precision
             train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
-                                               source.scale)
-            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
+                                               source.scale, p)
+            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale, p)
             self._compiled[key] = _Compiled(
                 train=steps.compile_train(train_step, placement, k),
                 eval=steps.compile_eval(eval_step, placement, k),
-                predict=steps.compile_predict(self._adapter, source.scale, placement, k),
+                predict=steps.compile_predict(self._adapter, source.scale, placement, k, p),
                 metrics=collection)
         return self._compiled[key]
 
@@ -474,7 +482,8 @@ class Trainer:
             params, model_state = init(init_rng, sample)
         opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(self.optimizer.init, params)
         state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                           model_state=model_state, rng=train_rng)
+                           model_state=model_state, rng=train_rng,
+                           dynamic_scale=self.precision.initial_scale())
         if abstract:
             rep = self.placement.replicated
             return jax.tree_util.tree_map(
