@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 
 from . import checkpoint, steps
+from ._input_wait import EpochInputWait
 from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
@@ -93,7 +94,7 @@ class Trainer:
         ...     history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
         ...     outputs = trainer.predict(root + "/val")
         >>> sorted(history.history), outputs.shape
-        (['accuracy', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
+        (['accuracy', 'input_wait', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
     """
 
     def __init__(self, model: Any, optimizer: optax.GradientTransformation | None = None,
@@ -244,6 +245,7 @@ class Trainer:
             with deferred_sigint() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
+                    waiting = EpochInputWait(loader)
                     if acc is None:
                         acc = self._empty(fns)
                     for batch in range(first_batch, plan.chunks_per_epoch):
@@ -264,6 +266,8 @@ class Trainer:
                     if interrupted():
                         raise KeyboardInterrupt
                     logs = self._epoch_logs(acc)
+                    steady = initial_epoch + loader.warmup_epochs  # the first epoch as others
+                    logs["input_wait"] = waiting.finish(epoch, bool(verbose) and epoch == steady)
                     acc = None
                     first_batch = 0
                     if val is not None:

@@ -101,7 +101,7 @@ class Augment:
         >>> model = nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])
         >>> history = ef.Trainer(model).fit(train, validation_data=root + "/val", verbose=0)
         >>> sorted(history.history)
-        ['accuracy', 'loss', 'val_accuracy', 'val_loss']
+        ['accuracy', 'input_wait', 'loss', 'val_accuracy', 'val_loss']
     """
 
     random_resized_crop: tuple[float, float] | None = None
