@@ -72,8 +72,8 @@ class Trainer:
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
             callbacks then fire every that many steps. ``"auto"`` (default): on GPUs about 6,000
             samples per dispatch when streaming and about 12,800 when training from the device
-            cache, never more than an epoch (measured on an H200: docs/performance.md); on CPUs
-            one step, since XLA's CPU convolutions run several times slower inside a scan.
+            cache, never more than an epoch; on CPUs one step, since XLA's CPU convolutions
+            run slower inside a scan (the measurements: docs/performance.md).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 import optax
 import pytest
@@ -168,3 +169,37 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
                 assert sorted(_rows(*got)) == sorted(_rows(x, y))
         finally:
             loader.close()
+
+
+def test_an_lmdb_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(roots, tmp_path):
+    """BackupAndRestore saves the reader pipelines' DALI checkpoints in the loader position;
+    a fit killed mid-epoch and restarted ends with the parameters of a fit never killed."""
+    from easyfit.callbacks import BackupAndRestore, LambdaCallback
+
+    train = os.path.join(roots["lmdb"], "train")
+
+    def fit(callbacks=()):
+        trainer = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
+        trainer.fit(train, epochs=2, batch_size=100, verbose=0, callbacks=list(callbacks))
+        return trainer
+
+    reference = fit()
+
+    class Crash(RuntimeError):
+        pass
+
+    def crash(batch, logs):
+        if crashing.progress.epoch == 1 and batch == 3:
+            raise Crash
+
+    crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
+    with pytest.raises(Crash):
+        crashing.fit(train, epochs=2, batch_size=100, verbose=0,
+                     callbacks=[BackupAndRestore(tmp_path / "b", save_freq=2),
+                                LambdaCallback(on_train_batch_end=crash)])
+    point = BackupAndRestore(tmp_path / "b").restore_point()
+    assert (point.epoch, point.batch) == (1, 4) and point.position["dali"]
+    resumed = fit([BackupAndRestore(tmp_path / "b", save_freq=2)])
+    for a, b in zip(jax.tree_util.tree_leaves(resumed.params),
+                    jax.tree_util.tree_leaves(reference.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -67,7 +67,8 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         if cache is True:
             return True, "cache=True: caching the decoded dataset after the first epoch"
         return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
-    need, budget = source.sample_nbytes * source.num_samples, _agreed(cache_budget(placement))
+    need = source.sample_nbytes * source.num_samples
+    budget = _agreed(cache_budget(placement))
     size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
     if need > budget:
         return False, (f"the decoded dataset would not fit in device memory ({size}): "

@@ -16,6 +16,7 @@ A pipeline's share of a chunk is prepared in runs of at most :data:`RUN_ROWS` ro
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import dataclasses
 import os
@@ -357,7 +358,7 @@ class ReaderPipelines:
                              "exactly on another number of pipelines")
         self._pipes = [self._build(shard, readers, plan, run, threads,
                                    local[g[0]][1].local_hardware_id if self.on_gpu else None,
-                                   prefetch, saved[k] if saved else None)
+                                   prefetch, base64.b64decode(saved[k]) if saved else None)
                        for k, (shard, g) in enumerate(zip(ids, groups, strict=True))]
         meta = self._pipes[0].reader_meta(READER)
         # each shard, padded to whole runs; a chunk holds batch // run of them, the epoch's last
@@ -386,7 +387,7 @@ class ReaderPipelines:
             self.next += 1
 
     def _build(self, shard: int, readers: int, plan: Plan, batch: int, threads: int,
-               device_id: int | None, prefetch: int, checkpoint: str | None) -> Any:
+               device_id: int | None, prefetch: int, checkpoint: bytes | None) -> Any:
         from nvidia.dali import pipeline_def
 
         source = self.source
@@ -408,13 +409,21 @@ class ReaderPipelines:
         return pipe
 
     def position(self, iteration: int) -> dict[str, Any]:
-        """``{"chunk": i, "dali": [one checkpoint string per pipeline]}``: the pipelines' state
-        before chunk ``iteration``, the next one to be consumed."""
+        """``{"chunk": i, "dali": [one checkpoint per pipeline]}``: the pipelines' state before
+        chunk ``iteration``, the next one to be consumed (DALI's serialized checkpoints, base64
+        text so that the position stays JSON). With several processes only
+        ``{"chunk": i}``: a checkpoint's metadata is written by process 0, whose pipelines
+        read other shards than the others' (they resume by reading and dropping)."""
+        if jax.process_count() > 1:
+            return {"chunk": iteration}
         if iteration == self.next:
-            dali = [p.checkpoint() for p in self._pipes]
+            dali = self._checkpoint()
         else:
             dali = self._checkpoints[iteration]  # produced ahead (peeked), not yet consumed
         return {"chunk": iteration, "dali": dali}
+
+    def _checkpoint(self) -> list[str]:
+        return [base64.b64encode(p.checkpoint()).decode("ascii") for p in self._pipes]
 
     def _runs(self, iteration: int) -> int:
         """Reader runs in chunk ``iteration`` (fewer in an epoch's last chunk)."""
@@ -446,7 +455,7 @@ class ReaderPipelines:
         """Chunk ``iteration`` of the stream: the pipelines' next runs, with their masks."""
         if iteration != self.next:
             raise RuntimeError(f"reader pipelines are at chunk {self.next}, not {iteration}")
-        self._checkpoints = {iteration: [p.checkpoint() for p in self._pipes]}
+        self._checkpoints = {iteration: self._checkpoint()}
         runs = self._runs(iteration)
         outputs = [self._chunk_of(p, runs) for p in self._pipes]
         self.next += 1
