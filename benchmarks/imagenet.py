@@ -147,6 +147,36 @@ def part_pipeline(args) -> dict:
     return {"sweep": results, "best": best, "best_images_per_s": results[best]}
 
 
+def part_loader(args) -> dict:
+    """easyfit's input side alone: its Loader for the recipe's training source, no model."""
+    import jax
+
+    import easyfit as ef
+    from easyfit.data.loader import make_loader
+    from easyfit.parallel import Placement
+
+    if args.hw_load is not None:
+        ef.data.images.HW_DECODER_LOAD = args.hw_load
+    aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
+    train = ef.data.ImageFolder(os.path.join(args.root, "train"), image_size=(224, 224),
+                                augment=aug, normalize="imagenet")
+    placement = Placement.create()
+    batch = args.batch_size * placement.num_shards
+    plan = ef.data.Plan(len(train), batch, shuffle=True, seed=0,
+                        steps_per_execution=max(1, 6000 // batch),
+                        num_shards=placement.num_shards)
+    loader = make_loader(train, plan, placement, training=True)
+    rows = plan.batch_size * plan.steps_per_execution
+    for _ in range(2):
+        jax.block_until_ready(next(loader)["x"])
+    n, t = 0, time.perf_counter()
+    while time.perf_counter() - t < 2 * args.seconds:
+        jax.block_until_ready(next(loader)["x"])
+        n += rows
+    loader.close()
+    return {"images_per_s": round(n / (time.perf_counter() - t)), "rows_per_chunk": rows}
+
+
 def part_loop(args) -> dict:
     """The hand-written loop, DALI's defaults (num_threads as in DALI's examples: 4)."""
     import jax
@@ -201,6 +231,8 @@ def part_fit(args) -> dict:
     from run_easyfit import EpochTimer
 
     ex = example()
+    if args.hw_load is not None:
+        ef.data.images.HW_DECODER_LOAD = args.hw_load
     out = {}
     for name in args.models.split(","):
         start = time.perf_counter()
@@ -226,7 +258,8 @@ def part_fit(args) -> dict:
     return out
 
 
-PARTS = {"model": part_model, "pipeline": part_pipeline, "loop": part_loop, "fit": part_fit}
+PARTS = {"model": part_model, "pipeline": part_pipeline, "loader": part_loader,
+         "loop": part_loop, "fit": part_fit}
 
 
 def main() -> None:
@@ -236,10 +269,12 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=28000)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--parts", default="model,pipeline,loop,fit")
+    ap.add_argument("--parts", default="model,pipeline,loader,loop,fit")
     ap.add_argument("--models", default="resnet18,resnet50")
     ap.add_argument("--seconds", type=float, default=6.0, help="per pipeline setting")
     ap.add_argument("--cpu", action="store_true", help="a smoke run without a GPU")
+    ap.add_argument("--hw-load", type=float, default=None,
+                    help="fit: easyfit's hw_decoder_load (default: easyfit's own)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
