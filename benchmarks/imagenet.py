@@ -223,9 +223,12 @@ def part_loop(args) -> dict:
 
 
 def part_fit(args) -> dict:
-    import jax
-
     import easyfit as ef
+
+    if args.coordinator:  # one process per GPU: this one sees its own GPU only
+        ef.distributed.initialize(args.coordinator, args.processes, args.process_id)
+    import jax
+    import numpy as np
 
     sys.path.insert(0, str(HERE))
     from run_easyfit import EpochTimer
@@ -243,19 +246,47 @@ def part_fit(args) -> dict:
         steps = -(-len(train) // args.batch_size)
         trainer = ef.Trainer(model, optimizer=ex.optimizer(args.batch_size, steps, args.epochs),
                              loss=ex.smoothed_cross_entropy, metrics=["accuracy"],
-                             precision="bfloat16", seed=0)
+                             precision="bfloat16", seed=0, num_threads=args.threads,
+                             pipelines_per_device=args.pipelines)
         timer = EpochTimer()
         history = trainer.fit(train, validation_data=os.path.join(args.root, "val"),
                               epochs=args.epochs, batch_size=args.batch_size, callbacks=[timer],
                               verbose=2)
         rates = [len(train) / s for s in timer.seconds]
+        leaves = jax.tree_util.tree_leaves(trainer.state)
+        identical = all(np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
+                        for leaf in leaves for s in leaf.addressable_shards)
         out[name] = {"images_per_s": round(statistics.median(rates[1:] or rates)),
                      "first_epoch_s": round(timer.seconds[0], 2),
                      "total_s": round(time.perf_counter() - start, 1),
                      "val_accuracy": round(history.history["val_accuracy"][-1], 4),
                      "input_wait": history.history.get("input_wait", [None])[-1],
-                     "devices": jax.device_count()}
+                     "devices": jax.device_count(), "processes": jax.process_count(),
+                     "replicas_identical": identical, "batch_size": args.batch_size,
+                     "threads": args.threads, "pipelines": args.pipelines}
     return out
+
+
+def launch(cmd: list[str], n: int) -> subprocess.CompletedProcess:
+    """``cmd`` as n processes, one per GPU and an equal share of the cores; process 0's
+    output."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // n
+    procs = []
+    for i in range(n):
+        mine = ",".join(map(str, cores[i * share:(i + 1) * share]))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": str(i)}
+        procs.append(subprocess.Popen(["taskset", "-c", mine, *cmd, "--process-id", str(i),
+                                       "--coordinator", f"localhost:{port}"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate() for p in procs]
+    code = max(p.returncode for p in procs)
+    return subprocess.CompletedProcess(cmd, code, outs[0][0], "".join(o[1] for o in outs))
 
 
 PARTS = {"model": part_model, "pipeline": part_pipeline, "loader": part_loader,
@@ -275,8 +306,14 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true", help="a smoke run without a GPU")
     ap.add_argument("--hw-load", type=float, default=None,
                     help="fit: easyfit's hw_decoder_load (default: easyfit's own)")
+    ap.add_argument("--threads", type=int, default=None, help="fit: DALI threads per pipeline")
+    ap.add_argument("--pipelines", type=int, default=None, help="fit: DALI pipelines per GPU")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="fit: one process per GPU (ef.distributed) when > 1")
     ap.add_argument("--json", default=None)
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--coordinator", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.part:
         print(json.dumps(PARTS[args.part](args)), flush=True)
@@ -292,8 +329,11 @@ def main() -> None:
     results = {}
     for part in args.parts.split(","):
         cmd = [sys.executable, __file__, *sys.argv[1:], "--part", part]
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if part == "fit" and args.processes > 1:
+            proc = launch(cmd, args.processes)
+        else:
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
         print(proc.stdout[-4000:], proc.stderr[-3000:] if proc.returncode else "", flush=True)
         results[part] = (json.loads(proc.stdout.strip().splitlines()[-1])
                          if proc.returncode == 0 else {"error": proc.returncode})
