@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from clu import metrics as clu_metrics
 
-__all__ = ["build_collection", "compute_on_host"]
+__all__ = ["build_collection", "compute_on_host", "default_metrics"]
 
 
 def _true_class(outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -89,6 +89,18 @@ def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
         name = getattr(metric, "__name__", type(metric).__name__)
         return name, _from_values(lambda outputs, labels, **_: fn(outputs, labels))
     raise ValueError(f"metrics: cannot use {metric!r} as a metric")
+
+
+#: Losses of classification, for which accuracy is reported by default (Keras reports none).
+_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy",
+                   "binary_crossentropy")
+
+
+def default_metrics(metrics: Any, loss: Any) -> Any:
+    """The metrics asked for, or by default accuracy for a classification loss."""
+    if metrics is not None:
+        return metrics
+    return ["accuracy"] if loss in _CLASSIFICATION else []
 
 
 def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None

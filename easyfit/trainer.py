@@ -7,21 +7,20 @@ loaders of global batches, the pure steps (``easyfit.steps``) train and evaluate
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 import optax
-from clu import metrics as clu_metrics
 from flax import nnx
 
 from . import checkpoint, steps
 from ._args import check_int, check_verbose
+from ._input_wait import EpochInputWait
 from ._interrupt import deferred_signals
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
@@ -29,10 +28,11 @@ from .data.door import DataDoor
 from .errors import CheckpointError, Preempted
 from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss, infer_loss
-from .metrics import build_collection, compute_on_host
+from .metrics import build_collection, compute_on_host, default_metrics
 from .models import adapt, write_back
 from .optimizers import get_optimizer
 from .parallel import Placement, gather_to_host, local_rows
+from .precision import get_precision
 from .state import TrainState, create_state
 
 if TYPE_CHECKING:
@@ -42,17 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["Trainer"]
 
 log = logging.getLogger("easyfit")
-
-_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Compiled:
-    train: jax.stages.Wrapped
-    eval: Callable
-    predict: Callable
-    metrics: type[clu_metrics.Collection]
-
 
 class Trainer:
     """Trains a Flax model on data read by DALI, Keras style.
@@ -83,6 +72,9 @@ class Trainer:
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
+        precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
+            scaling): the dtype of the forward and backward passes; parameters, optimizer state,
+            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.precision``).
 
     Example:
         >>> import optax, easyfit as ef
@@ -96,14 +88,14 @@ class Trainer:
         ...     history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
         ...     outputs = trainer.predict(root + "/val")
         >>> sorted(history.history), outputs.shape
-        (['accuracy', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
+        (['accuracy', 'input_wait', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
     """
 
     def __init__(self, model: Any, optimizer: optax.GradientTransformation | str | None = None,
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
                  None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
                  devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
-                 pipelines_per_device: int | None = None):
+                 pipelines_per_device: int | None = None, precision: str = "float32"):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
@@ -111,6 +103,7 @@ class Trainer:
         self._loss_note: str | None = None
         self.metrics = metrics
         self.seed = int(seed)
+        self.precision = get_precision(precision)
         if steps_per_execution != "auto":
             check_int("steps_per_execution", steps_per_execution, 1)
         self.steps_per_execution = steps_per_execution
@@ -120,7 +113,7 @@ class Trainer:
         self.history: History | None = None
         self.class_names: list[str] | None = None
         self.batch_size = 32
-        self._compiled: dict[Any, _Compiled] = {}
+        self._compiled: dict[Any, steps.Compiled] = {}
         self._data = DataDoor(self.placement, self.seed, steps_per_execution,
                               {"num_threads": num_threads,
                                "pipelines_per_device": pipelines_per_device})
@@ -155,7 +148,7 @@ class Trainer:
         shape and dtype, the class names."""
         shape, dtype = self._input_spec or (None, None)
         return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
-                "class_names": self.class_names}
+                "class_names": self.class_names, "precision": self.precision.name}
 
     def close(self) -> None:
         """Releases the DALI pipelines, device caches, open files and compiled steps kept between
@@ -251,6 +244,7 @@ class Trainer:
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
+                    waiting = EpochInputWait(loader)
                     if acc is None:
                         acc = self._empty(fns)
                     for batch in range(first_batch, plan.chunks_per_epoch):
@@ -271,6 +265,8 @@ class Trainer:
                     if interrupted():
                         raise interrupted.exception()
                     logs = self._epoch_logs(acc)
+                    steady = initial_epoch + loader.warmup_epochs  # the first epoch as others
+                    logs["input_wait"] = waiting.finish(epoch, bool(verbose) and epoch == steady)
                     acc = None
                     first_batch = 0
                     if val is not None:
@@ -296,6 +292,8 @@ class Trainer:
         learning_rate = get_learning_rate(self.state.opt_state)
         if learning_rate is not None:
             logs["learning_rate"] = learning_rate
+        if self.state.dynamic_scale is not None:
+            logs["loss_scale"] = float(jax.device_get(self.state.dynamic_scale.scale))
         return logs
 
     # ---------------------------------------------------------------------------- checkpoints
@@ -439,24 +437,14 @@ class Trainer:
             log.info("easyfit: %s", self._loss_note)
         return get_loss(self.loss)
 
-    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, jax.Array]) -> _Compiled:
+    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, jax.Array]) -> steps.Compiled:
         key = (source.scale, plan.steps_per_execution)
         if key not in self._compiled:
             loss_fn = self._resolved_loss(source, chunk)
-            metrics = self.metrics
-            if metrics is None:
-                metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
-            collection = build_collection(metrics)
-            k = plan.steps_per_execution
-            placement = self.placement
-            train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
-                                               source.scale)
-            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
-            self._compiled[key] = _Compiled(
-                train=steps.compile_train(train_step, placement, k),
-                eval=steps.compile_eval(eval_step, placement, k),
-                predict=steps.compile_predict(self._adapter, source.scale, placement, k),
-                metrics=collection)
+            collection = build_collection(default_metrics(self.metrics, self.loss))
+            self._compiled[key] = steps.compile_steps(
+                self._adapter, self.optimizer, loss_fn, collection, source.scale, self.precision,
+                self.placement, plan.steps_per_execution)
         return self._compiled[key]
 
     def _abstract_state(self, chunk: Mapping[str, jax.Array]) -> Any:
@@ -466,7 +454,7 @@ class Trainer:
         return jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.state)
 
-    def _empty(self, fns: _Compiled) -> Any:
+    def _empty(self, fns: steps.Compiled) -> Any:
         """Empty metrics, placed as the steps return them (else the first call compiles apart)."""
         return self.placement.replicate(fns.metrics.empty())
 
@@ -487,7 +475,7 @@ class Trainer:
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape), dtype)
         state = create_state(self._adapter, self.optimizer, self.seed, shape, self._nnx_variables,
-                             abstract)
+                             abstract, self.precision.initial_scale())
         if abstract:
             rep = self.placement.replicated
             return jax.tree_util.tree_map(

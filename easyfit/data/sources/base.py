@@ -114,12 +114,16 @@ class IndexedSource(Source):
         """Host inputs for the samples at ``indices`` (one entry per external source)."""
 
     @abc.abstractmethod
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         """DALI operators turning the fed nodes into ``(x, y)``.
 
         Args:
             *nodes: the external_source data nodes, in the order of ``feed``'s result.
             device: ``"cpu"`` or ``"gpu"``, where the pipeline's outputs are wanted.
+            draws: for training batches of a source whose ``augment`` is an
+                ``easyfit.data.Augment``, its random draws as data nodes (see
+                ``Augment.names``): the graph applies the augmentation with them.
         """
 
     def sample_problem(self, index: int) -> str | None:
@@ -140,9 +144,10 @@ class ReaderSource(Source):
     """
 
     @abc.abstractmethod
-    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str
-             ) -> tuple[Any, Any]:
-        """DALI graph from a reader named :data:`READER` to ``(x, y)`` nodes on ``device``.
+    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str,
+             draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        """DALI graph from a reader named :data:`READER` to ``(x, y)`` nodes on ``device``
+        (``draws``: as for ``IndexedSource.graph``).
 
         The reader must take ``shard_id``, ``num_shards``, ``random_shuffle=shuffle`` and
         ``pad_last_batch=True``, and support DALI's pipeline checkpointing.
@@ -194,8 +199,9 @@ class Subset(IndexedSource):
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
-        return self.source.graph(*nodes, device=device)
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
+        return self.source.graph(*nodes, device=device, draws=draws)
 
     def known_labels(self) -> np.ndarray | None:
         labels = self.source.known_labels()

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from ..augment import apply_drawn, refuse_random_crop
 from ..images import SAMPLED, EncodedImages, first_line, image_problem
 from .base import READER, ReaderSource
 
@@ -57,7 +58,7 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
 
     Args:
         path: the LMDB directory.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -70,7 +71,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def __init__(self, path: str | os.PathLike, image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
             raise DataError(f"{self.path}: no such directory")
@@ -87,8 +89,12 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         self._label_dtype = np.dtype(np.int32 if labels.dtype.kind in "iu" else np.float32)
         if self.encoded:
             self._init_images(lambda: [(name, bytes(a)) for name, a, _ in records], image_size,
-                              color_mode, decoder, transform, self.path)
+                              color_mode, decoder, transform, self.path, normalize, eval_crop)
         else:
+            refuse_random_crop(augment, self.path)
+            if normalize is not None or eval_crop is not None:
+                raise ValueError(f"{self.path}: normalize and eval_crop apply to encoded images; "
+                                 "these records hold raw pixels")
             self._init_raw(records, image_size, color_mode, transform)
 
     def _probe(self) -> tuple[int, list[tuple[str, np.ndarray, np.ndarray]]]:
@@ -186,8 +192,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def label_dtype(self) -> np.dtype:
         return self._label_dtype
 
-    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str
-             ) -> tuple[Any, Any]:
+    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str,
+             draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         from nvidia.dali import fn, types
 
         # DALI's stub returns "a node, a sequence of nodes or None"; this reader gives two nodes
@@ -195,7 +201,7 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                                          num_shards=num_shards, random_shuffle=shuffle,
                                          pad_last_batch=True, name=READER)
         if self.encoded:
-            images = self.decode(data, device=device)
+            images = self.decode(data, device=device, draws=draws)
         else:
             images = fn.reshape(data, layout="HWC")
             images = images.gpu() if device == "gpu" else images
@@ -204,6 +210,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                                    dtype=types.DALIDataType.UINT8)
             if self.transform is not None:
                 images = self.transform(images)
+            if draws is not None:
+                images = apply_drawn(self.augment, images, draws)
         labels = fn.reshape(labels, shape=[])
         return images, (labels.gpu() if device == "gpu" else labels)
 

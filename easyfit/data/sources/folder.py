@@ -148,7 +148,17 @@ class ImageFolder(EncodedImages, ClassFiles):
         transform: optional ``f(images) -> images`` on DALI data nodes, applied after decoding
             (and resizing) to every split read from this folder.
         augment: optional ``f(images) -> images`` on DALI data nodes applied to training
-            batches only, e.g. ``easyfit.data.Augment(flip=True)``.
+            batches only, e.g. ``easyfit.data.Augment(flip=True)`` or ImageNet's
+            ``Augment(random_resized_crop=(0.08, 1.0))``.
+        normalize: ``"imagenet"`` (ImageNet's mean and std) or ``(mean, std)`` (one value, or
+            one per channel, on the [0, 1] scale, as torchvision's ``Normalize``): DALI
+            subtracts and divides (``fn.crop_mirror_normalize``, fused with the flip and the
+            center crop) and batches arrive as float16, cast to the Trainer's precision in the
+            step. None (default): float32 in [0, 1].
+        eval_crop: evaluation and prediction resize the shorter side to
+            ``image_size / eval_crop`` and take the center ``image_size`` (ImageNet's 224 of
+            256: 0.875, the default when ``augment`` crops at random; sibling folders such as
+            ``val/`` inherit it). None otherwise: a plain resize to ``image_size``.
 
     Example:
         >>> import easyfit as ef
@@ -162,16 +172,19 @@ class ImageFolder(EncodedImages, ClassFiles):
                  color_mode: str | None = None, decoder: str = "auto",
                  class_names: Sequence[str] | None = None,
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
         self.augment = augment
         self._init_images(lambda: [(self.files[i], read_file(self.files[i]))
                                    for i in sample_positions(len(self.files))],
-                          image_size, color_mode, decoder, transform, self.root)
+                          image_size, color_mode, decoder, transform, self.root, normalize,
+                          eval_crop)
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         paths, lengths, labels = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device)
+        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def sample_problem(self, index: int) -> str | None:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from ..augment import apply_drawn, refuse_random_crop
 from ..images import file_problem, sample_positions
 from .folder import ClassFiles
 
@@ -83,15 +84,19 @@ class NumpyFolder(ClassFiles):
                 raise ValueError(f"scale={scale!r}: expected a number, None or 'auto'")
             scale = 1.0 / 255.0 if self.dtype == np.uint8 else None
         self.scale = scale
+        refuse_random_crop(augment, self.root)
         self.augment = augment
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         from nvidia.dali import fn
 
         paths, lengths, labels = nodes  # as feed() returns them
         x = fn.decoders.numpy(self.read(paths, lengths))
         if len(self.sample_shape) == 3:
             x = fn.reshape(x, layout="HWC")
+        if draws is not None:
+            x = apply_drawn(self.augment, x, draws)
         if device == "gpu":
             x, labels = x.gpu(), labels.gpu()
         return x, labels

@@ -98,7 +98,7 @@ class RecordIO(RecordFiles):
 
     Args:
         path: a ``.rec`` file or a directory of them.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -111,7 +111,8 @@ class RecordIO(RecordFiles):
     def __init__(self, path: str | os.PathLike, image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         root = os.fspath(path)
         self.files = list_files(root, (".rec",), "RecordIO")
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -137,7 +138,8 @@ class RecordIO(RecordFiles):
         labels = np.asarray([h[1] for h in headers], np.float32)
         if len(labels) and np.array_equal(labels, np.round(labels)):
             labels = labels.astype(np.int32)
-        self._init_records(root, labels, image_size, color_mode, decoder, transform, augment)
+        self._init_records(root, labels, image_size, color_mode, decoder, transform, augment,
+                          normalize, eval_crop)
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         payload, pos = [], 0

@@ -79,7 +79,7 @@ class TFRecord(RecordFiles):
         path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
         image_key: the feature holding the encoded image.
         label_key: the feature holding the label.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -93,7 +93,8 @@ class TFRecord(RecordFiles):
                  label_key: str = "image/class/label", image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         root = os.fspath(path)
         self.image_key, self.label_key = image_key, label_key
         self.files = list_files(root, TFRECORD_SUFFIXES, "TFRecord")
@@ -108,7 +109,8 @@ class TFRecord(RecordFiles):
             parts.append((np.full(len(offsets), k, np.int32), offsets, lengths))
         self._set_ranges(parts)
         self._example = tf_example()
-        self._init_records(root, None, image_size, color_mode, decoder, transform, augment)
+        self._init_records(root, None, image_size, color_mode, decoder, transform, augment,
+                          normalize, eval_crop)
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         from google.protobuf.message import DecodeError

@@ -78,7 +78,7 @@ class WebDataset(RecordFiles):
     Args:
         path: a ``.tar`` shard or a directory of them.
         label_ext: the extension of the label members.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -91,7 +91,8 @@ class WebDataset(RecordFiles):
     def __init__(self, path: str | os.PathLike, label_ext: str = "cls",
                  image_size: tuple[int, int] | None = None, color_mode: str | None = None,
                  decoder: str = "auto", transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         root = os.fspath(path)
         self.label_ext = label_ext
         self.files = list_files(root, (".tar",), "WebDataset (.tar)")
@@ -104,7 +105,7 @@ class WebDataset(RecordFiles):
             self.keys += keys
         self._set_ranges(parts)
         self._init_records(root, np.asarray(labels, np.int32), image_size, color_mode, decoder,
-                           transform, augment)
+                           transform, augment, normalize, eval_crop)
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         return raw, None
