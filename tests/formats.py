@@ -107,10 +107,9 @@ def write_recordio(rec: str | os.PathLike, images: Sequence[bytes], labels: Sequ
 
 # ------------------------------------------------------------------------------------ TFRecord
 def _masked_crc(data: bytes) -> int:
-    import google_crc32c
+    from easyfit.data.sources.tfrecord import masked_crc
 
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return masked_crc(data)
 
 
 def write_tfrecord(path: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int],
