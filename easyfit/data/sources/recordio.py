@@ -73,6 +73,10 @@ def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
             head = os.pread(fd, _FRAME.size, pos)
         if pos > size:
             raise DataError(f"{rec}: truncated record at byte offset {start}")
+        if offsets is not None and len(starts) + 1 < len(offsets) \
+                and pos > offsets[len(starts) + 1]:
+            raise DataError(f"{rec}: the record at byte offset {start} runs past the next one "
+                            f"(at {int(offsets[len(starts) + 1])}): damaged length")
         starts.append(start)
         lengths.append(pos - start)
         labels.append(label)
