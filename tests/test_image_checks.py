@@ -64,3 +64,13 @@ def test_every_image_header_is_held_to_the_limit(monkeypatch, fmt, kind):
     monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 30 * 40 - 1)
     problem = images.image_problem(encode(np.zeros((30, 40, 3), np.uint8), fmt))
     assert problem.startswith(f"{kind} of 40x30 pixels, more than MAX_IMAGE_PIXELS"), problem
+
+
+@pytest.mark.parametrize("where", ["in a class folder", "as a class folder"])
+def test_a_self_referencing_symlink_is_named(folder, trainer, where):
+    root, y = folder
+    loop = root / str(y[0]) / "loop.png" if where == "in a class folder" else root / "loop"
+    os.symlink(loop.name, loop)
+    with pytest.raises(ef.errors.DataError,
+                       match=f"^{loop}: cannot be followed .Too many levels of symbolic links"):
+        trainer.fit(str(root), epochs=1, batch_size=12, verbose=0)

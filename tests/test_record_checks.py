@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import struct
+import tarfile
 
 import numpy as np
 import pytest
-from formats import encode, write_recordio, write_tfrecord
+from formats import encode, write_recordio, write_tfrecord, write_webdataset
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
@@ -81,3 +82,17 @@ def test_a_recordio_length_past_the_next_record_is_named_with_its_offset(tmp_pat
     _patch(rec, start + 4, struct.pack("<I", word + 64))
     with pytest.raises(ef.errors.DataError, match=f"^{rec}: .*byte offset {start}"):
         ef.data.RecordIO(rec)
+
+
+@pytest.mark.parametrize("cut", ["inside an image", "after a label's data", "at a member's end"])
+def test_a_truncated_webdataset_shard_is_reported_as_truncated(tmp_path, sample, cut):
+    tar = write_webdataset(tmp_path / "d.tar", *sample)
+    with tarfile.open(tar) as t:
+        image, label = t.getmembers()[2 * BAD:2 * BAD + 2]  # the members of record BAD
+    raw = open(tar, "rb").read()
+    end = {"inside an image": image.offset_data + 10, "after a label's data":
+           label.offset_data + label.size, "at a member's end": label.offset_data + 512}[cut]
+    with open(tar, "wb") as f:
+        f.write(raw[:end])
+    with pytest.raises(ef.errors.DataError, match=f"^{tar}: truncated tar file"):
+        ef.data.WebDataset(tar)
