@@ -123,7 +123,7 @@ class NumpyFolder(ClassFiles):
         if size < expected:
             return f"truncated .npy file ({size} of {expected} bytes)"
         if dtype.kind == "f":  # read once on the host, the first time the file is fed
-            return nonfinite_problem(np.load(path, mmap_mode="r", allow_pickle=False))
+            return nonfinite_problem(np.load(path, allow_pickle=False))
         return None
 
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
