@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import DataError
 from .integrity import structure_problem
 
-__all__ = ["EncodedImages", "encoded_problem", "file_problem", "first_line", "image_problem",
-           "peek_shapes"]
+__all__ = ["MAX_IMAGE_PIXELS", "EncodedImages", "encoded_problem", "file_problem", "first_line",
+           "header_size", "image_problem", "peek_shapes"]
 
 SAMPLED = 64             # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
@@ -286,7 +286,13 @@ def read_file(path: str) -> bytes:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
-HEAD = 64  # bytes read from the start of an encoded image to check its kind and header
+HEAD = 1 << 16  # bytes read from the start of an encoded image: its kind and header (a JPEG's
+#                frame header comes after its EXIF segment, at most 64 KiB)
+#: The most pixels (width x height) an image may have; a larger one raises DataError naming it
+#: before DALI decodes it (a 32000x32000 PNG of 1 MB decodes to 3 GB). Pillow's
+#: ``Image.MAX_IMAGE_PIXELS`` default (about 89.5 M pixels, 1 GiB of 24-bit RGB / 3 / 4).
+#: Change it with ``easyfit.data.images.MAX_IMAGE_PIXELS = n`` (None: no limit).
+MAX_IMAGE_PIXELS: int | None = 1024 * 1024 * 1024 // 4 // 3
 TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
 WHOLE = 1 << 20  # images up to this size are read whole to check their structure
 _PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
@@ -332,7 +338,50 @@ def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = No
         return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
     if kind == "WebP" and int.from_bytes(head[4:8], "little") + 8 > size:
         return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
+    dims = header_size(kind, head)
+    if MAX_IMAGE_PIXELS is not None and dims and dims[0] * dims[1] > MAX_IMAGE_PIXELS:
+        return (f"{kind} of {dims[0]}x{dims[1]} pixels, more than MAX_IMAGE_PIXELS "
+                f"({MAX_IMAGE_PIXELS}; see easyfit.data.images.MAX_IMAGE_PIXELS)")
     return structure_problem(kind, head if data is None else data, size)
+
+
+def header_size(kind: str, head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the header of a PNG, BMP, WebP or JPEG (its frame header when
+    ``head`` reaches it), else None.
+
+    Example:
+        >>> import struct
+        >>> from easyfit.data.images import header_size
+        >>> header_size("PNG", b"\\x89PNG\\r\\n\\x1a\\n" + struct.pack(">I4sII", 13, b"IHDR", 640, 480))
+        (640, 480)
+    """
+    if kind == "PNG" and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if kind == "BMP" and len(head) >= 26:
+        if int.from_bytes(head[14:18], "little") == 12:  # BITMAPCOREHEADER: 16-bit sizes
+            return int.from_bytes(head[18:20], "little"), int.from_bytes(head[20:22], "little")
+        return (abs(int.from_bytes(head[18:22], "little", signed=True)),
+                abs(int.from_bytes(head[22:26], "little", signed=True)))
+    if kind == "WebP" and len(head) >= 30:
+        chunk = head[12:16]
+        if chunk == b"VP8 ":
+            return (int.from_bytes(head[26:28], "little") & 0x3FFF,
+                    int.from_bytes(head[28:30], "little") & 0x3FFF)
+        if chunk == b"VP8L":
+            bits = int.from_bytes(head[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if chunk == b"VP8X":
+            return (int.from_bytes(head[24:27], "little") + 1,
+                    int.from_bytes(head[27:30], "little") + 1)
+    if kind == "JPEG":
+        i = 2
+        while i + 9 <= len(head) and head[i] == 0xFF:
+            marker = head[i + 1]
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                return (int.from_bytes(head[i + 7:i + 9], "big"),
+                        int.from_bytes(head[i + 5:i + 7], "big"))
+            i += 2 + int.from_bytes(head[i + 2:i + 4], "big")
+    return None
 
 
 def image_problem(data: bytes, whole: bool = True) -> str | None:

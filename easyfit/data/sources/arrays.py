@@ -9,7 +9,7 @@ import numpy as np
 
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
-from .base import IndexedSource
+from .base import IndexedSource, nonfinite_problem
 
 __all__ = ["Arrays"]
 
@@ -52,9 +52,9 @@ class Arrays(IndexedSource):
         if len(x) != len(y):
             raise DataError(f"x has {len(x)} samples but y has {len(y)}")
         for name, a in (("x", x), ("y", y)):
-            if a.dtype.kind == "f" and not np.isfinite(a).all():
-                bad = int(np.argwhere(~np.isfinite(a.reshape(len(a), -1)))[0][0])
-                raise DataError(f"{name} holds NaN or inf (first at sample {bad})")
+            problem = nonfinite_problem(a, unit="sample")
+            if problem:
+                raise DataError(f"{name} {problem}")
             if a.dtype.kind not in "biuf":
                 raise DataError(f"{name}: dtype {a.dtype} is not numeric")
         if x.dtype == np.float64:

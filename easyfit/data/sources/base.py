@@ -24,10 +24,30 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset"]
+__all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset", "nonfinite_problem"]
 
 #: The name a ReaderSource gives its DALI reader (``fn.readers.*(..., name=READER)``).
 READER = "reader"
+
+
+def nonfinite_problem(a: np.ndarray, unit: str = "element") -> str | None:
+    """``"holds NaN or inf (first at <unit> k)"`` for a float array holding one, else None.
+
+    The one check (and message) of every source that holds arrays: ``Arrays`` (``unit="sample"``:
+    ``k`` is the row), ``NumpyFolder`` (``k`` is the flat index inside the file).
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.data.sources.base import nonfinite_problem
+        >>> nonfinite_problem(np.array([[0.0, 1.0], [np.nan, 2.0]]), unit="sample")
+        'holds NaN or inf (first at sample 1)'
+        >>> nonfinite_problem(np.arange(3)) is None
+        True
+    """
+    if a.dtype.kind != "f" or np.isfinite(a).all():
+        return None
+    flat = a.reshape(len(a), -1) if unit == "sample" and a.ndim else a.reshape(-1)
+    return f"holds NaN or inf (first at {unit} {int(np.argwhere(~np.isfinite(flat))[0][0])})"
 
 
 class Source(abc.ABC):

@@ -12,10 +12,33 @@ from ...errors import DataError
 from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
 from .base import IndexedSource
 
-__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "scan_classes"]
+__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "entries", "scan_classes"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".pnm", ".ppm",
                     ".pgm", ".pbm", ".jp2")
+
+
+def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
+    """The entries of ``folder`` that are files (``kind="file"``) or directories (``"dir"``),
+    following symlinks; DataError naming an entry that cannot be followed (a symlink loop).
+
+    Example:
+        >>> import os
+        >>> from easyfit.data.sources.folder import entries
+        >>> os.symlink("loop", DOCS_TMP + "/loop")
+        >>> entries(DOCS_TMP)
+        Traceback (most recent call last):
+        ...
+        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)
+    """
+    found = []
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_file() if kind == "file" else entry.is_dir():
+                found.append(entry)
+        except OSError as e:
+            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e})") from None
+    return found
 
 
 def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
@@ -28,7 +51,7 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     """
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such directory")
-    found = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    found = sorted(e.name for e in entries(root, "dir") if not e.name.startswith("."))
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
     names = list(found if class_names is None else class_names)
@@ -42,8 +65,8 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     for name in found:
         label = names.index(name)
         folder = os.path.join(root, name)
-        found = sorted(e.path for e in os.scandir(folder)
-                       if e.is_file() and e.name.lower().endswith(extensions))
+        found = sorted(e.path for e in entries(folder)
+                       if e.name.lower().endswith(extensions))
         if not found and class_names is None:  # another split may lack a training class
             empty.append(folder)
         files += found

@@ -42,7 +42,9 @@ def _read_index(idx: str, size: int) -> np.ndarray:
 def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
           ) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
     """``(offsets, lengths, labels)`` of the records, reading their frame and IRHeader."""
-    starts, lengths, labels = [], [], []
+    starts: list[int] = []
+    lengths: list[int] = []
+    labels: list[tuple[Any, ...]] = []
     pos = 0
     todo = iter(offsets) if offsets is not None else None
     while True:
@@ -74,6 +76,10 @@ def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
             head = os.pread(fd, _FRAME.size, pos)
         if pos > size:
             raise DataError(f"{rec}: truncated record at byte offset {start}")
+        if offsets is not None and len(starts) + 1 < len(offsets) \
+                and pos > offsets[len(starts) + 1]:
+            raise DataError(f"{rec}: the record at byte offset {start} runs past the next one "
+                            f"(at {int(offsets[len(starts) + 1])}): damaged length")
         starts.append(start)
         lengths.append(pos - start)
         labels.append(label)

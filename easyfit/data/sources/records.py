@@ -20,6 +20,7 @@ import numpy as np
 from ...errors import DataError
 from ..images import EncodedImages, image_problem, sample_positions
 from .base import IndexedSource
+from .folder import entries
 
 __all__ = ["RecordFiles", "list_files"]
 
@@ -30,8 +31,7 @@ def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
         return [root]
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such file or directory")
-    files = sorted(e.path for e in os.scandir(root)
-                   if e.is_file() and e.name.lower().endswith(suffixes))
+    files = sorted(e.path for e in entries(root) if e.name.lower().endswith(suffixes))
     if not files:
         raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
     return files

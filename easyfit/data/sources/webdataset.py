@@ -28,9 +28,13 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
     images: dict[str, tuple[int, int]] = {}
     labels: dict[str, int] = {}
     image_exts = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
+    size = os.path.getsize(path)
     try:
         with tarfile.open(path, "r:") as tar:
             for m in tar:
+                if m.offset_data + m.size > size:
+                    raise DataError(f"{path}: truncated tar file (member {m.name} ends at byte "
+                                    f"{m.offset_data + m.size}, the file has {size})")
                 if not m.isfile():
                     continue
                 key, ext = _split(m.name)
@@ -45,7 +49,14 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
                     except ValueError:
                         raise DataError(f"{path}: {m.name} holds {text[:20]!r}, not an integer "
                                         "class label") from None
+            tar.fileobj.seek(tar.offset)
+            end = tar.fileobj.read(512)
+            if len(end) < 512 or end.strip(b"\0"):
+                raise DataError(f"{path}: truncated tar file (no end-of-archive block after "
+                                f"byte {tar.offset})")
     except (tarfile.TarError, OSError) as e:
+        if "unexpected end of data" in str(e):
+            raise DataError(f"{path}: truncated tar file ({e})") from None
         raise DataError(f"{path}: not a readable tar file ({e})") from None
     missing = [k for k in images if k not in labels]
     if missing:
