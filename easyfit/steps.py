@@ -24,7 +24,7 @@ from .parallel import DATA_AXIS, Placement
 from .precision import Precision
 from .state import TrainState
 
-__all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step",
+__all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step", "make_infer",
            "make_train_step", "prepare_inputs"]
 
 Batch = dict[str, jax.Array]
@@ -163,16 +163,28 @@ def compile_eval(eval_step: Callable, placement: Placement, k: int) -> Callable:
     return jax.jit(run, donate_argnums=(1,), out_shardings=placement.replicated)
 
 
+def make_infer(adapter: ModelAdapter, scale: float | None,
+               precision: Precision = Precision()) -> Callable[[TrainState, jax.Array], Any]:
+    """The pure inference function: ``(state, x) -> outputs`` in evaluation mode, ``x`` as the
+    input pipeline delivers it (prediction and ``Trainer.export`` share it)."""
+
+    def infer(state: TrainState, x: jax.Array) -> Any:
+        x = prepare_inputs(x, scale, precision.compute_dtype)
+        return _forward(adapter, precision, state.params, state.model_state, x, False)[0]
+
+    return infer
+
+
 def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Placement,
                     k: int, precision: Precision = Precision()) -> Callable:
     """``(state, chunk) -> (outputs, mask)``, each ``(k, batch, ...)`` in step-major order."""
+    infer = make_infer(adapter, scale, precision)
 
     def run(state: TrainState, chunk: Batch) -> tuple[jax.Array, jax.Array]:
         steps = _unfold(placement, k, chunk)
 
         def body(_, batch):
-            x = prepare_inputs(batch["x"], scale, precision.compute_dtype)
-            return None, _forward(adapter, precision, state.params, state.model_state, x, False)[0]
+            return None, infer(state, batch["x"])
 
         return _scan(body, None, steps, k)[1], steps["mask"]
 

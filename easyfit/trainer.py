@@ -21,6 +21,7 @@ import optax
 from flax import nnx
 
 from . import checkpoint, steps
+from . import export as export_lib
 from ._input_wait import EpochInputWait
 from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
@@ -125,6 +126,7 @@ class Trainer:
                               {"num_threads": num_threads,
                                "pipelines_per_device": pipelines_per_device})
         self._input_spec: tuple[list[int], str] | None = None
+        self._input_scale: float | None = None  # what the step multiplies inputs by
         self._progress: checkpoint.Progress | None = None
 
     # ----------------------------------------------------------------------------- public state
@@ -154,7 +156,8 @@ class Trainer:
         shape and dtype, the class names."""
         shape, dtype = self._input_spec or (None, None)
         return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
-                "class_names": self.class_names, "precision": self.precision.name}
+                "input_scale": self._input_scale, "class_names": self.class_names,
+                "precision": self.precision.name}
 
     # ------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -295,6 +298,28 @@ class Trainer:
             logs["loss_scale"] = float(jax.device_get(self.state.dynamic_scale.scale))
         return logs
 
+    def summary(self, print_fn: Callable[[str], Any] | None = print) -> str:
+        """Prints (with ``print_fn``) and returns the table of the model's parameters per
+        module, with shapes and sizes, and the totals: trainable, non-trainable (BatchNorm
+        statistics, ...) and bytes (see ``easyfit.export.summary``)."""
+        self._require_state()
+        text = export_lib.summary(self.state.params, self.state.model_state,
+                                  type(self._model).__name__)
+        if print_fn is not None:
+            print_fn(text)
+        return text
+
+    def export(self, path: str | os.PathLike) -> str:
+        """Writes the inference function, the trained weights inside, as serialized StableHLO
+        (``jax.export``) with the class names: it runs with JAX alone, for any batch size, on
+        inputs as the source delivers them (see ``easyfit.export.load_exported``)."""
+        self._require_state()
+        shape, dtype = self._input_spec or ([], "float32")
+        infer = steps.make_infer(self._adapter, self._input_scale, self.precision)
+        state = jax.device_get(self.state)
+        return export_lib.export(path, lambda x: infer(state, x), shape, dtype or "float32",
+                                 self.class_names)
+
     # ---------------------------------------------------------------------------- checkpoints
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
         """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
@@ -338,6 +363,7 @@ class Trainer:
         self.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta)
         if meta["class_names"] is not None:
             self.class_names = list(meta["class_names"])
+        self._input_scale = meta.get("input_scale")
         if meta["kind"] == "full":
             self.seed = int(meta["seed"])
             self._data.seed = self.seed
@@ -461,6 +487,7 @@ class Trainer:
             self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
             if self.class_names is None:
                 self.class_names = source.class_names
+            self._input_scale = source.scale
         self._resolved_loss(source)  # sets self.loss when it was None
         self._data.check_labels(source, self.loss, lambda: self._num_outputs(chunk), chunk)
 
