@@ -18,7 +18,6 @@ import optax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .losses import LossFn
 from .models import ModelAdapter
 from .parallel import DATA_AXIS, Placement
 from .precision import Precision
@@ -28,6 +27,8 @@ __all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step",
            "make_train_step", "prepare_inputs"]
 
 Batch = dict[str, jax.Array]
+#: ``loss(outputs, batch) -> per-sample losses``: ``Trainer.compute_loss``, traced in the steps.
+BatchLoss = Callable[[Any, Batch], jax.Array]
 
 
 def prepare_inputs(x: jax.Array, scale: float | None, dtype: Any = jnp.float32) -> jax.Array:
@@ -51,10 +52,13 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: LossFn,
-                    metrics: type, scale: float | None,
-                    precision: Precision = Precision()) -> Callable[[TrainState, Batch], Any]:
+def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
+                    metrics: type, scale: float | None, precision: Precision = Precision(),
+                    class_weight: Any = None) -> Callable[[TrainState, Batch], Any]:
     """The pure train step: gradients of the masked mean loss, one optimizer update.
+
+    ``class_weight``: a weight per class index (an array), multiplying each sample's loss, as
+    Keras' ``class_weight`` (training only); padding rows still count zero.
 
     Under ``precision`` the pass runs in its compute dtype on float32 master parameters; with
     loss scaling (float16) a step whose gradients are not finite leaves the parameters, the
@@ -69,7 +73,9 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
         def objective(params):
             out, model_state = _forward(adapter, precision, params, state.model_state, x, True,
                                         rng)
-            per_sample = loss_fn(out, y)
+            per_sample = loss_fn(out, batch)
+            if class_weight is not None:
+                per_sample = per_sample * class_weight[_class_index(y)]
             return _masked_mean(per_sample, mask), (out, per_sample, model_state)
 
         if state.dynamic_scale is not None:
@@ -91,7 +97,14 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
     return train_step
 
 
-def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type, scale: float | None,
+def _class_index(y: jax.Array) -> jax.Array:
+    """Class indices of integer labels (n,) or (n, 1), or of one-hot rows."""
+    if jnp.issubdtype(y.dtype, jnp.integer):
+        return y.reshape(y.shape[0], -1)[:, 0]
+    return jnp.argmax(y.reshape(y.shape[0], -1), axis=-1)
+
+
+def make_eval_step(adapter: ModelAdapter, loss_fn: BatchLoss, metrics: type, scale: float | None,
                    precision: Precision = Precision()) -> Callable[[TrainState, Batch], Any]:
     """The pure evaluation step: metrics of one batch, padding rows excluded."""
 
@@ -99,7 +112,7 @@ def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type, scale:
         x, y = prepare_inputs(batch["x"], scale, precision.compute_dtype), batch["y"]
         out, _ = _forward(adapter, precision, state.params, state.model_state, x, False)
         return metrics.single_from_model_output(outputs=out, logits=out, labels=y,
-                                                loss=loss_fn(out, y), mask=batch["mask"])
+                                                loss=loss_fn(out, batch), mask=batch["mask"])
 
     return eval_step
 

@@ -22,6 +22,7 @@ from flax import nnx
 
 from . import checkpoint, steps
 from . import export as export_lib
+from ._fit_options import class_weights, validation_epochs
 from ._input_wait import EpochInputWait
 from ._interrupt import deferred_sigint
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
@@ -127,6 +128,8 @@ class Trainer:
                                "pipelines_per_device": pipelines_per_device})
         self._input_spec: tuple[list[int], str] | None = None
         self._input_scale: float | None = None  # what the step multiplies inputs by
+        self._class_weight: tuple[float, ...] | None = None
+        self._loss_fn: LossFn = get_loss("mse")
         self._progress: checkpoint.Progress | None = None
 
     # ----------------------------------------------------------------------------- public state
@@ -177,7 +180,9 @@ class Trainer:
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
             validation_data: Any = None, validation_split: float = 0.0,
             callbacks: Sequence[Callback] | None = None, verbose: int = 1, shuffle: bool = True,
-            initial_epoch: int = 0, cache: bool | str = "auto") -> History:
+            initial_epoch: int = 0, cache: bool | str = "auto",
+            class_weight: Mapping[int, float] | None = None,
+            validation_freq: int | Sequence[int] = 1) -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
@@ -200,6 +205,9 @@ class Trainer:
             cache: ``"auto"`` keeps the decoded dataset in device memory after the first epoch
                 when it fits (see ``easyfit.data.cache``) and no random augmentation is asked
                 for, and says what it chose in the log; True insists, False always streams.
+            class_weight: ``{class index: weight}`` multiplying each training sample's loss.
+            validation_freq: validate every that many epochs, or at the (1-based) epochs
+                listed; History holds ``val_*`` for those epochs only.
 
         A callback with a ``restore_point()`` method (``BackupAndRestore``) may make fit resume
         where an earlier run stopped, mid-epoch included; see ``easyfit.checkpoint.ResumePoint``.
@@ -210,6 +218,8 @@ class Trainer:
             The History of this fit (also ``trainer.history``).
         """
         verbose = verbose if jax.process_index() == 0 else 0  # only process 0 reports
+        self._class_weight = class_weights(class_weight)
+        validates = validation_epochs(validation_freq)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split)
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
@@ -273,7 +283,7 @@ class Trainer:
                     logs["input_wait"] = waiting.finish(epoch, bool(verbose) and epoch == steady)
                     acc = None
                     first_batch = 0
-                    if val is not None:
+                    if val is not None and validates(epoch):
                         val_logs = self._evaluate(val, batch_size, cbs)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
@@ -450,10 +460,20 @@ class Trainer:
             self.loss = "sparse_categorical_crossentropy" if integer else "mse"
         return get_loss(self.loss)
 
+    def compute_loss(self, outputs: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
+        """Per-sample losses of a batch (``x``, ``y``, ``mask``), inside the jitted steps.
+
+        Override it in a subclass to change the loss and nothing else (see docs/models.md):
+        easyfit averages it over the valid rows and applies ``class_weight`` when training.
+        """
+        return self._loss_fn(outputs, batch["y"])
+
     def _functions(self, source: Source, plan: Plan) -> _Compiled:
-        key = (source.scale, plan.steps_per_execution)
+        key = (source.scale, plan.steps_per_execution, self._class_weight)
         if key not in self._compiled:
-            loss_fn = self._resolved_loss(source)
+            self._loss_fn = self._resolved_loss(source)
+            loss_fn = self.compute_loss
+            weights = None if self._class_weight is None else jnp.asarray(self._class_weight)
             metrics = self.metrics
             if metrics is None:
                 metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
@@ -462,7 +482,7 @@ class Trainer:
             placement = self.placement
             p = self.precision
             train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
-                                               source.scale, p)
+                                               source.scale, p, weights)
             eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale, p)
             self._compiled[key] = _Compiled(
                 train=steps.compile_train(train_step, placement, k),
