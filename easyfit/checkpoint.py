@@ -96,6 +96,7 @@ def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any],
             "batch": progress.batch, "position": dict(progress.position or {}) or None,
             "step": int(np.asarray(jax.device_get(state.step))), "seed": meta.get("seed"),
             "input_shape": meta.get("input_shape"), "input_dtype": meta.get("input_dtype"),
+            "input_scale": meta.get("input_scale"),
             "class_names": meta.get("class_names"), "plan": _plan_json(progress.plan),
             "has_metrics": kind == "full" and progress.metrics is not None,
             "precision": meta.get("precision", "float32")}

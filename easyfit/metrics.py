@@ -15,7 +15,9 @@ import jax
 import jax.numpy as jnp
 from clu import metrics as clu_metrics
 
-__all__ = ["build_collection", "compute_on_host", "default_metrics"]
+from .learning_rate import get_learning_rate
+
+__all__ = ["build_collection", "compute_on_host", "default_metrics", "epoch_logs"]
 
 
 def _true_class(outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -147,3 +149,15 @@ def compute_on_host(acc: Any) -> dict[str, float]:
     values = jax.device_get(_metric_values(acc))
     order = [f.name for f in dataclasses.fields(acc) if f.name in values]
     return {name: float(values[name]) for name in order}
+
+
+def epoch_logs(acc: Any, state: Any) -> dict[str, float]:
+    """An epoch's logs: its metrics, the learning rate (when the optimizer exposes it) and the
+    float16 loss scale (when there is one)."""
+    logs = compute_on_host(acc)
+    learning_rate = get_learning_rate(state.opt_state)
+    if learning_rate is not None:
+        logs["learning_rate"] = learning_rate
+    if state.dynamic_scale is not None:
+        logs["loss_scale"] = float(jax.device_get(state.dynamic_scale.scale))
+    return logs

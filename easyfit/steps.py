@@ -20,16 +20,17 @@ from clu import metrics as clu_metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .losses import LossFn
 from .models import ModelAdapter
 from .parallel import DATA_AXIS, Placement
 from .precision import Precision
 from .state import TrainState
 
-__all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step",
-           "make_train_step", "per_dispatch", "prepare_inputs"]
+__all__ = ["Compiled", "compile_eval", "compile_predict", "compile_steps", "compile_train",
+           "make_eval_step", "make_infer", "make_train_step", "per_dispatch", "prepare_inputs"]
 
 Batch = dict[str, jax.Array]
+#: ``loss(outputs, batch) -> per-sample losses``: ``Trainer.compute_loss``, traced in the steps.
+BatchLoss = Callable[[Any, Batch], jax.Array]
 
 
 def prepare_inputs(x: jax.Array, scale: float | None, dtype: Any = jnp.float32) -> jax.Array:
@@ -53,10 +54,14 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: LossFn,
+def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
                     metrics: type[clu_metrics.Collection], scale: float | None,
-                    precision: Precision = Precision()) -> Callable[[TrainState, Batch], Any]:
+                    precision: Precision = Precision(), class_weight: Any = None
+                    ) -> Callable[[TrainState, Batch], Any]:
     """The pure train step: gradients of the masked mean loss, one optimizer update.
+
+    ``class_weight``: a weight per class index (an array), multiplying each sample's loss, as
+    Keras' ``class_weight`` (training only); padding rows still count zero.
 
     Under ``precision`` the pass runs in its compute dtype on float32 master parameters; with
     loss scaling (float16) a step whose gradients are not finite leaves the parameters, the
@@ -71,7 +76,9 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
         def objective(params):
             out, model_state = _forward(adapter, precision, params, state.model_state, x, True,
                                         rng)
-            per_sample = loss_fn(out, y)
+            per_sample = loss_fn(out, batch)
+            if class_weight is not None:
+                per_sample = per_sample * class_weight[_class_index(y)]
             return _masked_mean(per_sample, mask), (out, per_sample, model_state)
 
         if state.dynamic_scale is not None:
@@ -93,16 +100,23 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
     return train_step
 
 
-def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type[clu_metrics.Collection],
-                   scale: float | None, precision: Precision = Precision()
-                   ) -> Callable[[TrainState, Batch], Any]:
+def _class_index(y: jax.Array) -> jax.Array:
+    """Class indices of integer labels (n,) or (n, 1), or of one-hot rows."""
+    if jnp.issubdtype(y.dtype, jnp.integer):
+        return y.reshape(y.shape[0], -1)[:, 0]
+    return jnp.argmax(y.reshape(y.shape[0], -1), axis=-1)
+
+
+def make_eval_step(adapter: ModelAdapter, loss_fn: BatchLoss,
+                   metrics: type[clu_metrics.Collection], scale: float | None,
+                   precision: Precision = Precision()) -> Callable[[TrainState, Batch], Any]:
     """The pure evaluation step: metrics of one batch, padding rows excluded."""
 
     def eval_step(state: TrainState, batch: Batch) -> Any:
         x, y = prepare_inputs(batch["x"], scale, precision.compute_dtype), batch["y"]
         out, _ = _forward(adapter, precision, state.params, state.model_state, x, False)
         return metrics.single_from_model_output(outputs=out, logits=out, labels=y,
-                                                loss=loss_fn(out, y), mask=batch["mask"])
+                                                loss=loss_fn(out, batch), mask=batch["mask"])
 
     return eval_step
 
@@ -166,16 +180,28 @@ def compile_eval(eval_step: Callable, placement: Placement, k: int) -> Callable:
     return jax.jit(run, donate_argnums=(1,), out_shardings=placement.replicated)
 
 
+def make_infer(adapter: ModelAdapter, scale: float | None,
+               precision: Precision = Precision()) -> Callable[[TrainState, jax.Array], Any]:
+    """The pure inference function: ``(state, x) -> outputs`` in evaluation mode, ``x`` as the
+    input pipeline delivers it (prediction and ``Trainer.export`` share it)."""
+
+    def infer(state: TrainState, x: jax.Array) -> Any:
+        x = prepare_inputs(x, scale, precision.compute_dtype)
+        return _forward(adapter, precision, state.params, state.model_state, x, False)[0]
+
+    return infer
+
+
 def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Placement,
                     k: int, precision: Precision = Precision()) -> Callable:
     """``(state, chunk) -> (outputs, mask)``, each ``(k, batch, ...)`` in step-major order."""
+    infer = make_infer(adapter, scale, precision)
 
     def run(state: TrainState, chunk: Batch) -> tuple[jax.Array, jax.Array]:
         steps = _unfold(placement, k, chunk)
 
         def body(_, batch):
-            x = prepare_inputs(batch["x"], scale, precision.compute_dtype)
-            return None, _forward(adapter, precision, state.params, state.model_state, x, False)[0]
+            return None, infer(state, batch["x"])
 
         return _scan(body, None, steps, k)[1], steps["mask"]
 
@@ -204,11 +230,12 @@ class Compiled:
     metrics: type[clu_metrics.Collection]
 
 
-def compile_steps(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: LossFn,
+def compile_steps(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
                   metrics: type[clu_metrics.Collection], scale: float | None,
-                  precision: Precision, placement: Placement, k: int) -> Compiled:
+                  precision: Precision, placement: Placement, k: int,
+                  class_weight: Any = None) -> Compiled:
     """The train, evaluation and prediction functions for ``k`` steps per dispatch."""
-    train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision)
+    train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision, class_weight)
     eval_step = make_eval_step(adapter, loss_fn, metrics, scale, precision)
     return Compiled(train=compile_train(train_step, placement, k),
                     eval=compile_eval(eval_step, placement, k),
