@@ -181,6 +181,7 @@ def test_backup_falls_back_to_the_newest_intact_one(tmp_path, data, capsys):
     assert (point.epoch, point.batch) == (0, 2)  # the backup after batch 2 of 3
     assert sorted(os.listdir(backup)) == [str(steps[0]), f"damaged-{steps[1]}"]
     # a fit resumes from it and ends where an uninterrupted one does
-    resumed = _trainer()
-    _fit(resumed, data, [BackupAndRestore(backup)])
+    resumed = _trainer()  # (no backup written after the resume: save_freq is 100 batches)
+    _fit(resumed, data, [BackupAndRestore(backup, save_freq=100)])
     assert np.array_equal(flat_params(resumed.params), flat_params(trainer.params))
+    assert not backup.exists()  # training finished: the backup directory goes

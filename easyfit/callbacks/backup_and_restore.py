@@ -141,19 +141,16 @@ class BackupAndRestore(Callback):
         self._backup()
 
     def on_train_end(self, logs: Logs | None = None) -> None:
-        if self._manager is None:
-            self._lock.release()
-            return
-        self._manager.wait_until_finished()
-        progress = self.trainer.progress
-        finished = self.trainer.stop_training or (
-            progress.batch == 0 and progress.epoch >= self.params["epochs"])
-        if self.delete_checkpoint and finished and not self._interrupted:
-            self._manager.close()
-            self._manager, self._saved = None, None
-            if jax.process_index() == 0:
-                shutil.rmtree(self.backup_dir, ignore_errors=True)
-        else:
+        if self._manager is not None:
+            self._manager.wait_until_finished()
             self._manager.close()
             self._manager = None
+        trainer = self.trainer
+        progress = None if trainer is None else trainer.progress
+        finished = progress is not None and (trainer.stop_training or (
+            progress.batch == 0 and progress.epoch >= self.params["epochs"]))
+        if self.delete_checkpoint and finished and not self._interrupted:
+            self._saved = None
+            if jax.process_index() == 0:
+                shutil.rmtree(self.backup_dir, ignore_errors=True)
         self._lock.release()
