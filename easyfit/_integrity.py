@@ -106,10 +106,11 @@ class WriterLock:
     def __init__(self, path: str):
         self.path = os.path.abspath(path)
         self.file = self.path + ".lock"
-        self._fd: int | None = None
+        self._fd: int | None = None  # process 0's
+        self._held = False  # every process's view (acquire is collective: all or none return)
 
     def acquire(self) -> WriterLock:
-        if self._fd is not None:
+        if self._held:
             return self
         ok = True
         if jax.process_index() == 0:
@@ -137,9 +138,11 @@ class WriterLock:
             raise CheckpointError(f"{self.path}: another writer holds {self.file} (another "
                                   f"program saving here now); use another path, or wait "
                                   f"for it to finish")
+        self._held = True
         return self
 
     def release(self) -> None:
+        self._held = False
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
