@@ -6,6 +6,9 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   model state, the dropout RNG key), as arrays (``weights`` instead, holding ``params`` and
   ``model_state`` only, for a weights-only checkpoint);
 * ``epoch_metrics``: the epoch's metric accumulator, when the checkpoint was taken mid-epoch;
+* ``loss_scale``: the dynamic loss scale, for a trainer with ``precision="float16"`` (kept apart
+  from ``state``, so that a checkpoint loads into a trainer of any precision: parameters are
+  float32 under every precision);
 * ``metadata``: JSON: the epoch and the batch reached, the train loader's position, the seed,
   the input shape, the class names and the batching plan.
 
@@ -43,6 +46,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from .errors import CheckpointError
+from .precision import get_precision
 
 if TYPE_CHECKING:
     from .data.order import Plan
@@ -92,8 +96,10 @@ def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any],
             "batch": progress.batch, "position": dict(progress.position or {}) or None,
             "step": int(np.asarray(jax.device_get(state.step))), "seed": meta.get("seed"),
             "input_shape": meta.get("input_shape"), "input_dtype": meta.get("input_dtype"),
+            "input_scale": meta.get("input_scale"),
             "class_names": meta.get("class_names"), "plan": _plan_json(progress.plan),
-            "has_metrics": kind == "full" and progress.metrics is not None}
+            "has_metrics": kind == "full" and progress.metrics is not None,
+            "precision": meta.get("precision", "float32")}
 
 
 def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, Any], *,
@@ -106,7 +112,9 @@ def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, An
         items["weights"] = ocp.args.StandardSave({"params": state.params,
                                                    "model_state": state.model_state})
     else:
-        items["state"] = ocp.args.StandardSave(state)
+        items["state"] = ocp.args.StandardSave(state.replace(dynamic_scale=None))
+        if state.dynamic_scale is not None:
+            items["loss_scale"] = ocp.args.StandardSave(state.dynamic_scale)
         if full["has_metrics"]:  # only with a progress
             assert progress is not None
             items["epoch_metrics"] = ocp.args.StandardSave(progress.metrics)
@@ -200,11 +208,19 @@ def restore(read: Reader, target: Any, meta: Mapping[str, Any],
         weights = {"params": target.params, "model_state": target.model_state}
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
         return target.replace(**got["weights"]), None
-    items = {"state": ocp.args.StandardRestore(_abstract(target))}
+    items = {"state": ocp.args.StandardRestore(_abstract(target.replace(dynamic_scale=None)))}
     if meta.get("has_metrics") and metrics_template is not None:
         items["epoch_metrics"] = ocp.args.StandardRestore(_abstract(metrics_template))
+    scaled = target.dynamic_scale is not None
+    if scaled and meta.get("precision") == "float16":
+        items["loss_scale"] = ocp.args.StandardRestore(_abstract(target.dynamic_scale))
     got = read(ocp.args.Composite(**items))
-    return got["state"], got.get("epoch_metrics")
+    scale = got.get("loss_scale")
+    if scale is None and scaled:  # saved under another precision: a fresh scale
+        fresh = get_precision("float16").initial_scale()
+        scale = jax.tree_util.tree_map(lambda t, v: jax.device_put(v, t.sharding),
+                                       target.dynamic_scale, fresh)
+    return got["state"].replace(dynamic_scale=scale), got.get("epoch_metrics")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,15 +8,15 @@ import os
 import shutil
 import struct
 import urllib.request
-import zlib
 from collections.abc import Callable
 from importlib import resources
 
 import numpy as np
 
+from ._synthetic import synthetic_images, write_png
 from .errors import DataError
 
-__all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "write_png"]
+__all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "synthetic_images", "write_png"]
 
 _FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
           "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
@@ -88,27 +88,6 @@ def mnist_arrays(source: str | os.PathLike | None = None
     return out
 
 
-def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
-    """Writes an 8-bit grayscale (HxW or HxWx1), RGB or RGBA image as PNG.
-
-    The format is small enough to write with the standard library (zlib), which spares easyfit
-    an imaging dependency.
-    """
-    image = np.ascontiguousarray(image, np.uint8)
-    h, w = image.shape[:2]
-    channels = 1 if image.ndim == 2 else image.shape[2]
-    color_type = {1: 0, 3: 2, 4: 6}[channels]
-    rows = image.reshape(h, w * channels)
-    raw = np.concatenate([np.zeros((h, 1), np.uint8), rows], axis=1).tobytes()
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + tag + data
-                + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
-
-    header = struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0)
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-                + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
 
 
 def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None,

@@ -15,7 +15,9 @@ import jax
 import jax.numpy as jnp
 from clu import metrics as clu_metrics
 
-__all__ = ["build_collection", "compute_on_host"]
+from .learning_rate import get_learning_rate
+
+__all__ = ["build_collection", "compute_on_host", "default_metrics", "epoch_logs"]
 
 
 def _true_class(outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -91,6 +93,18 @@ def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
     raise ValueError(f"metrics: cannot use {metric!r} as a metric")
 
 
+#: Losses of classification, for which accuracy is reported by default (Keras reports none).
+_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy",
+                   "binary_crossentropy")
+
+
+def default_metrics(metrics: Any, loss: Any) -> Any:
+    """The metrics asked for, or by default accuracy for a classification loss."""
+    if metrics is not None:
+        return metrics
+    return ["accuracy"] if loss in _CLASSIFICATION else []
+
+
 def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None
                      ) -> type[clu_metrics.Collection]:
     """A clu Collection with ``loss`` and the requested metrics.
@@ -135,3 +149,15 @@ def compute_on_host(acc: Any) -> dict[str, float]:
     values = jax.device_get(_metric_values(acc))
     order = [f.name for f in dataclasses.fields(acc) if f.name in values]
     return {name: float(values[name]) for name in order}
+
+
+def epoch_logs(acc: Any, state: Any) -> dict[str, float]:
+    """An epoch's logs: its metrics, the learning rate (when the optimizer exposes it) and the
+    float16 loss scale (when there is one)."""
+    logs = compute_on_host(acc)
+    learning_rate = get_learning_rate(state.opt_state)
+    if learning_rate is not None:
+        logs["learning_rate"] = learning_rate
+    if state.dynamic_scale is not None:
+        logs["loss_scale"] = float(jax.device_get(state.dynamic_scale.scale))
+    return logs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -70,6 +71,12 @@ class Placement:
     def replicate(self, tree):
         """Puts a host pytree on every device."""
         return jax.device_put(tree, self.replicated)
+
+    def abstract(self, tree: Any, replicated: bool = False) -> Any:
+        """Shapes, dtypes and shardings of ``tree``'s arrays (replicated ones with
+        ``replicated``), as ``jax.ShapeDtypeStruct`` leaves: a target to compile or restore to."""
+        return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(
+            a.shape, a.dtype, sharding=self.replicated if replicated else a.sharding), tree)
 
     def shard_host_rows(self, local: np.ndarray) -> jax.Array:
         """Global array from this process's rows (its devices' rows, concatenated in order)."""

@@ -25,6 +25,8 @@ class TrainState:
             for NNX, every non-parameter variable).
         rng: the key dropout and other randomness in the train step derive from (folded with
             the step, so it never needs to change).
+        dynamic_scale: the loss scale under ``precision="float16"`` (a Flax ``DynamicScale``),
+            else None.
     """
 
     step: jax.Array
@@ -32,6 +34,7 @@ class TrainState:
     opt_state: Any
     model_state: Any
     rng: jax.Array
+    dynamic_scale: Any = None
 
     if TYPE_CHECKING:  # added by flax.struct.dataclass
 
@@ -40,7 +43,7 @@ class TrainState:
 
 def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,
                  shape: tuple[int, ...], nnx_variables: Any = None,
-                 abstract: bool = False) -> TrainState:
+                 abstract: bool = False, dynamic_scale: Any = None) -> TrainState:
     """A fresh TrainState for inputs of ``shape`` (one sample's); with ``abstract``, its shapes
     and dtypes only, computing nothing.
 
@@ -52,6 +55,7 @@ def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,
         nnx_variables: an NNX model's ``(params, model_state)``, copied: the train step donates
             the state's buffers, never the user's.
         abstract: return ``jax.ShapeDtypeStruct`` leaves instead of arrays.
+        dynamic_scale: the loss scale (``precision="float16"``), or None.
     """
     init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
     if adapter.kind == "nnx":
@@ -64,4 +68,4 @@ def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,
         params, model_state = init(init_rng, sample)
     opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(tx.init, params)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                      model_state=model_state, rng=train_rng)
+                      model_state=model_state, rng=train_rng, dynamic_scale=dynamic_scale)

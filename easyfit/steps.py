@@ -8,6 +8,7 @@ metrics into an accumulator that stays on the device, and donates its input buff
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -19,21 +20,33 @@ from clu import metrics as clu_metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .losses import LossFn
 from .models import ModelAdapter
 from .parallel import DATA_AXIS, Placement
+from .precision import Precision
 from .state import TrainState
 
-__all__ = ["compile_eval", "compile_predict", "compile_train", "make_eval_step",
-           "make_train_step", "per_dispatch", "prepare_inputs"]
+__all__ = ["Compiled", "compile_eval", "compile_predict", "compile_steps", "compile_train",
+           "make_eval_step", "make_infer", "make_train_step", "per_dispatch", "prepare_inputs"]
 
 Batch = dict[str, jax.Array]
+#: ``loss(outputs, batch) -> per-sample losses``: ``Trainer.compute_loss``, traced in the steps.
+BatchLoss = Callable[[Any, Batch], jax.Array]
 
 
-def prepare_inputs(x: jax.Array, scale: float | None) -> jax.Array:
-    """Model inputs from what DALI delivered: float32, times ``scale`` (1/255 for 8-bit images)."""
-    x = x.astype(jnp.float32)
-    return x * scale if scale is not None else x
+def prepare_inputs(x: jax.Array, scale: float | None, dtype: Any = jnp.float32) -> jax.Array:
+    """Model inputs from what DALI delivered: times ``scale`` (1/255 for 8-bit images), in
+    ``dtype`` (the precision's compute dtype)."""
+    if scale is not None:
+        x = x.astype(jnp.float32) * scale
+    return x.astype(dtype)
+
+
+def _forward(adapter: ModelAdapter, precision: Precision, params: Any, model_state: Any,
+             x: jax.Array, train: bool, rng: jax.Array | None = None) -> tuple[Any, Any]:
+    """The model in the precision's compute dtype: float32 outputs, and a model state in the
+    dtypes it came in."""
+    out, new_state = adapter.apply(precision.cast(params), model_state, x, train, rng)
+    return precision.to_float32(out), precision.like(new_state, model_state)
 
 
 def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
@@ -41,39 +54,69 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: LossFn,
-                    metrics: type[clu_metrics.Collection], scale: float | None
+def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
+                    metrics: type[clu_metrics.Collection], scale: float | None,
+                    precision: Precision = Precision(), class_weight: Any = None
                     ) -> Callable[[TrainState, Batch], Any]:
-    """The pure train step: gradients of the masked mean loss, one optimizer update."""
+    """The pure train step: gradients of the masked mean loss, one optimizer update.
+
+    ``class_weight``: a weight per class index (an array), multiplying each sample's loss, as
+    Keras' ``class_weight`` (training only); padding rows still count zero.
+
+    Under ``precision`` the pass runs in its compute dtype on float32 master parameters; with
+    loss scaling (float16) a step whose gradients are not finite leaves the parameters, the
+    optimizer state and the model state as they were, and only the scale changes.
+    """
 
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Any]:
-        x, y, mask = prepare_inputs(batch["x"], scale), batch["y"], batch["mask"]
+        x = prepare_inputs(batch["x"], scale, precision.compute_dtype)
+        y, mask = batch["y"], batch["mask"]
         rng = jax.random.fold_in(state.rng, state.step)
 
         def objective(params):
-            out, model_state = adapter.apply(params, state.model_state, x, True, rng)
-            per_sample = loss_fn(out, y)
+            out, model_state = _forward(adapter, precision, params, state.model_state, x, True,
+                                        rng)
+            per_sample = loss_fn(out, batch)
+            if class_weight is not None:
+                per_sample = per_sample * class_weight[_class_index(y)]
             return _masked_mean(per_sample, mask), (out, per_sample, model_state)
 
-        grads, (out, per_sample, model_state) = jax.grad(objective, has_aux=True)(state.params)
+        if state.dynamic_scale is not None:
+            dynamic_scale, finite, (_, aux), grads = state.dynamic_scale.value_and_grad(
+                objective, has_aux=True)(state.params)
+        else:
+            grads, aux = jax.grad(objective, has_aux=True)(state.params)
+        out, per_sample, model_state = aux
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                              opt_state=opt_state, model_state=model_state)
-        return state, metrics.single_from_model_output(outputs=out, logits=out, labels=y,
-                                                       loss=per_sample, mask=mask)
+        new = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                            opt_state=opt_state, model_state=model_state)
+        if state.dynamic_scale is not None:
+            kept = state.replace(step=state.step + 1)
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, kept)
+            new = new.replace(dynamic_scale=dynamic_scale)
+        return new, metrics.single_from_model_output(outputs=out, logits=out, labels=y,
+                                                     loss=per_sample, mask=mask)
 
     return train_step
 
 
-def make_eval_step(adapter: ModelAdapter, loss_fn: LossFn, metrics: type[clu_metrics.Collection],
-                   scale: float | None) -> Callable[[TrainState, Batch], Any]:
+def _class_index(y: jax.Array) -> jax.Array:
+    """Class indices of integer labels (n,) or (n, 1), or of one-hot rows."""
+    if jnp.issubdtype(y.dtype, jnp.integer):
+        return y.reshape(y.shape[0], -1)[:, 0]
+    return jnp.argmax(y.reshape(y.shape[0], -1), axis=-1)
+
+
+def make_eval_step(adapter: ModelAdapter, loss_fn: BatchLoss,
+                   metrics: type[clu_metrics.Collection], scale: float | None,
+                   precision: Precision = Precision()) -> Callable[[TrainState, Batch], Any]:
     """The pure evaluation step: metrics of one batch, padding rows excluded."""
 
     def eval_step(state: TrainState, batch: Batch) -> Any:
-        x, y = prepare_inputs(batch["x"], scale), batch["y"]
-        out, _ = adapter.apply(state.params, state.model_state, x, False)
+        x, y = prepare_inputs(batch["x"], scale, precision.compute_dtype), batch["y"]
+        out, _ = _forward(adapter, precision, state.params, state.model_state, x, False)
         return metrics.single_from_model_output(outputs=out, logits=out, labels=y,
-                                                loss=loss_fn(out, y), mask=batch["mask"])
+                                                loss=loss_fn(out, batch), mask=batch["mask"])
 
     return eval_step
 
@@ -137,17 +180,28 @@ def compile_eval(eval_step: Callable, placement: Placement, k: int) -> Callable:
     return jax.jit(run, donate_argnums=(1,), out_shardings=placement.replicated)
 
 
+def make_infer(adapter: ModelAdapter, scale: float | None,
+               precision: Precision = Precision()) -> Callable[[TrainState, jax.Array], Any]:
+    """The pure inference function: ``(state, x) -> outputs`` in evaluation mode, ``x`` as the
+    input pipeline delivers it (prediction and ``Trainer.export`` share it)."""
+
+    def infer(state: TrainState, x: jax.Array) -> Any:
+        x = prepare_inputs(x, scale, precision.compute_dtype)
+        return _forward(adapter, precision, state.params, state.model_state, x, False)[0]
+
+    return infer
+
+
 def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Placement,
-                    k: int) -> Callable:
+                    k: int, precision: Precision = Precision()) -> Callable:
     """``(state, chunk) -> (outputs, mask)``, each ``(k, batch, ...)`` in step-major order."""
+    infer = make_infer(adapter, scale, precision)
 
     def run(state: TrainState, chunk: Batch) -> tuple[jax.Array, jax.Array]:
         steps = _unfold(placement, k, chunk)
 
         def body(_, batch):
-            out, _ = adapter.apply(state.params, state.model_state,
-                                   prepare_inputs(batch["x"], scale), False)
-            return None, out
+            return None, infer(state, batch["x"])
 
         return _scan(body, None, steps, k)[1], steps["mask"]
 
@@ -164,6 +218,29 @@ def per_dispatch(steps_per_execution: int | str, num_samples: int, batch_size: i
     steps = -(-num_samples // batch_size)
     wanted = 1 if platform == "cpu" else round((12_800 if cached else 6_000) / batch_size)
     return min(steps, max(1, wanted))
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """The jitted functions of one configuration (loss, metrics, input scale, chunk size)."""
+
+    train: jax.stages.Wrapped
+    eval: Callable
+    predict: Callable
+    metrics: type[clu_metrics.Collection]
+
+
+def compile_steps(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
+                  metrics: type[clu_metrics.Collection], scale: float | None,
+                  precision: Precision, placement: Placement, k: int,
+                  class_weight: Any = None) -> Compiled:
+    """The train, evaluation and prediction functions for ``k`` steps per dispatch."""
+    train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision, class_weight)
+    eval_step = make_eval_step(adapter, loss_fn, metrics, scale, precision)
+    return Compiled(train=compile_train(train_step, placement, k),
+                    eval=compile_eval(eval_step, placement, k),
+                    predict=compile_predict(adapter, scale, placement, k, precision),
+                    metrics=metrics)
 
 
 def compile_ahead(jitted: jax.stages.Wrapped, *args: Any) -> threading.Thread:

@@ -7,32 +7,35 @@ loaders of global batches, the pure steps (``easyfit.steps``) train and evaluate
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
-from clu import metrics as clu_metrics
 from flax import nnx
 
 from . import checkpoint, steps
+from . import export as export_lib
 from ._args import check_int, check_verbose
+from ._fit_options import class_weights, validation_epochs
+from ._input_wait import EpochInputWait
 from ._interrupt import deferred_signals
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data.door import DataDoor
 from .errors import CheckpointError, Preempted
-from .learning_rate import get_learning_rate
 from .losses import LossFn, get_loss, infer_loss
-from .metrics import build_collection, compute_on_host
+from .metrics import build_collection, compute_on_host, default_metrics, epoch_logs
 from .models import adapt, write_back
 from .optimizers import get_optimizer
-from .parallel import Placement, gather_to_host, local_rows
+from .parallel import Placement, gather_to_host
+from .precision import get_precision
 from .state import TrainState, create_state
 
 if TYPE_CHECKING:
@@ -42,17 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Trainer"]
 
 log = logging.getLogger("easyfit")
-
-_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Compiled:
-    train: jax.stages.Wrapped
-    eval: Callable
-    predict: Callable
-    metrics: type[clu_metrics.Collection]
-
 
 class Trainer:
     """Trains a Flax model on data read by DALI, Keras style.
@@ -83,6 +75,9 @@ class Trainer:
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
+        precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
+            scaling): the dtype of the forward and backward passes; parameters, optimizer state,
+            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.precision``).
 
     Example:
         >>> import optax, easyfit as ef
@@ -96,14 +91,14 @@ class Trainer:
         ...     history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
         ...     outputs = trainer.predict(root + "/val")
         >>> sorted(history.history), outputs.shape
-        (['accuracy', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
+        (['accuracy', 'input_wait', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
     """
 
     def __init__(self, model: Any, optimizer: optax.GradientTransformation | str | None = None,
                  loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
                  None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
                  devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
-                 pipelines_per_device: int | None = None):
+                 pipelines_per_device: int | None = None, precision: str = "float32"):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
@@ -111,6 +106,7 @@ class Trainer:
         self._loss_note: str | None = None
         self.metrics = metrics
         self.seed = int(seed)
+        self.precision = get_precision(precision)
         if steps_per_execution != "auto":
             check_int("steps_per_execution", steps_per_execution, 1)
         self.steps_per_execution = steps_per_execution
@@ -120,33 +116,33 @@ class Trainer:
         self.history: History | None = None
         self.class_names: list[str] | None = None
         self.batch_size = 32
-        self._compiled: dict[Any, _Compiled] = {}
+        self._compiled: dict[Any, steps.Compiled] = {}
         self._data = DataDoor(self.placement, self.seed, steps_per_execution,
                               {"num_threads": num_threads,
                                "pipelines_per_device": pipelines_per_device})
         self._input_spec: tuple[list[int], str | None] | None = None
+        self._input_scale: float | None = None  # what the step multiplies inputs by
+        self._class_weight: tuple[float, ...] | None = None
+        self._loss_fn: LossFn = get_loss("mse")
         self._progress: checkpoint.Progress | None = None
 
     # ----------------------------------------------------------------------------- public state
     @property
     def params(self) -> Any:
         """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
-        self._require_state()
-        assert self.state is not None
-        return self.state.params
+        return self._require_state().params
 
     @property
     def model(self) -> Any:
         """The model. For NNX, the module with the trained state merged back in."""
         if self._adapter.kind == "nnx" and self.state is not None:
-            return nnx.merge(self._adapter.module, jax.device_get(self.state.params),
-                             jax.device_get(self.state.model_state))
+            return nnx.merge(self._adapter.module, *jax.device_get(
+                (self.state.params, self.state.model_state)))
         return self._model
 
     @property
     def progress(self) -> checkpoint.Progress | None:
-        """Where the current (or last) fit stands: epoch, batch, loader position (what a
-        checkpoint records)."""
+        """Where the current (or last) fit stands: epoch, batch, loader position."""
         return self._progress
 
     @property
@@ -155,7 +151,8 @@ class Trainer:
         shape and dtype, the class names."""
         shape, dtype = self._input_spec or (None, None)
         return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
-                "class_names": self.class_names}
+                "input_scale": self._input_scale, "class_names": self.class_names,
+                "precision": self.precision.name}
 
     def close(self) -> None:
         """Releases the DALI pipelines, device caches, open files and compiled steps kept between
@@ -173,7 +170,9 @@ class Trainer:
     def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
             validation_data: Any = None, validation_split: float = 0.0,
             callbacks: Sequence[Callback] | None = None, verbose: int = 1, shuffle: bool = True,
-            initial_epoch: int = 0, cache: bool | str = "auto") -> History:
+            initial_epoch: int = 0, cache: bool | str = "auto",
+            class_weight: Mapping[int, float] | None = None,
+            validation_freq: int | Sequence[int] = 1) -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
@@ -196,12 +195,13 @@ class Trainer:
             cache: ``"auto"`` keeps the decoded dataset in device memory after the first epoch
                 when it fits (see ``easyfit.data.cache``) and no random augmentation is asked
                 for, and says what it chose in the log; True insists, False always streams.
+            class_weight: ``{class index: weight}`` multiplying each training sample's loss.
+            validation_freq: validate every that many epochs, or at the (1-based) epochs
+                listed; History holds ``val_*`` for those epochs only.
 
-        A callback with a ``restore_point()`` method (``BackupAndRestore``) may make fit resume
-        where an earlier run stopped, mid-epoch included; see ``easyfit.checkpoint.ResumePoint``.
-        On Ctrl-C or SIGTERM (preemption), fit stops after the step in progress, calls the
-        callbacks' ``on_interrupt`` and ``on_train_end``, then raises KeyboardInterrupt (Ctrl-C)
-        or ``easyfit.errors.Preempted`` (SIGTERM: a SystemExit with status 143).
+        ``BackupAndRestore`` (a callback's ``restore_point()``) resumes an earlier run, mid-epoch
+        too. On Ctrl-C or SIGTERM fit stops after the step in progress, calls ``on_interrupt``
+        and ``on_train_end``, then raises KeyboardInterrupt or ``easyfit.errors.Preempted``.
 
         Returns:
             The History of this fit (also ``trainer.history``).
@@ -210,6 +210,8 @@ class Trainer:
         check_int("epochs", epochs, 0)
         check_int("initial_epoch", initial_epoch, 0)
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
+        self._class_weight = class_weights(class_weight)
+        validates = validation_epochs(validation_freq)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split)
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
@@ -251,6 +253,7 @@ class Trainer:
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
+                    waiting = EpochInputWait(loader)
                     if acc is None:
                         acc = self._empty(fns)
                     for batch in range(first_batch, plan.chunks_per_epoch):
@@ -270,10 +273,12 @@ class Trainer:
                         self._progress = checkpoint.Progress(epoch + 1, 0, position, None, plan)
                     if interrupted():
                         raise interrupted.exception()
-                    logs = self._epoch_logs(acc)
+                    logs = epoch_logs(acc, self.state)
+                    steady = initial_epoch + loader.warmup_epochs  # the first epoch as others
+                    logs["input_wait"] = waiting.finish(epoch, bool(verbose) and epoch == steady)
                     acc = None
                     first_batch = 0
-                    if val is not None:
+                    if val is not None and validates(epoch):
                         val_logs = self._evaluate(val, batch_size, cbs)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
@@ -290,13 +295,19 @@ class Trainer:
             write_back(self._model, self.state)  # the user's NNX module holds the trained state
         return history
 
-    def _epoch_logs(self, acc: Any) -> dict[str, float]:
-        logs = compute_on_host(acc)
-        assert self.state is not None
-        learning_rate = get_learning_rate(self.state.opt_state)
-        if learning_rate is not None:
-            logs["learning_rate"] = learning_rate
-        return logs
+    def summary(self, print_fn: Any = print) -> str:
+        """Prints (with ``print_fn``, unless None) and returns the parameter table per module
+        and the totals: trainable, non-trainable (BatchNorm statistics) and bytes."""
+        state = self._require_state()
+        return export_lib.summary(state.params, state.model_state, type(self._model).__name__,
+                                  print_fn)
+
+    def export(self, path: str | os.PathLike) -> str:
+        """Writes the inference function with the trained weights as serialized StableHLO and
+        the class names: it runs with JAX alone, for any batch size (``easyfit.export``)."""
+        infer = steps.make_infer(self._adapter, self._input_scale, self.precision)
+        return export_lib.export(path, functools.partial(infer, jax.device_get(
+            self._require_state())), *(self._input_spec or ([], None)), self.class_names)
 
     # ---------------------------------------------------------------------------- checkpoints
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
@@ -311,17 +322,14 @@ class Trainer:
         Returns:
             The absolute path written.
         """
-        self._require_state()
-        return checkpoint.save(path, self.state, self._progress, self.checkpoint_meta,
+        return checkpoint.save(path, self._require_state(), self._progress, self.checkpoint_meta,
                                weights_only=weights_only)
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
 
-        The trainer must have been built with the same model and optimizer. Continue training
-        with ``fit(..., initial_epoch=meta["epoch"])``.
-
-        A full checkpoint also restores the seed, the class names and the epoch reached.
+        The trainer must have the same model and optimizer. A full checkpoint also restores the
+        seed, the class names and the epoch: go on with ``fit(..., initial_epoch=meta["epoch"])``.
 
         Returns:
             The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
@@ -341,6 +349,7 @@ class Trainer:
         self.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta)
         if meta["class_names"] is not None:
             self.class_names = list(meta["class_names"])
+        self._input_scale = meta.get("input_scale")
         if meta["kind"] == "full":
             self.seed = int(meta["seed"])
             self._data.seed = self.seed
@@ -382,11 +391,16 @@ class Trainer:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
         return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
 
-    def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
+    @contextlib.contextmanager
+    def _pass(self, source: Source, batch_size: int) -> Iterator[tuple[Any, steps.Compiled]]:
+        """A leased loader over ``source`` and the compiled steps for it (evaluate, predict)."""
         with self._data.lease(source, batch_size) as loader:
             first = loader.peek()
             self._ensure_state(first, source)
-            fns = self._functions(source, loader.plan, first)
+            yield loader, self._functions(source, loader.plan, first)
+
+    def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
+        with self._pass(source, batch_size) as (loader, fns):
             cbs.call("on_test_begin")
             acc = self._empty(fns)
             for batch in range(loader.plan.chunks_per_epoch):
@@ -402,8 +416,7 @@ class Trainer:
                 callbacks: Sequence[Callback] | None = None, verbose: int = 0) -> np.ndarray:
         """Model outputs for every sample of ``x``, once each, in the source's order.
 
-        For a folder that is the reader's file order: sorted class folders, sorted files
-        (``ImageFolder.files``).
+        For a folder: sorted class folders, sorted files (``ImageFolder.files``).
 
         Returns:
             A NumPy array with one row per sample.
@@ -414,10 +427,7 @@ class Trainer:
         batch_size = int(batch_size or self.batch_size)
         cbs = CallbackList(callbacks or [], self, {})
         outputs = []
-        with self._data.lease(source, batch_size) as loader:
-            first = loader.peek()
-            self._ensure_state(first, source)
-            fns = self._functions(source, loader.plan, first)
+        with self._pass(source, batch_size) as (loader, fns):
             cbs.call("on_predict_begin")
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
@@ -430,44 +440,35 @@ class Trainer:
 
     # ------------------------------------------------------------------------------ internals
     def _resolved_loss(self, source: Source, chunk: Mapping[str, jax.Array]) -> LossFn:
-        if self.loss is None:  # from every label when the source knows them, else a batch's
-            labels = source.known_labels()
-            if labels is None:
-                labels = local_rows(chunk["y"])[local_rows(chunk["mask"]).astype(bool)]
-            self.loss, why = infer_loss(source.label_dtype, labels)
+        if self.loss is None:
+            self.loss, why = infer_loss(source.label_dtype, self._data.labels(source, chunk))
             self._loss_note = f"loss={self.loss!r} (none given; {why})"
             log.info("easyfit: %s", self._loss_note)
         return get_loss(self.loss)
 
-    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, jax.Array]) -> _Compiled:
-        key = (source.scale, plan.steps_per_execution)
+    def compute_loss(self, outputs: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
+        """Per-sample losses of a batch (``x``, ``y``, ``mask``) in the jitted steps: override
+        it to change the loss alone (easyfit masks, averages and applies ``class_weight``)."""
+        return self._loss_fn(outputs, batch["y"])
+
+    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, jax.Array]) -> steps.Compiled:
+        key = (source.scale, plan.steps_per_execution, self._class_weight)
         if key not in self._compiled:
-            loss_fn = self._resolved_loss(source, chunk)
-            metrics = self.metrics
-            if metrics is None:
-                metrics = ["accuracy"] if self.loss in _CLASSIFICATION else []
-            collection = build_collection(metrics)
-            k = plan.steps_per_execution
-            placement = self.placement
-            train_step = steps.make_train_step(self._adapter, self.optimizer, loss_fn, collection,
-                                               source.scale)
-            eval_step = steps.make_eval_step(self._adapter, loss_fn, collection, source.scale)
-            self._compiled[key] = _Compiled(
-                train=steps.compile_train(train_step, placement, k),
-                eval=steps.compile_eval(eval_step, placement, k),
-                predict=steps.compile_predict(self._adapter, source.scale, placement, k),
-                metrics=collection)
+            self._loss_fn = self._resolved_loss(source, chunk)
+            weights = None if self._class_weight is None else jnp.asarray(self._class_weight)
+            collection = build_collection(default_metrics(self.metrics, self.loss))
+            self._compiled[key] = steps.compile_steps(
+                self._adapter, self.optimizer, self.compute_loss, collection, source.scale,
+                self.precision, self.placement, plan.steps_per_execution, weights)
         return self._compiled[key]
 
     def _abstract_state(self, chunk: Mapping[str, jax.Array]) -> Any:
         """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
         if self.state is None:
             return self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype), True)
-        return jax.tree_util.tree_map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), self.state)
+        return self.placement.abstract(self.state)
 
-    def _empty(self, fns: _Compiled) -> Any:
-        """Empty metrics, placed as the steps return them (else the first call compiles apart)."""
+    def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
         return self.placement.replicate(fns.metrics.empty())
 
     def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
@@ -475,9 +476,9 @@ class Trainer:
             self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
             if self.class_names is None:
                 self.class_names = source.class_names
+            self._input_scale = source.scale
         self._resolved_loss(source, chunk)  # sets self.loss when it was None
-        state = self.state
-        assert state is not None
+        state = self._require_state()
         self._data.check_labels(source, self.loss, lambda: self._adapter.num_outputs(
             state.params, state.model_state, tuple(chunk["x"].shape[1:])), chunk)
 
@@ -487,14 +488,13 @@ class Trainer:
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape), dtype)
         state = create_state(self._adapter, self.optimizer, self.seed, shape, self._nnx_variables,
-                             abstract)
+                             abstract, self.precision.initial_scale())
         if abstract:
-            rep = self.placement.replicated
-            return jax.tree_util.tree_map(
-                lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep), state)
+            return self.placement.abstract(state, replicated=True)
         self.state = self.placement.replicate(state)
         return self.state
 
-    def _require_state(self) -> None:
+    def _require_state(self) -> TrainState:
         if self.state is None:
             raise RuntimeError("the model has no parameters yet: call fit (or evaluate) first")
+        return self.state

@@ -28,7 +28,7 @@ def test_fit_trains_and_validates_from_a_split_folder(mnist_dir):
     history = trainer.fit(mnist_dir, epochs=3, batch_size=100, verbose=0)
     assert history is trainer.history
     assert history.epoch == [0, 1, 2]
-    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert set(history.history) == {"loss", "accuracy", "input_wait", "val_loss", "val_accuracy"}
     assert all(len(v) == 3 for v in history.history.values())
     assert history.history["loss"][-1] < history.history["loss"][0]
     assert history.history["val_accuracy"][-1] > 0.85
@@ -39,7 +39,7 @@ def test_defaults_only(mnist_dir):
     trainer = ef.Trainer(SmallMLP())
     history = trainer.fit(mnist_dir, epochs=1, verbose=0)
     assert trainer.batch_size == 32 and trainer.loss == "sparse_categorical_crossentropy"
-    assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert set(history.history) == {"loss", "accuracy", "input_wait", "val_loss", "val_accuracy"}
     assert history.history["val_accuracy"][0] > 0.8
 
 

@@ -115,6 +115,14 @@ class CachedLoader:
     def peek(self) -> dict[str, jax.Array]:
         return self.loader.peek() if self._data is None else self._next(peek=True)
 
+    #: Epochs before input comes as in every later one: the first streams while it records.
+    warmup_epochs = 1
+
+    @property
+    def waited(self) -> float:
+        """Seconds spent waiting for input: the first epoch's stream (cached ones cost none)."""
+        return self.loader.waited
+
     def __next__(self) -> dict[str, jax.Array]:
         return self._next(peek=False)
 

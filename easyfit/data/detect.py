@@ -7,7 +7,7 @@ import os
 from ..errors import DataError
 from .sources.base import Source
 from .sources.caffe2 import Caffe2LMDB, is_lmdb
-from .sources.folder import IMAGE_EXTENSIONS, ImageFolder
+from .sources.folder import IMAGE_EXTENSIONS, ImageFolder, entries
 from .sources.numpy_folder import NumpyFolder
 from .sources.recordio import RecordIO
 from .sources.tfrecord import TFRECORD_SUFFIXES, TFRecord
@@ -21,8 +21,8 @@ _BY_SUFFIX: tuple[tuple[tuple[str, ...], type[Source]], ...] = (
 
 def _class_folder_kind(root: str) -> type[Source]:
     """ImageFolder or NumpyFolder, from the first data file found in the class folders."""
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if not entry.is_dir() or entry.name.startswith("."):
+    for entry in sorted(entries(root, "dir"), key=lambda e: e.name):
+        if entry.name.startswith("."):
             continue
         for f in os.scandir(entry.path):
             name = f.name.lower()
@@ -63,7 +63,7 @@ def detect(path: str | os.PathLike) -> type[Source]:
         raise DataError(f"{path}: no such directory")
     if is_lmdb(path):
         return Caffe2LMDB
-    names = [e.name.lower() for e in os.scandir(path) if e.is_file()]
+    names = [e.name.lower() for e in entries(path)]
     found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
     if len(found) > 1:
         raise DataError(f"{path}: holds files of several formats "

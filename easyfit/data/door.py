@@ -162,6 +162,15 @@ class DataDoor:
         check_labels(source, loss, num_outputs(), np.asarray(local_rows(chunk["y"])),
                      np.asarray(local_rows(chunk["mask"])))
 
+    @staticmethod
+    def labels(source: Source, chunk: Mapping[str, Any]) -> np.ndarray:
+        """Every label of ``source`` when it knows them, else those of a first batch (valid
+        rows of this process): what a loss is inferred from."""
+        labels = source.known_labels()
+        if labels is None:
+            labels = np.asarray(local_rows(chunk["y"]))[np.asarray(local_rows(chunk["mask"])).astype(bool)]
+        return labels
+
     def close(self) -> None:
         """Releases every kept loader (DALI pipelines, device caches) and open file."""
         self._passes.close()

@@ -17,11 +17,47 @@ import numpy as np
 from ..errors import DataError
 from .integrity import structure_problem
 
-__all__ = ["EncodedImages", "encoded_problem", "file_problem", "first_line", "image_problem",
-           "peek_shapes"]
+__all__ = ["MAX_IMAGE_PIXELS", "EncodedImages", "encoded_problem", "file_problem", "first_line",
+           "header_size", "image_problem", "peek_shapes"]
 
 SAMPLED = 64             # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
+#: Share of JPEG decoding given to the GPU's hardware decoder (nvJPEG's A100/H100/H200 engine)
+#: when decoding on the GPU; the rest runs on CUDA cores. Measured on an H200 for ~90 KiB photos
+#: (docs/performance.md): DALI's default 0.65 leaves the engine short of work.
+HW_DECODER_LOAD = 0.9
+#: ImageNet's per-channel mean and standard deviation, on the [0, 1] scale (RGB).
+IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+#: The fraction of the shorter side kept by evaluation's center crop after a random-crop training
+#: (ImageNet's 224 of 256).
+EVAL_CROP = 0.875
+
+
+def normalization(normalize: Any, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """``normalize=`` as ``(mean, std)`` per channel on the [0, 1] scale, or None.
+
+    Example:
+        >>> from easyfit.data.images import normalization
+        >>> normalization("imagenet", 3)[0]
+        (0.485, 0.456, 0.406)
+        >>> normalization((0.5, 0.25), 1)
+        ((0.5,), (0.25,))
+    """
+    if normalize is None:
+        return None
+    if isinstance(normalize, str):
+        if normalize != "imagenet":
+            raise ValueError(f"normalize={normalize!r}: expected 'imagenet', (mean, std) or None")
+        normalize = IMAGENET
+    try:
+        mean, std = (tuple(float(v) for v in np.broadcast_to(np.asarray(a, float), (channels,)))
+                     for a in normalize)
+    except (TypeError, ValueError):
+        raise ValueError(f"normalize={normalize!r}: expected 'imagenet', or (mean, std) with "
+                         f"one value or {channels} per channel, on the [0, 1] scale") from None
+    if min(std) <= 0:
+        raise ValueError(f"normalize={normalize!r}: std must be > 0")
+    return mean, std
 
 
 def first_line(e: BaseException) -> str:
@@ -49,7 +85,7 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
     # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
     @pipeline_def(batch_size=len(data), num_threads=1, device_id=None, prefetch_queue_depth=1)  # type: ignore[call-overload]
     def peek():
-        encoded = fn.external_source(source=lambda: data, batch=True, dtype=types.UINT8)
+        encoded = fn.external_source(source=lambda: data, batch=True, dtype=types.DALIDataType.UINT8)
         return fn.peek_image_shape(encoded, image_type=types.ANY_DATA)
 
     pipe = peek()
@@ -82,11 +118,22 @@ class EncodedImages:
     resize: bool
     decoder: str
     transform: Callable[[Any], Any] | None
+    augment: Callable[[Any], Any] | None
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    eval_crop: float | None = None
+    scale: float | None = 1.0 / 255.0
 
     def _init_images(self, sample: Callable[[], Sequence[tuple[str, bytes]]],
                      image_size: tuple[int, int] | None, color_mode: str | None, decoder: str,
-                     transform: Callable[[Any], Any] | None, where: str) -> None:
-        """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs)."""
+                     transform: Callable[[Any], Any] | None, where: str,
+                     normalize: Any = None, eval_crop: float | None = None) -> None:
+        """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs).
+
+        ``normalize``: ``"imagenet"`` or ``(mean, std)`` on the [0, 1] scale: images leave DALI
+        normalised, as float16. ``eval_crop``: evaluation resizes the shorter side to
+        ``image_size / eval_crop`` and takes the center; default :data:`EVAL_CROP` when
+        ``augment`` crops at random, else None (a plain resize to ``image_size``).
+        """
         if color_mode not in (None, "grayscale", "rgb"):
             raise ValueError(f"color_mode={color_mode!r}: expected 'grayscale', 'rgb' or None")
         if decoder not in ("auto", "mixed", "cpu"):
@@ -98,6 +145,9 @@ class EncodedImages:
         self.decoder = decoder
         self.transform = transform
         self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
+        if self.random_crop and not self.resize:
+            raise ValueError("augment: random_resized_crop needs image_size=(height, width), "
+                             "the size the crops are resized to")
         if color_mode is None or image_size is None:
             sampled = list(sample())
             shapes = peek_shapes(sampled)
@@ -106,6 +156,20 @@ class EncodedImages:
             if image_size is None:
                 image_size = self._common_size([n for n, _ in sampled], shapes, where)
         self.color_mode, self.image_size = color_mode, image_size
+        self.normalize = normalization(normalize, self.channels)
+        if self.normalize is not None:
+            self.scale = None  # the pixels arrive normalised
+        if eval_crop is None and self.random_crop:
+            eval_crop = EVAL_CROP
+        if eval_crop is not None and not (0 < eval_crop <= 1 and self.resize):
+            raise ValueError(f"eval_crop={eval_crop!r}: expected a fraction in (0, 1], with "
+                             "image_size given")
+        self.eval_crop = eval_crop
+
+    @property
+    def random_crop(self) -> bool:
+        """Whether training crops at random (``Augment(random_resized_crop=...)``)."""
+        return bool(getattr(self.augment, "random_resized_crop", None))
 
     @staticmethod
     def _common_size(names: list[str], shapes: list[tuple[int, ...]],
@@ -130,13 +194,16 @@ class EncodedImages:
 
     @property
     def sample_nbytes(self) -> int:
-        return int(np.prod(self.image_shape)) + 4  # uint8 pixels, an int32 label
+        pixel = 2 if self.normalize is not None else 1  # float16 or uint8
+        return pixel * int(np.prod(self.image_shape)) + 4  # and an int32 label
 
     def image_settings(self) -> dict[str, Any]:
-        """The keyword arguments that give another split the same images (size, color, ...)."""
+        """The keyword arguments that give another split the same images (size, color,
+        normalisation, and evaluation's center crop when this one trains on random crops)."""
         return {"image_size": self.image_size if self.resize else None,
                 "color_mode": self.color_mode, "decoder": self.decoder,
-                "transform": self.transform}
+                "transform": self.transform, "normalize": self.normalize,
+                "eval_crop": self.eval_crop}
 
     def check_same_images(self, other: EncodedImages, name: str, other_name: str) -> None:
         """DataError unless ``other`` delivers images of this source's size."""
@@ -158,21 +225,55 @@ class EncodedImages:
         """True when images are decoded on the GPU (``decode_device("gpu") == "mixed"``)."""
         return self.decode_device("gpu") == "mixed"
 
-    def decode(self, encoded: Any, *, device: str) -> Any:
-        """DALI graph: encoded bytes -> HWC uint8 images on ``device``, resized, transformed."""
+    def decode(self, encoded: Any, *, device: str, draws: dict[str, Any] | None = None) -> Any:
+        """DALI graph: encoded bytes -> HWC images on ``device`` of ``image_size``.
+
+        With ``draws`` (training batches, see ``easyfit.data.Augment``): the random crop decoded
+        alone (``fn.decoders.image_slice``: nvJPEG decodes only the window) and resized, then the
+        other augmentations. Without, for a source with ``eval_crop``: the shorter side resized
+        to ``image_size / eval_crop`` and the center cropped; else a plain resize. Then
+        ``transform``, then ``normalize`` (``fn.crop_mirror_normalize``, fused with the center
+        crop and the flip, float16 out); uint8 otherwise.
+        """
         from nvidia.dali import fn, types
 
+        from .augment import Augment
+
         where = self.decode_device(device)
-        gray = self.color_mode == "grayscale"
-        images = fn.decoders.image(encoded, device=where,
-                                   output_type=types.DALIImageType.GRAY if gray
-                                   else types.DALIImageType.RGB)
+        kind = types.DALIImageType.GRAY if self.color_mode == "grayscale" else types.DALIImageType.RGB
+        augment = self.augment if draws is not None and isinstance(self.augment, Augment) else None
+        center = self.eval_crop is not None and augment is None
+        gpu: dict[str, Any] = {"hw_decoder_load": HW_DECODER_LOAD} if where == "mixed" else {}
+        if augment is not None and draws is not None and augment.random_resized_crop:
+            start, size = Augment.window(draws, fn.peek_image_shape(encoded))
+            images = fn.decoders.image_slice(encoded, start, size, axis_names="HW", device=where,
+                                             output_type=kind, **gpu)
+        else:
+            images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
         if device == "gpu" and where == "cpu":
             images = images.gpu()
-        if self.resize:
+        if center and self.eval_crop is not None:
+            shorter = round(max(self.image_size) / self.eval_crop)
+            images = fn.resize(images, resize_shorter=shorter, dtype=types.DALIDataType.UINT8)
+        elif self.resize:
             images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8)
         if self.transform is not None:
             images = self.transform(images)
+        fused_flip = self.normalize is not None
+        mirror: Any = 0
+        if augment is not None and draws is not None:
+            images = augment.after_decode(images, draws, flip=not fused_flip)
+            mirror = draws["flip"] if augment.flip else 0
+        if self.normalize is not None:
+            mean, std = self.normalize
+            crop: dict[str, Any] = {"crop": list(self.image_size)} if center else {}
+            images = fn.crop_mirror_normalize(images, mirror=mirror,
+                                              dtype=types.DALIDataType.FLOAT16,
+                                              mean=[255 * m for m in mean],
+                                              std=[255 * s for s in std], output_layout="HWC",
+                                              **crop)
+        elif center:
+            images = fn.crop(images, crop=list(self.image_size))
         return images
 
 
@@ -185,7 +286,13 @@ def read_file(path: str) -> bytes:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
-HEAD = 64  # bytes read from the start of an encoded image to check its kind and header
+HEAD = 1 << 16  # bytes read from the start of an encoded image: its kind and header (a JPEG's
+#                frame header comes after its EXIF segment, at most 64 KiB)
+#: The most pixels (width x height) an image may have; a larger one raises DataError naming it
+#: before DALI decodes it (a 32000x32000 PNG of 1 MB decodes to 3 GB). Pillow's
+#: ``Image.MAX_IMAGE_PIXELS`` default (about 89.5 M pixels, 1 GiB of 24-bit RGB / 3 / 4).
+#: Change it with ``easyfit.data.images.MAX_IMAGE_PIXELS = n`` (None: no limit).
+MAX_IMAGE_PIXELS: int | None = 1024 * 1024 * 1024 // 4 // 3
 TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
 WHOLE = 1 << 20  # images up to this size are read whole to check their structure
 _PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
@@ -231,7 +338,50 @@ def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = No
         return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
     if kind == "WebP" and int.from_bytes(head[4:8], "little") + 8 > size:
         return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
+    dims = header_size(kind, head)
+    if MAX_IMAGE_PIXELS is not None and dims and dims[0] * dims[1] > MAX_IMAGE_PIXELS:
+        return (f"{kind} of {dims[0]}x{dims[1]} pixels, more than MAX_IMAGE_PIXELS "
+                f"({MAX_IMAGE_PIXELS}; see easyfit.data.images.MAX_IMAGE_PIXELS)")
     return structure_problem(kind, head if data is None else data, size)
+
+
+def header_size(kind: str, head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the header of a PNG, BMP, WebP or JPEG (its frame header when
+    ``head`` reaches it), else None.
+
+    Example:
+        >>> import struct
+        >>> from easyfit.data.images import header_size
+        >>> header_size("PNG", b"\\x89PNG\\r\\n\\x1a\\n" + struct.pack(">I4sII", 13, b"IHDR", 640, 480))
+        (640, 480)
+    """
+    if kind == "PNG" and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if kind == "BMP" and len(head) >= 26:
+        if int.from_bytes(head[14:18], "little") == 12:  # BITMAPCOREHEADER: 16-bit sizes
+            return int.from_bytes(head[18:20], "little"), int.from_bytes(head[20:22], "little")
+        return (abs(int.from_bytes(head[18:22], "little", signed=True)),
+                abs(int.from_bytes(head[22:26], "little", signed=True)))
+    if kind == "WebP" and len(head) >= 30:
+        chunk = head[12:16]
+        if chunk == b"VP8 ":
+            return (int.from_bytes(head[26:28], "little") & 0x3FFF,
+                    int.from_bytes(head[28:30], "little") & 0x3FFF)
+        if chunk == b"VP8L":
+            bits = int.from_bytes(head[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if chunk == b"VP8X":
+            return (int.from_bytes(head[24:27], "little") + 1,
+                    int.from_bytes(head[27:30], "little") + 1)
+    if kind == "JPEG":
+        i = 2
+        while i + 9 <= len(head) and head[i] == 0xFF:
+            marker = head[i + 1]
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                return (int.from_bytes(head[i + 7:i + 9], "big"),
+                        int.from_bytes(head[i + 5:i + 7], "big"))
+            i += 2 + int.from_bytes(head[i + 2:i + 4], "big")
+    return None
 
 
 def image_problem(data: bytes, whole: bool = True) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,9 @@ class Loader:
 
     Attributes:
         iteration: index of the next chunk ``__next__`` returns.
+        waited: seconds the consumer has spent in ``__next__``, waiting for its chunks: with
+            asynchronous dispatch, the time the devices wait for input (``fit``'s
+            ``input_wait``).
     """
 
     def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
@@ -88,11 +92,15 @@ class Loader:
         self.iteration = (self._pipelines.next if isinstance(self._pipelines, ReaderPipelines)
                           else start)
         self._peeked: dict[str, jax.Array] | None = None
+        self.waited = 0.0
         chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
         self._ahead = ahead or 2
         self._ahead_at_start = max(self._ahead,
                                    min(self.plan.chunks_per_epoch, 2**28 // chunk_bytes))
         self._thread: threading.Thread | None = None
+
+    #: Epochs before input comes as in every later one (none: every epoch streams alike).
+    warmup_epochs = 0
 
     def position(self) -> dict[str, Any]:
         """Where the stream stands: an opaque, JSON-serialisable dict to save with a checkpoint
@@ -107,6 +115,13 @@ class Loader:
         return self
 
     def __next__(self) -> dict[str, jax.Array]:
+        start = time.perf_counter()
+        try:
+            return self._next()
+        finally:
+            self.waited += time.perf_counter() - start
+
+    def _next(self) -> dict[str, jax.Array]:
         if self._peeked is not None:
             item = self._peeked
             self._peeked = None

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..parallel import Placement
+from .augment import Augment
 from .diagnose import batch_error
 from .order import Plan
 from .sources.base import READER, IndexedSource, ReaderSource, Source
@@ -98,11 +99,29 @@ def on_gpu_pipelines(source: Source, placement: Placement) -> bool:
 
 
 def augmented(source: Source, xy: tuple[Any, Any], training: bool) -> tuple[Any, Any]:
-    """``(x, y)`` with the source's training augmentation applied to ``x`` when training."""
+    """``(x, y)`` with a plain-function augmentation applied to ``x`` when training (an
+    :class:`~easyfit.data.augment.Augment` is applied by the source's graph, with its draws)."""
     x, y = xy
-    if training and source.augment is not None:
+    if training and source.augment is not None and not isinstance(source.augment, Augment):
         x = source.augment(x)
     return x, y
+
+
+def draws_of(source: Source, training: bool) -> Augment | None:
+    """The source's Augment when its draws are wanted (training batches), else None."""
+    return source.augment if training and isinstance(source.augment, Augment) else None
+
+
+def pipeline_seed(seed: int, *key: int) -> int:
+    """A DALI seed of its own for each pipeline (or reader shard), derived from the Trainer's
+    seed: pipelines never repeat each other's random draws.
+
+    Example:
+        >>> from easyfit.data.pipelines import pipeline_seed
+        >>> pipeline_seed(0, 0, 1) != pipeline_seed(0, 0, 2)
+        True
+    """
+    return int(np.random.SeedSequence([seed, *key]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 class _Runner:
@@ -147,8 +166,10 @@ class _Feeder:
     ``len(parts)`` runs (run ``j`` feeds part ``j % len(parts)`` of chunk ``start + j // len(parts)``).
     """
 
-    def __init__(self, source: IndexedSource, plan: Plan, rows: np.ndarray, start: int):
+    def __init__(self, source: IndexedSource, plan: Plan, rows: np.ndarray, start: int,
+                 augment: Augment | None):
         self.source = source
+        self.augment = augment
         self.plan = plan
         self.start = start
         self.rows = rows
@@ -166,8 +187,14 @@ class _Feeder:
 
     def __call__(self, info: Any) -> Any:
         chunk, part = divmod(info.iteration, len(self.parts))
-        idx, _ = self.chunk(self.start + chunk)
-        return tuple(self.source.feed(idx[self.parts[part]]))
+        iteration = self.start + chunk
+        idx, _ = self.chunk(iteration)
+        rows = idx[self.parts[part]]
+        fed = tuple(self.source.feed(rows))
+        if self.augment is None:
+            return fed
+        return fed + tuple(self.augment.sample(self.plan.seed, self.plan.epoch_of(iteration),
+                                               rows))
 
 
 class FedPipelines:
@@ -196,27 +223,34 @@ class FedPipelines:
             specs = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
         self._devices = [d for _, d in specs]
         threads = num_threads or default_num_threads(placement.platform, len(specs))
-        self._feeders = [_Feeder(source, plan, rows, start) for rows, _ in specs]
+        augment = draws_of(source, training)
+        self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in specs]
         self._pipes = [self._build(f, len(f.parts[0]), threads,
-                                   d.local_hardware_id if d is not None else None)
-                       for f, (_, d) in zip(self._feeders, specs)]
+                                   d.local_hardware_id if d is not None else None,
+                                   pipeline_seed(plan.seed, jax.process_index(), k))
+                       for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))]
         self._pool = (concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
                       if pool and len(self._pipes) > 1 else None)
 
-    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None) -> Any:
+    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None,
+               seed: int) -> Any:
         from nvidia.dali import fn, pipeline_def
 
         source = self.source
         training = self.training
         where = "gpu" if device_id is not None else "cpu"
+        names = feeder.augment.names() if feeder.augment is not None else []
 
         # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
         @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
-                      seed=self.plan.seed, prefetch_queue_depth=self.prefetch)
+                      seed=seed, prefetch_queue_depth=self.prefetch)
         def pipeline():
             nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
-                                       num_outputs=source.num_feeds)
-            return augmented(source, source.graph(*nodes, device=where), training)
+                                       num_outputs=source.num_feeds + len(names))
+            nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
+            fed, drawn = nodes[:source.num_feeds], nodes[source.num_feeds:]
+            draws = {"draws": dict(zip(names, drawn, strict=True))} if names else {}
+            return augmented(source, source.graph(*fed, device=where, **draws), training)
 
         pipe = pipeline()
         pipe.build()
@@ -365,10 +399,13 @@ class ReaderPipelines:
 
         # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
         @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
-                      seed=plan.seed, prefetch_queue_depth=prefetch, enable_checkpointing=True)
+                      seed=pipeline_seed(plan.seed, shard), prefetch_queue_depth=prefetch,
+                      enable_checkpointing=True)
         def pipeline():
+            augment = draws_of(source, training)
+            draws = {"draws": augment.dali_draws()} if augment is not None else {}
             xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle,
-                             device=where)
+                             device=where, **draws)
             return augmented(source, xy, training)
 
         pipe = pipeline(checkpoint=checkpoint) if checkpoint is not None else pipeline()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-__all__ = ["build_messages", "tf_example"]
+__all__ = ["build_messages", "caffe2_messages", "tf_example"]
 
 #: ``(name, number, type, label, message type or None)``: type is a ``FieldDescriptorProto``
 #: type name without ``TYPE_`` (``"BYTES"``, ``"INT64"``, ``"MESSAGE"``, ...), label one of
@@ -96,3 +96,26 @@ def tf_example() -> type[Message]:
         "Example": [("features", 1, "MESSAGE", "optional", "Features")],
     }, syntax="proto3", oneofs={"Feature": "kind"})
     return messages["Example"]
+
+
+@functools.cache
+def caffe2_messages() -> dict:
+    """Caffe2's ``TensorProto`` and ``TensorProtos`` message classes (caffe2.proto), by name.
+
+    Example:
+        >>> from easyfit.data.protos import caffe2_messages
+        >>> m = caffe2_messages()
+        >>> label = m["TensorProto"](data_type=2, int32_data=[7])
+        >>> m["TensorProtos"].FromString(m["TensorProtos"](protos=[label]).SerializeToString()
+        ...                              ).protos[0].int32_data[0]
+        7
+    """
+    return build_messages("easyfit/caffe2.proto", "caffe2", {
+        "TensorProto": [("dims", 1, "INT64", "repeated", None),
+                        ("data_type", 2, "INT32", "optional", None),
+                        ("float_data", 3, "FLOAT", "packed", None),
+                        ("int32_data", 4, "INT32", "packed", None),
+                        ("byte_data", 5, "BYTES", "optional", None),
+                        ("string_data", 6, "BYTES", "repeated", None)],
+        "TensorProtos": [("protos", 1, "MESSAGE", "repeated", "TensorProto")],
+    })

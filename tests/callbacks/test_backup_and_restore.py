@@ -105,8 +105,8 @@ def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
     resumed = _trainer()
     history = _fit(resumed, data, [BackupAndRestore(tmp_path / "b", save_freq=3)])
     assert history.epoch == [1]
-    assert {k: v[-1] for k, v in history.history.items()} == {
-        k: v[-1] for k, v in ref_history.history.items()}
+    assert {k: v[-1] for k, v in history.history.items() if k != "input_wait"} == {
+        k: v[-1] for k, v in ref_history.history.items() if k != "input_wait"}  # not a timing
     assert int(resumed.state.step) == int(ref.state.step)
     assert np.array_equal(flat_params(resumed.params), flat_params(ref.params))
     assert np.array_equal(flat_params(resumed.state.opt_state), flat_params(ref.state.opt_state))

@@ -63,5 +63,5 @@ def test_tensorboard_event_files_read_by_tensorboard(tmp_path, trainer, mnist_ar
     steps = [s for s, _ in train["batch_loss"]]
     first_step = steps[0] - 4  # the trainer had trained before this fit
     assert steps == [first_step + 4, first_step + 8, first_step + 12]  # 12 batches, every 4
-    assert set(train) == {"epoch_loss", "epoch_accuracy", "epoch_learning_rate", "batch_loss",
-                          "batch_accuracy"}
+    assert set(train) == {"epoch_loss", "epoch_accuracy", "epoch_learning_rate",
+                          "epoch_input_wait", "batch_loss", "batch_accuracy"}

@@ -4,6 +4,11 @@ an LMDB's records are read (and decoded) inside DALI (docs/data-formats.md, "Bad
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import optax
 import pytest
@@ -92,3 +97,55 @@ def test_raw_records_are_not_read_ahead(tmp_path, digits, trainer):
     assert source.known_labels() is None
     history = trainer.fit(source, epochs=1, batch_size=50, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
+
+
+# ------------------------------------------------------------- a damaged database (issue 17)
+_OPEN_AND_CHECK = """
+import sys
+import easyfit as ef
+try:
+    ef.data.Caffe2LMDB(sys.argv[1]).check()
+except ef.errors.DataError as e:
+    print(e)
+    sys.exit(3)
+print("read")
+"""
+
+
+def _damaged(path, digits, how: str) -> str:
+    db = write_lmdb(path, [encode(a) for a in digits[0]], digits[1])
+    data = os.path.join(db, "data.mdb")
+    raw = bytearray(open(data, "rb").read())
+    if how == "smashed page":
+        raw[3 * 4096:3 * 4096 + 64] = b"\xff" * 64  # the header of a leaf page
+    else:
+        raw = raw[:len(raw) // 2]
+    with open(data, "wb") as f:
+        f.write(raw)
+    return db
+
+
+@pytest.mark.parametrize("how", ["smashed page", "truncated file"])
+def test_a_damaged_database_raises_data_error_and_never_kills_the_process(tmp_path, digits, how):
+    """DALI's reader died here with SIGSEGV (smashed page) or SIGBUS (file cut in half); the
+    program runs in a subprocess so that a crash fails the test instead of killing pytest."""
+    db = _damaged(tmp_path / "db", digits, how)
+    run = subprocess.run([sys.executable, "-c", _OPEN_AND_CHECK, db], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 3, (run.returncode, run.stdout, run.stderr[-2000:])
+    expected = (r"record \d+ \(in key order\): damaged LMDB \(CorruptedError" if how ==
+                "smashed page" else r"data.mdb is truncated \(\d+ of \d+ bytes\)")
+    assert re.match(f"^{re.escape(db)}: {expected}", run.stdout), run.stdout
+
+
+def test_an_unparsable_record_is_named(tmp_path, digits):
+    import lmdb
+
+    db = write_lmdb(tmp_path / "db", [encode(a) for a in digits[0]], digits[1])
+    env = lmdb.open(db, map_size=1 << 30)
+    with env.begin(write=True) as txn:
+        txn.put(f"{MIDDLE:08d}".encode(), b"\xff\xff\xff not a protobuf")
+    env.close()
+    with pytest.raises(ef.errors.DataError,
+                       match=f"^{db}: record {MIDDLE} .in key order.: not a Caffe2 TensorProtos"):
+        ef.data.Caffe2LMDB(db)

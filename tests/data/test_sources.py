@@ -109,7 +109,7 @@ def test_every_format_trains_from_a_train_val_root(roots):
     trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
     for fmt in ("recordio", "npy", "tfrecord", "webdataset"):
         history = trainer.fit(roots[fmt], epochs=1, batch_size=100, verbose=0)
-        assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}, fmt
+        assert set(history.history) == {"loss", "accuracy", "input_wait", "val_loss", "val_accuracy"}, fmt
         assert history.history["val_accuracy"][-1] > 0.7, fmt
 
 

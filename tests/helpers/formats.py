@@ -41,17 +41,9 @@ def encode(image: np.ndarray, fmt: str = "png") -> bytes:
 
 # ------------------------------------------------------------------------------- Caffe2 LMDB
 def caffe2_messages() -> dict:
-    from easyfit.data.protos import build_messages
+    from easyfit.data.protos import caffe2_messages as messages
 
-    return build_messages("tests/caffe2.proto", "caffe2", {
-        "TensorProto": [("dims", 1, "INT64", "repeated", None),
-                        ("data_type", 2, "INT32", "optional", None),
-                        ("float_data", 3, "FLOAT", "packed", None),
-                        ("int32_data", 4, "INT32", "packed", None),
-                        ("byte_data", 5, "BYTES", "optional", None),
-                        ("string_data", 6, "BYTES", "repeated", None)],
-        "TensorProtos": [("protos", 1, "MESSAGE", "repeated", "TensorProto")],
-    })
+    return messages()
 
 
 STRING, INT32, BYTE, FLOAT = 4, 2, 3, 1
@@ -115,10 +107,9 @@ def write_recordio(rec: str | os.PathLike, images: Sequence[bytes], labels: Sequ
 
 # ------------------------------------------------------------------------------------ TFRecord
 def _masked_crc(data: bytes) -> int:
-    import google_crc32c
+    from easyfit.data.sources.tfrecord import masked_crc
 
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return masked_crc(data)
 
 
 def write_tfrecord(path: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int],

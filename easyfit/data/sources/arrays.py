@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from .base import IndexedSource
+from ..augment import apply_drawn, refuse_random_crop
+from .base import IndexedSource, nonfinite_problem
 
 __all__ = ["Arrays"]
 
@@ -51,9 +52,9 @@ class Arrays(IndexedSource):
         if len(x) != len(y):
             raise DataError(f"x has {len(x)} samples but y has {len(y)}")
         for name, a in (("x", x), ("y", y)):
-            if a.dtype.kind == "f" and not np.isfinite(a).all():
-                bad = int(np.argwhere(~np.isfinite(a.reshape(len(a), -1)))[0][0])
-                raise DataError(f"{name} holds NaN or inf (first at sample {bad})")
+            problem = nonfinite_problem(a, unit="sample")
+            if problem:
+                raise DataError(f"{name} {problem}")
             if a.dtype.kind not in "biuf":
                 raise DataError(f"{name}: dtype {a.dtype} is not numeric")
         if x.dtype == np.float64:
@@ -66,6 +67,7 @@ class Arrays(IndexedSource):
         self.y = np.ascontiguousarray(y)
         self.scale = scale
         self.class_names = list(class_names) if class_names is not None else None
+        refuse_random_crop(augment, "Arrays")
         self.augment = augment
 
     @property
@@ -93,12 +95,15 @@ class Arrays(IndexedSource):
     def locate(self, index: int) -> str:
         return f"x[{index}]"
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         x, y = nodes  # as feed() returns them
         if self.x.ndim == 4:  # images: name the layout for DALI's image operators
             from nvidia.dali import fn
 
             x = fn.reshape(x, layout="HWC")
+        if draws is not None:
+            x = apply_drawn(self.augment, x, draws)
         if device == "gpu":
             return x.gpu(), y.gpu()
         return x, y

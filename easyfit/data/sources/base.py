@@ -24,10 +24,30 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset"]
+__all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset", "nonfinite_problem"]
 
 #: The name a ReaderSource gives its DALI reader (``fn.readers.*(..., name=READER)``).
 READER = "reader"
+
+
+def nonfinite_problem(a: np.ndarray, unit: str = "element") -> str | None:
+    """``"holds NaN or inf (first at <unit> k)"`` for a float array holding one, else None.
+
+    The one check (and message) of every source that holds arrays: ``Arrays`` (``unit="sample"``:
+    ``k`` is the row), ``NumpyFolder`` (``k`` is the flat index inside the file).
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.data.sources.base import nonfinite_problem
+        >>> nonfinite_problem(np.array([[0.0, 1.0], [np.nan, 2.0]]), unit="sample")
+        'holds NaN or inf (first at sample 1)'
+        >>> nonfinite_problem(np.arange(3)) is None
+        True
+    """
+    if a.dtype.kind != "f" or np.isfinite(a).all():
+        return None
+    flat = a.reshape(len(a), -1) if unit == "sample" and a.ndim else a.reshape(-1)
+    return f"holds NaN or inf (first at {unit} {int(np.argwhere(~np.isfinite(flat))[0][0])})"
 
 
 class Source(abc.ABC):
@@ -114,12 +134,16 @@ class IndexedSource(Source):
         """Host inputs for the samples at ``indices`` (one entry per external source)."""
 
     @abc.abstractmethod
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         """DALI operators turning the fed nodes into ``(x, y)``.
 
         Args:
             *nodes: the external_source data nodes, in the order of ``feed``'s result.
             device: ``"cpu"`` or ``"gpu"``, where the pipeline's outputs are wanted.
+            draws: for training batches of a source whose ``augment`` is an
+                ``easyfit.data.Augment``, its random draws as data nodes (see
+                ``Augment.names``): the graph applies the augmentation with them.
         """
 
     def sample_problem(self, index: int) -> str | None:
@@ -140,9 +164,10 @@ class ReaderSource(Source):
     """
 
     @abc.abstractmethod
-    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str
-             ) -> tuple[Any, Any]:
-        """DALI graph from a reader named :data:`READER` to ``(x, y)`` nodes on ``device``.
+    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str,
+             draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        """DALI graph from a reader named :data:`READER` to ``(x, y)`` nodes on ``device``
+        (``draws``: as for ``IndexedSource.graph``).
 
         The reader must take ``shard_id``, ``num_shards``, ``random_shuffle=shuffle`` and
         ``pad_last_batch=True``, and support DALI's pipeline checkpointing.
@@ -194,8 +219,9 @@ class Subset(IndexedSource):
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
-        return self.source.graph(*nodes, device=device)
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
+        return self.source.graph(*nodes, device=device, draws=draws)
 
     def known_labels(self) -> np.ndarray | None:
         labels = self.source.known_labels()

@@ -2,34 +2,29 @@
 
 from __future__ import annotations
 
-import ctypes
+import json
 import os
-from collections.abc import Callable
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ...errors import DataError
-from ..images import SAMPLED, EncodedImages, first_line, image_problem
+from ..augment import apply_drawn, refuse_random_crop
+from ..images import SAMPLED, EncodedImages, image_problem
+from ..protos import caffe2_messages
 from .base import READER, ReaderSource
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
 
-_VERIFY_BYTES = 32 << 20  # encoded bytes per batch read to verify the records
-
-
 def is_lmdb(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an LMDB environment directory (holds ``data.mdb``)."""
     return os.path.isfile(os.path.join(path, "data.mdb"))
-
-
-def _concatenated(batch: Any) -> tuple[bytes, list[int]]:
-    """The bytes of a DALI batch of 1-D uint8 samples, one after the other, and where sample
-    ``k`` starts (``ends[k]``) and ends (``ends[k + 1]``): one copy for the whole batch."""
-    sizes = np.array(batch.shape(), np.int64).reshape(-1)
-    buffer = np.empty(int(sizes.sum()), np.uint8)
-    batch.copy_to_external(ctypes.c_void_p(buffer.ctypes.data))
-    return buffer.tobytes(), [0, *np.cumsum(sizes).tolist()]
 
 
 class Caffe2LMDB(EncodedImages, ReaderSource):
@@ -47,9 +42,15 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     so this source is reader-driven: exactly-once evaluation holds, but the batches depend on
     the number of pipelines and ``validation_split`` is not available (see docs/data-formats.md).
 
+    Building the source reads every record once with the ``lmdb`` package, in a child process
+    (:mod:`easyfit.data.sources.lmdb_walk`), before DALI touches the file: DALI's reader
+    crashes the process on a damaged database (SIGSEGV on a smashed page, SIGBUS on a
+    truncated file), so a damaged database or a record that is not a ``TensorProtos`` raises
+    DataError naming the database and the record instead.
+
     Encoded records are verified once, before the first pipeline that decodes them is built
-    (:meth:`check`, called by :func:`~easyfit.data.loader.make_loader`): DALI reads every
-    record in key order, without decoding, and each image is checked on the host like the
+    (:meth:`check`, called by :func:`~easyfit.data.loader.make_loader`): every record is read
+    in key order (``lmdb``), without decoding, and each image is checked on the host like the
     files of other sources (:func:`~easyfit.data.images.image_problem`), since DALI 2.4's CPU
     decoders can crash the process on a broken image. A broken one raises DataError naming
     it (``<path>: record k (in key order): <what is wrong>``). That pass also gives every
@@ -57,7 +58,7 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
 
     Args:
         path: the LMDB directory.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -70,7 +71,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def __init__(self, path: str | os.PathLike, image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
             raise DataError(f"{self.path}: no such directory")
@@ -82,43 +84,73 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         self._num, records = self._probe()
         images = [r[1] for r in records]
         self.encoded = images[0].ndim == 1
-        self._record_bytes = int(np.mean([r[1].nbytes for r in records]))
         labels = np.concatenate([np.ravel(r[2]) for r in records])
         self._label_dtype = np.dtype(np.int32 if labels.dtype.kind in "iu" else np.float32)
         if self.encoded:
             self._init_images(lambda: [(name, bytes(a)) for name, a, _ in records], image_size,
-                              color_mode, decoder, transform, self.path)
+                              color_mode, decoder, transform, self.path, normalize, eval_crop)
         else:
+            refuse_random_crop(augment, self.path)
+            if normalize is not None or eval_crop is not None:
+                raise ValueError(f"{self.path}: normalize and eval_crop apply to encoded images; "
+                                 "these records hold raw pixels")
             self._init_raw(records, image_size, color_mode, transform)
+
+    def _walk(self) -> int:
+        """Reads every record once in a child process (:mod:`.lmdb_walk`): the number of
+        records; DataError naming the record when the database is damaged or a record does
+        not parse, even when reading it crashes the child."""
+        walker = os.path.join(os.path.dirname(__file__), "lmdb_walk.py")
+        with tempfile.NamedTemporaryFile(prefix="easyfit-lmdb-") as progress:
+            progress.write(struct.pack("<q", -1))
+            progress.flush()
+            run = subprocess.run([sys.executable, walker, self.path, progress.name],
+                                 capture_output=True, text=True, check=False)
+            progress.seek(0)
+            reached = struct.unpack("<q", progress.read(8))[0]
+        if run.returncode != 0:
+            how = (signal.Signals(-run.returncode).name if run.returncode < 0
+                   else f"exit status {run.returncode}")
+            where = f"record {reached} (in key order)" if reached >= 0 else "its meta pages"
+            raise DataError(f"{self.path}: damaged LMDB: reading {where} crashed the reader "
+                            f"({how})")
+        out = json.loads(run.stdout)
+        if "num" not in out:
+            where = "" if out["record"] is None else f" record {out['record']} (in key order):"
+            raise DataError(f"{self.path}:{where} {out['problem']}")
+        if out["num"] == 0:
+            raise DataError(f"{self.path}: the LMDB holds no records")
+        return out["num"]
+
+    def _records(self, stop: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(image, label)`` of the records in key order (safe once :meth:`_walk` passed):
+        encoded bytes as 1-D uint8, raw pixels as (H, W[, C]) uint8."""
+        import lmdb
+
+        messages = caffe2_messages()["TensorProtos"]
+        env = lmdb.open(self.path, readonly=True, lock=False)
+        try:
+            with env.begin() as txn:
+                for k, value in enumerate(txn.cursor().iternext(keys=False)):
+                    if stop is not None and k >= stop:
+                        break
+                    image, label = messages.FromString(value).protos[:2]
+                    if image.string_data:
+                        data = np.frombuffer(image.string_data[0], np.uint8)
+                    else:
+                        data = np.frombuffer(image.byte_data, np.uint8).reshape(
+                            [int(d) for d in image.dims])
+                    lab = (np.asarray(label.int32_data, np.int32) if label.int32_data
+                           else np.asarray(label.float_data, np.float32))
+                    yield data, lab
+        finally:
+            env.close()
 
     def _probe(self) -> tuple[int, list[tuple[str, np.ndarray, np.ndarray]]]:
         """Number of records, and ``(name, image, label)`` of the first few."""
-        from nvidia.dali import fn, pipeline_def
-
-        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
-                      exec_async=False, exec_pipelined=False)
-        def probe():
-            data, labels = fn.readers.caffe2(path=self.path, name=READER)
-            return data, labels, fn.get_property(data, key="source_info")
-
-        pipe = probe()
-        try:
-            pipe.build()
-            num = pipe.reader_meta(READER)["epoch_size"]
-            if num == 0:
-                raise DataError(f"{self.path}: the LMDB holds no records")
-            records = []
-            for _ in range(min(num, SAMPLED)):
-                data, labels, info = pipe.run()
-                records.append((bytes(np.asarray(info.at(0))).decode(errors="replace"),
-                                np.asarray(data.at(0)), np.asarray(labels.at(0))))
-        except RuntimeError as e:
-            raise DataError(f"{self.path}: cannot be read as a Caffe2 LMDB "
-                            f"({first_line(e)})") from None
-        finally:
-            del pipe
-        return num, records
+        num = self._walk()
+        return num, [(self.locate(k), image, label)
+                     for k, (image, label) in enumerate(self._records(SAMPLED))]
 
     def check(self) -> None:
         """Verifies every encoded record once (see the class docstring); raises DataError."""
@@ -128,40 +160,15 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
 
     def _verify(self) -> np.ndarray | None:
         """Checks every encoded record in key order; every label when each record holds one."""
-        from nvidia.dali import fn, pipeline_def
-
-        batch = int(np.clip(_VERIFY_BYTES // max(self._record_bytes, 1), 64, 8192))
-        batch = min(batch, self._num)
-
-        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(batch_size=batch, num_threads=1, device_id=None, prefetch_queue_depth=2)  # type: ignore[call-overload]
-        def records():
-            data, labels = fn.readers.caffe2(path=self.path, pad_last_batch=True, name=READER)
-            return data, labels
-
-        pipe, labels, done = records(), [], 0
-        try:
-            pipe.build()
-            while done < self._num:
-                data, label = pipe.run()
-                count = min(batch, self._num - done)
-                raw, ends = _concatenated(data)
-                for k in range(count):
-                    problem = image_problem(raw[ends[k]:ends[k + 1]])
-                    if problem:
-                        raise DataError(f"{self.locate(done + k)}: {problem}")
-                labels.append(label.as_array()[:count].reshape(count, -1)
-                              if label.is_dense_tensor() else None)
-                done += count
-        except RuntimeError as e:
-            raise DataError(f"{self.path}: cannot be read as a Caffe2 LMDB "
-                            f"({first_line(e)})") from None
-        finally:
-            del pipe
-        parts = [part for part in labels if part is not None and part.shape[1] == 1]
-        if len(parts) < len(labels):
+        labels = []
+        for k, (image, label) in enumerate(self._records()):
+            problem = image_problem(image.tobytes())
+            if problem:
+                raise DataError(f"{self.locate(k)}: {problem}")
+            labels.append(label)
+        if any(part.size != 1 for part in labels):
             return None
-        return np.concatenate(parts)[:, 0].astype(self._label_dtype)
+        return np.concatenate(labels).astype(self._label_dtype)
 
     def known_labels(self) -> np.ndarray | None:
         """Every label in key order, once :meth:`check` has read them (encoded records)."""
@@ -186,8 +193,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def label_dtype(self) -> np.dtype:
         return self._label_dtype
 
-    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str
-             ) -> tuple[Any, Any]:
+    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str,
+             draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         from nvidia.dali import fn, types
 
         # DALI's stub returns "a node, a sequence of nodes or None"; this reader gives two nodes
@@ -195,7 +202,7 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                                          num_shards=num_shards, random_shuffle=shuffle,
                                          pad_last_batch=True, name=READER)
         if self.encoded:
-            images = self.decode(data, device=device)
+            images = self.decode(data, device=device, draws=draws)
         else:
             images = fn.reshape(data, layout="HWC")
             images = images.gpu() if device == "gpu" else images
@@ -204,6 +211,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                                    dtype=types.DALIDataType.UINT8)
             if self.transform is not None:
                 images = self.transform(images)
+            if draws is not None:
+                images = apply_drawn(self.augment, images, draws)
         labels = fn.reshape(labels, shape=[])
         return images, (labels.gpu() if device == "gpu" else labels)
 

@@ -12,10 +12,33 @@ from ...errors import DataError
 from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
 from .base import IndexedSource
 
-__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "scan_classes"]
+__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "entries", "scan_classes"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".pnm", ".ppm",
                     ".pgm", ".pbm", ".jp2")
+
+
+def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
+    """The entries of ``folder`` that are files (``kind="file"``) or directories (``"dir"``),
+    following symlinks; DataError naming an entry that cannot be followed (a symlink loop).
+
+    Example:
+        >>> import os
+        >>> from easyfit.data.sources.folder import entries
+        >>> os.symlink("loop", DOCS_TMP + "/loop")
+        >>> entries(DOCS_TMP)
+        Traceback (most recent call last):
+        ...
+        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)
+    """
+    found = []
+    for entry in os.scandir(folder):
+        try:
+            if entry.is_file() if kind == "file" else entry.is_dir():
+                found.append(entry)
+        except OSError as e:
+            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e})") from None
+    return found
 
 
 def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
@@ -28,7 +51,7 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     """
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such directory")
-    found = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    found = sorted(e.name for e in entries(root, "dir") if not e.name.startswith("."))
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
     names = list(found if class_names is None else class_names)
@@ -42,8 +65,8 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     for name in found:
         label = names.index(name)
         folder = os.path.join(root, name)
-        found = sorted(e.path for e in os.scandir(folder)
-                       if e.is_file() and e.name.lower().endswith(extensions))
+        found = sorted(e.path for e in entries(folder)
+                       if e.name.lower().endswith(extensions))
         if not found and class_names is None:  # another split may lack a training class
             empty.append(folder)
         files += found
@@ -148,7 +171,17 @@ class ImageFolder(EncodedImages, ClassFiles):
         transform: optional ``f(images) -> images`` on DALI data nodes, applied after decoding
             (and resizing) to every split read from this folder.
         augment: optional ``f(images) -> images`` on DALI data nodes applied to training
-            batches only, e.g. ``easyfit.data.Augment(flip=True)``.
+            batches only, e.g. ``easyfit.data.Augment(flip=True)`` or ImageNet's
+            ``Augment(random_resized_crop=(0.08, 1.0))``.
+        normalize: ``"imagenet"`` (ImageNet's mean and std) or ``(mean, std)`` (one value, or
+            one per channel, on the [0, 1] scale, as torchvision's ``Normalize``): DALI
+            subtracts and divides (``fn.crop_mirror_normalize``, fused with the flip and the
+            center crop) and batches arrive as float16, cast to the Trainer's precision in the
+            step. None (default): float32 in [0, 1].
+        eval_crop: evaluation and prediction resize the shorter side to
+            ``image_size / eval_crop`` and take the center ``image_size`` (ImageNet's 224 of
+            256: 0.875, the default when ``augment`` crops at random; sibling folders such as
+            ``val/`` inherit it). None otherwise: a plain resize to ``image_size``.
 
     Example:
         >>> import easyfit as ef
@@ -162,16 +195,19 @@ class ImageFolder(EncodedImages, ClassFiles):
                  color_mode: str | None = None, decoder: str = "auto",
                  class_names: Sequence[str] | None = None,
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
         self.augment = augment
         self._init_images(lambda: [(self.files[i], read_file(self.files[i]))
                                    for i in sample_positions(len(self.files))],
-                          image_size, color_mode, decoder, transform, self.root)
+                          image_size, color_mode, decoder, transform, self.root, normalize,
+                          eval_crop)
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         paths, lengths, labels = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device)
+        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def sample_problem(self, index: int) -> str | None:

@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from ..augment import apply_drawn, refuse_random_crop
 from ..images import file_problem, sample_positions
+from .base import nonfinite_problem
 from .folder import ClassFiles
 
 __all__ = ["NumpyFolder"]
@@ -23,7 +25,7 @@ def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
             if version != (1, 0):
                 raise DataError(f"{path}: .npy format version {version[0]}.{version[1]}; DALI "
                                 "reads version 1.0 (what np.save writes)")
-            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             end = f.tell()
     except OSError as e:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
@@ -31,6 +33,9 @@ def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
         raise DataError(f"{path}: not a NumPy .npy file ({e})") from None
     if dtype.kind not in "biuf" or dtype.hasobject:
         raise DataError(f"{path}: dtype {dtype} is not numeric")
+    if fortran and len(shape) > 1:
+        raise DataError(f"{path}: a Fortran-order array; DALI's numpy decoder reads C order "
+                        "only: save it with np.save(path, np.ascontiguousarray(a))")
     return tuple(shape), dtype, end
 
 
@@ -40,7 +45,10 @@ class NumpyFolder(ClassFiles):
     Labels are the indices of the sorted class-folder names, as for
     :class:`~easyfit.data.ImageFolder`. Files are read with ``fn.io.file.read`` in easyfit's
     order and decoded by DALI (``fn.decoders.numpy``). Every array must have the same shape and
-    dtype (checked on a sample of the files' headers)::
+    dtype (checked on a sample of the files' headers). The first time a file is fed, its header
+    is read again, and a float array is read once on the host: NaN or inf raises DataError
+    naming the file (the same check and message as :class:`~easyfit.data.Arrays`), and a
+    Fortran-order array (which DALI's numpy decoder cannot read) is named too::
 
         root/
           cat/
@@ -83,15 +91,19 @@ class NumpyFolder(ClassFiles):
                 raise ValueError(f"scale={scale!r}: expected a number, None or 'auto'")
             scale = 1.0 / 255.0 if self.dtype == np.uint8 else None
         self.scale = scale
+        refuse_random_crop(augment, self.root)
         self.augment = augment
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         from nvidia.dali import fn
 
         paths, lengths, labels = nodes  # as feed() returns them
         x = fn.decoders.numpy(self.read(paths, lengths))
         if len(self.sample_shape) == 3:
             x = fn.reshape(x, layout="HWC")
+        if draws is not None:
+            x = apply_drawn(self.augment, x, draws)
         if device == "gpu":
             x, labels = x.gpu(), labels.gpu()
         return x, labels
@@ -109,7 +121,11 @@ class NumpyFolder(ClassFiles):
             return f"holds {dtype} {shape}, not {self.dtype} {self.sample_shape} like the others"
         expected = end + int(np.prod(shape)) * dtype.itemsize
         size = os.path.getsize(path)
-        return f"truncated .npy file ({size} of {expected} bytes)" if size < expected else None
+        if size < expected:
+            return f"truncated .npy file ({size} of {expected} bytes)"
+        if dtype.kind == "f":  # read once on the host, the first time the file is fed
+            return nonfinite_problem(np.load(path, allow_pickle=False))
+        return None
 
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
         other = NumpyFolder(path, scale=self.scale, class_names=self.class_names)

@@ -42,7 +42,9 @@ def _read_index(idx: str, size: int) -> np.ndarray:
 def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
           ) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
     """``(offsets, lengths, labels)`` of the records, reading their frame and IRHeader."""
-    starts, lengths, labels = [], [], []
+    starts: list[int] = []
+    lengths: list[int] = []
+    labels: list[tuple[Any, ...]] = []
     pos = 0
     todo = iter(offsets) if offsets is not None else None
     while True:
@@ -74,6 +76,10 @@ def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
             head = os.pread(fd, _FRAME.size, pos)
         if pos > size:
             raise DataError(f"{rec}: truncated record at byte offset {start}")
+        if offsets is not None and len(starts) + 1 < len(offsets) \
+                and pos > offsets[len(starts) + 1]:
+            raise DataError(f"{rec}: the record at byte offset {start} runs past the next one "
+                            f"(at {int(offsets[len(starts) + 1])}): damaged length")
         starts.append(start)
         lengths.append(pos - start)
         labels.append(label)
@@ -98,7 +104,7 @@ class RecordIO(RecordFiles):
 
     Args:
         path: a ``.rec`` file or a directory of them.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -111,7 +117,8 @@ class RecordIO(RecordFiles):
     def __init__(self, path: str | os.PathLike, image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         root = os.fspath(path)
         self.files = list_files(root, (".rec",), "RecordIO")
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -137,7 +144,8 @@ class RecordIO(RecordFiles):
         labels = np.asarray([h[1] for h in headers], np.float32)
         if len(labels) and np.array_equal(labels, np.round(labels)):
             labels = labels.astype(np.int32)
-        self._init_records(root, labels, image_size, color_mode, decoder, transform, augment)
+        self._init_records(root, labels, image_size, color_mode, decoder, transform, augment,
+                          normalize, eval_crop)
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         payload, pos = [], 0

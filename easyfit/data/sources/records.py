@@ -20,6 +20,7 @@ import numpy as np
 from ...errors import DataError
 from ..images import EncodedImages, image_problem, sample_positions
 from .base import IndexedSource
+from .folder import entries
 
 __all__ = ["RecordFiles", "list_files"]
 
@@ -30,8 +31,7 @@ def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
         return [root]
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such file or directory")
-    files = sorted(e.path for e in os.scandir(root)
-                   if e.is_file() and e.name.lower().endswith(suffixes))
+    files = sorted(e.path for e in entries(root) if e.name.lower().endswith(suffixes))
     if not files:
         raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
     return files
@@ -58,7 +58,8 @@ class RecordFiles(EncodedImages, IndexedSource):
     def _init_records(self, root: str, labels: np.ndarray | None,
                       image_size: tuple[int, int] | None, color_mode: str | None, decoder: str,
                       transform: Callable[[Any], Any] | None,
-                      augment: Callable[[Any], Any] | None) -> None:
+                      augment: Callable[[Any], Any] | None, normalize: Any = None,
+                      eval_crop: float | None = None) -> None:
         self.root = root
         self._fds: dict[int, int] = {}  # file index -> open descriptor, shared by DALI's threads
         self._fds_lock = threading.Lock()
@@ -75,7 +76,8 @@ class RecordFiles(EncodedImages, IndexedSource):
         else:
             self._label_dtype = labels.dtype
         named = [(self.locate(int(i)), image) for i, (image, _) in zip(picks, parsed, strict=True)]
-        self._init_images(lambda: named, image_size, color_mode, decoder, transform, root)
+        self._init_images(lambda: named, image_size, color_mode, decoder, transform, root,
+                          normalize, eval_crop)
 
     @abc.abstractmethod
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
@@ -132,9 +134,10 @@ class RecordFiles(EncodedImages, IndexedSource):
             return images, self._labels[indices]
         return images, np.asarray(labels, self._label_dtype)
 
-    def graph(self, *nodes: Any, device: str) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
+              ) -> tuple[Any, Any]:
         encoded, labels = nodes  # as feed() returns them
-        images = self.decode(encoded, device=device)
+        images = self.decode(encoded, device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def sample_problem(self, index: int) -> str | None:

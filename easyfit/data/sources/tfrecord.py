@@ -17,7 +17,34 @@ __all__ = ["TFRECORD_SUFFIXES", "TFRecord"]
 
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec")
 _LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
 _FRAMING = 8 + 4 + 4  # length, its CRC, the data's CRC
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C of ``data`` (``google-crc32c``, Google's implementation).
+
+    Example:
+        >>> from easyfit.data.sources.tfrecord import masked_crc
+        >>> hex(masked_crc(b""))
+        '0xa282ead8'
+    """
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def crc_problem(raw: bytes) -> str | None:
+    """What is wrong with a framed record's length, length CRC or data CRC, or None."""
+    n = _LENGTH.unpack_from(raw)[0]
+    if _CRC.unpack_from(raw, 8)[0] != masked_crc(raw[:8]):
+        return "the CRC of its length field does not match (damaged record)"
+    if len(raw) != _FRAMING + n:
+        return f"its length field says {n} bytes, its index {len(raw) - _FRAMING}"
+    if _CRC.unpack_from(raw, 12 + n)[0] != masked_crc(raw[12:12 + n]):
+        return "the CRC-32C of its data does not match (damaged record)"
+    return None
 
 
 def index_file(path: str) -> str | None:
@@ -72,6 +99,9 @@ class TFRecord(RecordFiles):
           train-00001-of-00002.tfrecord
           ...
 
+    Every record's length CRC and data CRC-32C (masked, as TFRecord specifies) are verified as
+    it is read; a mismatch raises DataError naming the file and the byte offset.
+
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
@@ -79,7 +109,7 @@ class TFRecord(RecordFiles):
         path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
         image_key: the feature holding the encoded image.
         label_key: the feature holding the label.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -93,7 +123,8 @@ class TFRecord(RecordFiles):
                  label_key: str = "image/class/label", image_size: tuple[int, int] | None = None,
                  color_mode: str | None = None, decoder: str = "auto",
                  transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         root = os.fspath(path)
         self.image_key, self.label_key = image_key, label_key
         self.files = list_files(root, TFRECORD_SUFFIXES, "TFRecord")
@@ -108,11 +139,15 @@ class TFRecord(RecordFiles):
             parts.append((np.full(len(offsets), k, np.int32), offsets, lengths))
         self._set_ranges(parts)
         self._example = tf_example()
-        self._init_records(root, None, image_size, color_mode, decoder, transform, augment)
+        self._init_records(root, None, image_size, color_mode, decoder, transform, augment,
+                          normalize, eval_crop)
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         from google.protobuf.message import DecodeError
 
+        problem = crc_problem(raw)
+        if problem:
+            raise DataError(f"{self.locate(index)}: {problem}")
         n = _LENGTH.unpack_from(raw)[0]
         try:
             features = self._example.FromString(raw[12:12 + n]).features.feature

@@ -28,9 +28,13 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
     images: dict[str, tuple[int, int]] = {}
     labels: dict[str, int] = {}
     image_exts = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
+    size = os.path.getsize(path)
     try:
         with tarfile.open(path, "r:") as tar:
             for m in tar:
+                if m.offset_data + m.size > size:
+                    raise DataError(f"{path}: truncated tar file (member {m.name} ends at byte "
+                                    f"{m.offset_data + m.size}, the file has {size})")
                 if not m.isfile():
                     continue
                 key, ext = _split(m.name)
@@ -45,7 +49,14 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
                     except ValueError:
                         raise DataError(f"{path}: {m.name} holds {text[:20]!r}, not an integer "
                                         "class label") from None
+            tar.fileobj.seek(tar.offset)
+            end = tar.fileobj.read(512)
+            if len(end) < 512 or end.strip(b"\0"):
+                raise DataError(f"{path}: truncated tar file (no end-of-archive block after "
+                                f"byte {tar.offset})")
     except (tarfile.TarError, OSError) as e:
+        if "unexpected end of data" in str(e):
+            raise DataError(f"{path}: truncated tar file ({e})") from None
         raise DataError(f"{path}: not a readable tar file ({e})") from None
     missing = [k for k in images if k not in labels]
     if missing:
@@ -78,7 +89,7 @@ class WebDataset(RecordFiles):
     Args:
         path: a ``.tar`` shard or a directory of them.
         label_ext: the extension of the label members.
-        image_size, color_mode, decoder, transform, augment: as for
+        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
             :class:`~easyfit.data.ImageFolder`.
 
     Example:
@@ -91,7 +102,8 @@ class WebDataset(RecordFiles):
     def __init__(self, path: str | os.PathLike, label_ext: str = "cls",
                  image_size: tuple[int, int] | None = None, color_mode: str | None = None,
                  decoder: str = "auto", transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
+                 eval_crop: float | None = None):
         root = os.fspath(path)
         self.label_ext = label_ext
         self.files = list_files(root, (".tar",), "WebDataset (.tar)")
@@ -104,7 +116,7 @@ class WebDataset(RecordFiles):
             self.keys += keys
         self._set_ranges(parts)
         self._init_records(root, np.asarray(labels, np.int32), image_size, color_mode, decoder,
-                           transform, augment)
+                           transform, augment, normalize, eval_crop)
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         return raw, None

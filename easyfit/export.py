@@ -1,0 +1,116 @@
+"""A trained model's parameter table, and its inference function exported with ``jax.export``.
+
+:func:`summary` lists every parameter array with its shape and size (clu's
+``parameter_overview``), then the totals: trainable parameters, non-trainable variables (such as
+BatchNorm statistics) and bytes. :func:`export` writes the inference function as serialized
+StableHLO with the trained weights inside, and the class names beside it: it loads and runs with
+JAX alone (:func:`load_exported`, or the three lines shown in its docstring), without easyfit
+and without the model's Python class, for any batch size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["export", "load_exported", "summary"]
+
+FUNCTION = "model.stablehlo"
+META = "model.json"
+
+
+def _pure(tree: Any) -> Any:
+    """A plain nested dict of arrays (NNX states included)."""
+    to_pure = getattr(tree, "to_pure_dict", None)
+    return to_pure() if callable(to_pure) else tree
+
+
+def _count(tree: Any) -> tuple[int, int]:
+    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "shape")]
+    return sum(int(a.size) for a in leaves), sum(int(a.nbytes) for a in leaves)
+
+
+def summary(params: Any, model_state: Any, name: str = "model",
+            print_fn: Callable[[str], Any] | None = None) -> str:
+    """The parameter table of ``params`` and the totals, printed with ``print_fn`` if given
+    (``Trainer.summary``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from easyfit.export import summary
+        >>> params = {"Dense_0": {"kernel": jnp.zeros((784, 10)), "bias": jnp.zeros(10)}}
+        >>> print(summary(params, {}).splitlines()[-3])
+        Trainable parameters: 7,850 (30.7 KiB)
+    """
+    params = jax.device_get(_pure(params))
+    state = jax.device_get(_pure(model_state))
+    table = jax.tree_util.tree_map(np.asarray, params)
+    lines = [f"{name}: parameters", parameter_overview(table)]
+    if jax.tree_util.tree_leaves(state):
+        lines += ["Non-trainable variables", parameter_overview(
+            jax.tree_util.tree_map(np.asarray, state))]
+    n, b = _count(params)
+    m, c = _count(state)
+    lines += [f"Trainable parameters: {n:,} ({b / 1024:,.1f} KiB)",
+              f"Non-trainable variables: {m:,} ({c / 1024:,.1f} KiB)",
+              f"Total: {n + m:,} ({(b + c) / 2**20:,.2f} MiB)"]
+    text = "\n".join(lines)
+    if print_fn is not None:
+        print_fn(text)
+    return text
+
+
+def parameter_overview(tree: Mapping[str, Any]) -> str:
+    """clu's table of ``tree``'s arrays: name, shape, size, mean and std."""
+    from clu import parameter_overview as overview
+
+    return overview.get_parameter_overview(dict(tree), include_stats=True)
+
+
+def export(path: str | os.PathLike, apply: Callable[[jax.Array], jax.Array],
+           sample_shape: Sequence[int], dtype: str | None,
+           class_names: Sequence[str] | None = None) -> str:
+    """Writes ``apply`` (a function of a batch only, the weights closed over) to ``path``: the
+    serialized StableHLO (``model.stablehlo``) for a symbolic batch size, and ``model.json``
+    (input shape and dtype, class names).
+
+    Returns:
+        ``path``.
+    """
+    path = os.fspath(path)
+    os.makedirs(path, exist_ok=True)
+    batch = jax.export.symbolic_shape("batch")
+    dtype = dtype or "float32"
+    spec = jax.ShapeDtypeStruct((*batch, *sample_shape), jnp.dtype(dtype))
+    exported = jax.export.export(jax.jit(apply))(spec)
+    with open(os.path.join(path, FUNCTION), "wb") as f:
+        f.write(exported.serialize())
+    meta = {"input_shape": [None, *map(int, sample_shape)], "input_dtype": str(jnp.dtype(dtype)),
+            "class_names": list(class_names) if class_names is not None else None,
+            "format": "jax.export (StableHLO), weights inside; call with a batch of inputs"}
+    with open(os.path.join(path, META), "w") as f:
+        json.dump(meta, f, indent=1)
+    return path
+
+
+def load_exported(path: str | os.PathLike) -> tuple[Callable[[Any], jax.Array], dict[str, Any]]:
+    """``(function, metadata)`` of a model written by :func:`export` (``Trainer.export``).
+
+    Without easyfit, the same in plain JAX::
+
+        import jax, json
+        fn = jax.export.deserialize(open("exported/model.stablehlo", "rb").read()).call
+        class_names = json.load(open("exported/model.json"))["class_names"]
+    """
+    path = os.fspath(path)
+    with open(os.path.join(path, FUNCTION), "rb") as f:
+        exported = jax.export.deserialize(bytearray(f.read()))
+    with open(os.path.join(path, META)) as f:
+        meta = json.load(f)
+    return exported.call, meta
