@@ -10,12 +10,16 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   from ``state``, so that a checkpoint loads into a trainer of any precision: parameters are
   float32 under every precision);
 * ``metadata``: JSON: the epoch and the batch reached, the train loader's position, the seed,
-  the input shape, the class names and the batching plan.
+  the input shape, the class names and the batching plan;
+* ``checksums``: JSON: a hash of every array of the other items and of the metadata, checked
+  at load time (a mismatch, or an item that cannot be read, raises CheckpointError naming the
+  path and the item).
 
-Orbax writes into a temporary directory and renames it when complete, so a process killed while
-saving leaves either the previous checkpoint or a temporary directory, which ``read_metadata``
-refuses
-and which backups ignore; never a checkpoint that loads as something else. Restored arrays take
+``save`` writes beside the old checkpoint (``<path>.easyfit-new``, itself written by Orbax
+into a temporary directory renamed when complete) and swaps the new one in by directory renames,
+holding ``<path>.lock`` against a second writer: a process killed while saving leaves the
+previous checkpoint or the complete new one beside it (which loading finds), never a
+checkpoint that loads as something else. Restored arrays take
 the shardings of the target state. The functions work on plain values (a state, a
 :class:`Progress`, a dict of metadata); ``Trainer.save``/``load`` call them.
 
@@ -37,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +48,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from . import _integrity
 from .errors import CheckpointError
 from .precision import get_precision
 
@@ -52,10 +56,11 @@ if TYPE_CHECKING:
     from .data.order import Plan
 
 __all__ = ["Progress", "ResumePoint", "checkpoint_args", "find_resume_point", "read_metadata",
-           "reader", "restore", "save"]
+           "reader", "restore", "save", "verify"]
 
 FORMAT = "easyfit-checkpoint"
-VERSION = 1
+#: 2: with checksums (version 1 checkpoints load unchecked).
+VERSION = 2
 #: Plan fields that give a loader position its meaning (the number of devices does not).
 _PLAN_KEYS = ("num_samples", "batch_size", "shuffle", "seed", "steps_per_execution")
 
@@ -107,18 +112,21 @@ def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, An
     """The Orbax save arguments for a training state, where training stands and ``meta``
     (``seed``, ``input_shape``, ``input_dtype``, ``class_names``)."""
     full = _metadata(state, progress, meta, "weights" if weights_only else "full")
-    items: dict[str, Any] = {"metadata": ocp.args.JsonSave(full)}
+    trees: dict[str, Any] = {}
     if weights_only:
-        items["weights"] = ocp.args.StandardSave({"params": state.params,
-                                                   "model_state": state.model_state})
+        trees["weights"] = {"params": state.params, "model_state": state.model_state}
     else:
-        items["state"] = ocp.args.StandardSave(state.replace(dynamic_scale=None))
+        trees["state"] = state.replace(dynamic_scale=None)
         if state.dynamic_scale is not None:
-            items["loss_scale"] = ocp.args.StandardSave(state.dynamic_scale)
+            trees["loss_scale"] = state.dynamic_scale
         if full["has_metrics"]:  # only with a progress
             assert progress is not None
-            items["epoch_metrics"] = ocp.args.StandardSave(progress.metrics)
-    return ocp.args.Composite(**items)
+            trees["epoch_metrics"] = progress.metrics
+    sums = {"metadata": _integrity.json_digest(full),
+            "items": {name: _integrity.digests(tree) for name, tree in trees.items()}}
+    return ocp.args.Composite(
+        metadata=ocp.args.JsonSave(full), **{_integrity.ITEM: ocp.args.JsonSave(sums)},
+        **{name: ocp.args.StandardSave(tree) for name, tree in trees.items()})
 
 
 def _checkpointer() -> ocp.Checkpointer:
@@ -136,26 +144,61 @@ def save(path: str | os.PathLike, state: Any, progress: Progress | None,
         meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names`` (JSON values).
         weights_only: save the parameters and model state only.
 
-    An existing checkpoint is replaced only once the new one is complete.
+    The new checkpoint is written beside the old one (``<path>.easyfit-new``) and swapped in
+    by directory renames once complete (by process 0, after every process wrote its part), so a
+    complete checkpoint exists at every instant. ``<path>.lock`` keeps a second writer out.
+
+    Raises:
+        CheckpointError: another program is saving at ``path``.
 
     Returns:
         The absolute path written.
     """
     path = os.path.abspath(os.fspath(path))
     args = checkpoint_args(state, progress, meta, weights_only=weights_only)
-    ckptr = _checkpointer()
-    if not os.path.exists(path) or jax.process_count() > 1:
-        ckptr.save(path, args=args, force=True)
-        return path
-    new = path + ".easyfit-new"
-    old = path + ".easyfit-old"
-    for leftover in (new, old):
-        shutil.rmtree(leftover, ignore_errors=True)
-    ckptr.save(new, args=args)
-    os.rename(path, old)
-    os.rename(new, path)
-    shutil.rmtree(old, ignore_errors=True)
+    main = jax.process_index() == 0
+    with _integrity.WriterLock(path):
+        if main:
+            _integrity.recover(path)
+        _sync("easyfit-checkpoint-recovered")
+        _checkpointer().save(path + _integrity.NEW, args=args)
+        _sync("easyfit-checkpoint-written")
+        if main:
+            _integrity.swap_in(path)
+        _sync("easyfit-checkpoint-swapped")
     return path
+
+
+def _sync(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _read(path: str, name: str, args: Any) -> Any:
+    """Item ``name`` of the checkpoint at ``path``; any failure a CheckpointError naming both."""
+    try:
+        return _checkpointer().restore(path, args=ocp.args.Composite(**{name: args}))[name]
+    except CheckpointError:
+        raise
+    except Exception as e:  # TensorStore, JSON, pytree structure: all say "cannot be read"
+        why = (str(e).strip().splitlines() or [""])[0][:300]
+        raise CheckpointError(f"{path}: item {name!r} cannot be read (the checkpoint is damaged, "
+                              f"or was saved from another model or optimizer): "
+                              f"{type(e).__name__}: {why}") from e
+
+
+def _checksums(path: str, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    if meta.get("version", 1) < 2:
+        return None  # written before checksums
+    if not os.path.isdir(os.path.join(path, _integrity.ITEM)):
+        raise CheckpointError(f"{path}: item {_integrity.ITEM!r} is missing, the checkpoint is "
+                              f"damaged")
+    sums = _read(path, _integrity.ITEM, ocp.args.JsonRestore())
+    if not isinstance(sums, dict) or not isinstance(sums.get("items"), dict):
+        raise CheckpointError(f"{path}: item {_integrity.ITEM!r} is damaged")
+    return sums
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -165,17 +208,21 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
         CheckpointError: ``path`` is not a complete easyfit checkpoint (missing, or a
             temporary directory left by a save that did not finish).
     """
-    path = os.path.abspath(os.fspath(path))
+    path = _integrity.resolve(os.path.abspath(os.fspath(path)))
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: no such checkpoint directory")
-    if ocp.utils.TMP_DIR_SUFFIX in os.path.basename(path) or path.endswith(".easyfit-new"):
+    if ocp.utils.TMP_DIR_SUFFIX in os.path.basename(path) or (
+            path.endswith(_integrity.NEW) and not _integrity.complete(path)):
         raise CheckpointError(f"{path}: an unfinished checkpoint (a save was interrupted)")
     if not os.path.isdir(os.path.join(path, "metadata")):
         raise CheckpointError(f"{path}: not an easyfit checkpoint (no metadata item)")
-    meta = _checkpointer().restore(
-        path, args=ocp.args.Composite(metadata=ocp.args.JsonRestore()))["metadata"]
+    meta = _read(path, "metadata", ocp.args.JsonRestore())
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an easyfit checkpoint")
+    sums = _checksums(path, meta)
+    if sums is not None and _integrity.json_digest(meta) != sums.get("metadata"):
+        raise CheckpointError(f"{path}: item 'metadata' does not match its checksum (edited or "
+                              f"damaged)")
     return meta
 
 
@@ -183,9 +230,49 @@ Reader = Callable[[ocp.args.Composite], Mapping[str, Any]]
 
 
 def reader(path: str | os.PathLike) -> Reader:
-    """Reads the given Orbax items of the checkpoint at ``path``."""
-    path = os.path.abspath(os.fspath(path))
-    return lambda args: _checkpointer().restore(path, args=args)
+    """Reads the given Orbax items of the checkpoint at ``path``, each checked against the
+    checksums written with it (a mismatch raises CheckpointError naming the item and array)."""
+    path = _integrity.resolve(os.path.abspath(os.fspath(path)))
+
+    def read(args: ocp.args.Composite) -> dict[str, Any]:
+        meta = read_metadata(path)
+        sums = _checksums(path, meta)
+        got = {}
+        for name, item in args.items():
+            got[name] = _read(path, name, item)
+            if sums is not None:
+                if name not in sums["items"]:
+                    raise CheckpointError(f"{path}: item {name!r} has no checksums")
+                _integrity.check(path, name, got[name], sums["items"][name])
+        return got
+
+    return read
+
+
+def verify(path: str | os.PathLike) -> dict[str, Any]:
+    """Reads every array of the checkpoint at ``path`` (as NumPy, on any devices) and checks it
+    against its checksum; returns the metadata.
+
+    Raises:
+        CheckpointError: naming the path and the part (item, array) that is damaged, missing or
+            edited.
+    """
+    path = _integrity.resolve(os.path.abspath(os.fspath(path)))
+    meta = read_metadata(path)
+    sums = _checksums(path, meta)
+    for name, saved in (sums or {"items": {}})["items"].items():
+        try:
+            tree = ocp.PyTreeCheckpointer().metadata(os.path.join(path, name))
+            tree = getattr(tree, "item_metadata", tree)
+            tree = getattr(tree, "tree", tree)
+            as_numpy = jax.tree_util.tree_map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+        except Exception as e:
+            raise CheckpointError(f"{path}: item {name!r} cannot be read (the checkpoint is "
+                                  f"damaged): {type(e).__name__}: {e}") from e
+        got = _read(path, name, ocp.args.PyTreeRestore(restore_args=as_numpy))
+        _integrity.check(path, name, got, saved, every=True)
+    return meta
 
 
 def restore(read: Reader, target: Any, meta: Mapping[str, Any],

@@ -103,6 +103,47 @@ def test_a_dead_process_stops_the_other_within_the_timeout(mnist_dir, tmp_path):
     assert "another task died" in output
 
 
+@pytest.mark.slow
+def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(tmp_path):
+    """ModelCheckpoint("latest", save_freq=1) on 2 processes, both SIGKILLed at a random moment
+    after the first save, in several trials: a complete ``latest`` (or the copy a kill between
+    the swap's renames left beside it) always loads."""
+    import optax
+
+    import easyfit as ef
+    from tests.helpers.models import SmallMLP
+
+    rng = np.random.default_rng(17)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+           "PYTHONUNBUFFERED": "1"}
+    steps = []
+    for trial in range(4):
+        out = tmp_path / f"trial-{trial}"
+        out.mkdir()
+        port = _free_port()
+        procs = [subprocess.Popen([sys.executable, str(PROGRAMS / "save_multiprocess.py"),
+                                   str(i), "2", str(port), str(out)], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for i in range(2)]
+        try:
+            deadline = time.monotonic() + 120
+            while not (out / "latest").is_dir():
+                assert time.monotonic() < deadline, "no first save within 120 s"
+                assert all(p.poll() is None for p in procs), "a process ended on its own"
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0, 1.0))  # saves follow each other: most likely mid-save
+        finally:
+            for p in procs:
+                p.kill()
+            for p in procs:
+                p.wait()
+        meta = ef.checkpoint.verify(out / "latest")
+        restored = ef.Trainer.from_checkpoint(out / "latest", SmallMLP(), optimizer=optax.sgd(0.1))
+        assert int(restored.state.step) == meta["step"] >= 1
+        steps.append(meta["step"])
+    assert len(set(steps)) > 1  # the kills fell at different moments
+
+
 # A process that never joins a multi-process run: a Python TimeoutError within the user's
 
 JOIN = """

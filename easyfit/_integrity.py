@@ -1,0 +1,197 @@
+"""What keeps checkpoints trustworthy: checksums, one writer at a time, and the atomic swap.
+
+* :func:`digests` hashes every array of a pytree (BLAKE2b of its dtype, shape and bytes, read
+  from the host) under its key path; :func:`json_digest` hashes JSON metadata. A checkpoint
+  carries them in an item of its own, written at save time and checked at load time.
+* :class:`WriterLock` holds ``<path>.lock`` (``fcntl.flock``; the file is removed as the lock
+  is let go) while a process writes at ``path``; a second writer gets a
+  :class:`~easyfit.errors.CheckpointError` at once. With several processes only process 0
+  locks, and the others learn the outcome from it.
+* :func:`swap_in` moves a complete new checkpoint (``<path>.easyfit-new``) in place of the old
+  one with directory renames (old -> ``<path>.easyfit-old``, new -> ``path``);
+  :func:`resolve` finds the complete one when a kill fell between the two renames, and
+  :func:`recover` puts it back in place.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import shutil
+from typing import Any
+
+import jax
+import numpy as np
+
+from .errors import CheckpointError
+
+NEW, OLD = ".easyfit-new", ".easyfit-old"
+#: The item of a checkpoint that holds the checksums.
+ITEM = "checksums"
+
+
+def _host(leaf: Any) -> np.ndarray:
+    if isinstance(leaf, jax.Array):
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        if leaf.is_fully_replicated or leaf.is_fully_addressable:
+            return np.asarray(leaf.addressable_data(0) if leaf.is_fully_replicated else leaf)
+        from jax.experimental import multihost_utils  # every process calls save: a collective
+
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+    return np.asarray(leaf)
+
+
+def _digest(array: np.ndarray) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{array.dtype.str}{array.shape}".encode())
+    h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
+def _name(entry: Any) -> str:
+    for field in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
+        if hasattr(entry, field):
+            return str(getattr(entry, field))
+    return str(entry)
+
+
+def digests(tree: Any) -> dict[str, str]:
+    """``{key path: checksum}`` of every array leaf of ``tree``; the paths are the same whether
+    the tree holds dataclasses and tuples or, as Orbax reads it back, dicts and lists."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {"/".join(_name(e) for e in path): _digest(_host(leaf)) for path, leaf in flat}
+
+
+def json_digest(value: Any) -> str:
+    """The checksum of a JSON value (as JSON stores it: keys sorted, tuples as lists)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def check(path: str, item: str, tree: Any, saved: dict[str, str], every: bool = False) -> None:
+    """Raises CheckpointError naming ``path``, ``item`` and the leaf whose arrays differ from the
+    checksums written at save time (``every``: the tree must hold every leaf saved)."""
+    got_all = digests(tree)
+    if every and saved.keys() - got_all.keys():
+        missing = sorted(saved.keys() - got_all.keys())[0]
+        raise CheckpointError(f"{path}: item {item!r} lacks its array {missing}, the checkpoint "
+                              f"is damaged")
+    for leaf, got in got_all.items():
+        want = saved.get(leaf)
+        if want is None:
+            raise CheckpointError(f"{path}: item {item!r} has an array {leaf} that the "
+                                  f"checkpoint's checksums do not list (saved from another "
+                                  f"model or optimizer?)")
+        if got != want:
+            raise CheckpointError(f"{path}: item {item!r}, array {leaf}: checksum mismatch, "
+                                  f"the checkpoint is damaged")
+
+
+def _all_processes_agree(ok: bool) -> bool:
+    if jax.process_count() == 1:
+        return ok
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.int32(ok)))
+
+
+class WriterLock:
+    """An exclusive ``fcntl.flock`` on ``<path>.lock`` (process 0's, for several processes):
+    a second holder, in this process or another, gets a CheckpointError naming ``path``."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        self.file = self.path + ".lock"
+        self._fd: int | None = None  # process 0's
+        self._held = False  # every process's view (acquire is collective: all or none return)
+
+    def acquire(self) -> WriterLock:
+        if self._held:
+            return self
+        ok = True
+        if jax.process_index() == 0:
+            os.makedirs(os.path.dirname(self.file), exist_ok=True)
+            while True:
+                fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    os.close(fd)
+                    ok = False
+                    break
+                try:  # the holder before us may have removed the file as it let go: lock anew
+                    same = os.stat(self.file).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()}\n".encode())
+                    self._fd = fd
+                    break
+                os.close(fd)
+        if not _all_processes_agree(ok):
+            self.release()
+            raise CheckpointError(f"{self.path}: another writer holds {self.file} (another "
+                                  f"program saving here now); use another path, or wait "
+                                  f"for it to finish")
+        self._held = True
+        return self
+
+    def release(self) -> None:
+        self._held = False
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.unlink(self.file)  # while still held: see acquire
+            except FileNotFoundError:
+                pass
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.release()
+
+    def __enter__(self) -> WriterLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def complete(path: str) -> bool:
+    """Whether ``path`` is a checkpoint that Orbax finished writing (its rename happened)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA"))
+
+
+def resolve(path: str) -> str:
+    """``path``, or the complete copy a save killed between its two renames left beside it."""
+    if os.path.exists(path):
+        return path
+    for sibling in (path + NEW, path + OLD):  # the newer first
+        if complete(sibling):
+            return sibling
+    return path
+
+
+def recover(path: str) -> None:
+    """Puts the complete copy back at ``path`` (a save was killed between its renames) and
+    removes what is left of unfinished saves. Call it holding the writer lock, on process 0."""
+    found = resolve(path)
+    if found != path:
+        os.rename(found, path)
+    for leftover in (path + NEW, path + OLD, *glob.glob(glob.escape(path + NEW) + ".orbax-*")):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def swap_in(path: str) -> None:
+    """Replaces ``path`` with the complete ``<path>.easyfit-new`` (process 0, holding the lock):
+    at every instant a complete checkpoint is at ``path``, ``<path>.easyfit-old`` or
+    ``<path>.easyfit-new``."""
+    if os.path.exists(path):
+        os.rename(path, path + OLD)
+    os.rename(path + NEW, path)
+    shutil.rmtree(path + OLD, ignore_errors=True)
