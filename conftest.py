@@ -1,14 +1,14 @@
-"""Names the docstring examples use (doctests of easyfit/ and of the tests alike)."""
+"""The one conftest: the fixtures of the tests, and the names the docstring examples use
+(doctests of easyfit/ and of the tests alike). It lives at the repository root, above easyfit/
+and tests/, so that both see it. Helpers the tests share are in tests/helpers/."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "tests"))
+collect_ignore = ["tests/programs", "tests/dali_repro"]
 
 
 class _LazyFormats(dict):
@@ -19,9 +19,8 @@ class _LazyFormats(dict):
         self.base = base
 
     def __missing__(self, fmt: str) -> str:
-        from formats import mnist_in
-
         import easyfit as ef
+        from tests.helpers.formats import mnist_in
 
         data = ef.datasets.sample()
         self[fmt] = mnist_in(fmt, self.base / fmt, data, (200, 100))
@@ -33,18 +32,55 @@ def _doc_formats(tmp_path_factory) -> _LazyFormats:
     return _LazyFormats(tmp_path_factory.mktemp("formats"))
 
 
-@pytest.fixture(scope="session")
-def _doc_idx(tmp_path_factory) -> str:
-    """The packaged sample written as MNIST's four gzipped IDX files (what ``source=`` takes)."""
-    from formats import write_idx_mnist
+@pytest.fixture(autouse=True)
+def _doctest_names(doctest_namespace, tmp_path, _doc_formats, mnist_idx):
+    doctest_namespace["DOCS_TMP"] = str(tmp_path)
+    doctest_namespace["MNIST_IDX"] = mnist_idx
+    doctest_namespace["MNIST_FORMATS"] = _doc_formats
 
+
+@pytest.fixture(scope="session")
+def mnist_dir(tmp_path_factory) -> str:
+    """MNIST as an image folder: 3,000 training and 500 validation PNGs of the sample."""
     import easyfit as ef
+
+    return ef.datasets.sample_folder(tmp_path_factory.mktemp("mnist") / "mnist",
+                                     limit=(3000, 500))
+
+
+@pytest.fixture(scope="session")
+def mnist_arrays():
+    """The packaged sample: the first 6,000 training and 1,000 test images of MNIST."""
+    import easyfit as ef
+
+    return ef.datasets.sample()
+
+
+@pytest.fixture(scope="session")
+def mnist_idx(tmp_path_factory) -> str:
+    """The sample as MNIST's four gzipped IDX files, for code that takes ``source=``."""
+    import easyfit as ef
+    from tests.helpers.formats import write_idx_mnist
 
     return write_idx_mnist(tmp_path_factory.mktemp("idx"), ef.datasets.sample())
 
 
-@pytest.fixture(autouse=True)
-def _doctest_names(doctest_namespace, tmp_path, _doc_formats, _doc_idx):
-    doctest_namespace["DOCS_TMP"] = str(tmp_path)
-    doctest_namespace["MNIST_IDX"] = _doc_idx
-    doctest_namespace["MNIST_FORMATS"] = _doc_formats
+@pytest.fixture(scope="session")
+def format_roots(tmp_path_factory, mnist_arrays) -> dict[str, str]:
+    """MNIST (1,000 train / 300 val) as ``root/{train,val}`` in each reference format."""
+    from tests.helpers.formats import mnist_in
+
+    base = tmp_path_factory.mktemp("formats")
+    return {fmt: mnist_in(fmt, base / fmt, mnist_arrays, (1000, 300))
+            for fmt in ("lmdb", "recordio", "tfrecord", "webdataset", "npy")}
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    """A SmallMLP Trainer shared by one module's tests, so its steps compile once."""
+    import optax
+
+    import easyfit as ef
+    from tests.helpers.models import SmallMLP
+
+    return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)

@@ -6,7 +6,11 @@ and on 4 devices gives the same parameters and running statistics, elementwise."
 from __future__ import annotations
 
 import numpy as np
-from conftest import run_program
+import pytest
+
+from tests.helpers import run_program
+
+pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
 
 def test_batch_statistics_are_global_on_four_devices(tmp_path):

@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import optax
 import pytest
-from conftest import flat_params
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore
+from tests.helpers import flat_params
+from tests.helpers.models import SmallMLP
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +137,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_touches_nothing(saved, ckpt):
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, ckpt], stdout=subprocess.PIPE,
                               text=True)

@@ -9,10 +9,10 @@ import sys
 from importlib import metadata
 
 import pytest
-from conftest import ROOT
 
 from easyfit._info import Environment, collect, problems
 from easyfit.cli import main
+from tests.helpers import ROOT
 
 
 def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
@@ -25,6 +25,7 @@ def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_demo_trains_on_the_packaged_sample_and_draws_the_curves(tmp_path):
     from matplotlib.image import imread
 
@@ -43,6 +44,7 @@ def test_demo_refuses_a_bad_epoch_count(capsys):
     assert exit_.value.code == 2 and "--epochs 0: must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_info_prints_versions_backend_and_devices(tmp_path):
     out = easyfit_command("info", cwd=tmp_path, devices=2)
     import nvidia.dali

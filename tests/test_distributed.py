@@ -11,7 +11,11 @@ import time
 
 import numpy as np
 import pytest
-from conftest import PROGRAMS, last_json, run_program
+
+import easyfit as ef
+from tests.helpers import PROGRAMS, last_json, run_program
+
+pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
 
 def _free_port() -> int:
@@ -53,9 +57,9 @@ def test_same_parameters_as_one_process_with_four_devices(two_processes, mnist_d
 def test_a_checkpoint_saved_by_two_processes_loads_in_one(two_processes):
     import jax
     import optax
-    from models import SmallMLP
 
     import easyfit as ef
+    from tests.helpers.models import SmallMLP
 
     out, _, _ = two_processes
     restored = ef.Trainer.from_checkpoint(out / "ckpt", SmallMLP(),
@@ -105,9 +109,9 @@ def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(t
     after the first save, in several trials: a complete ``latest`` (or the copy a kill between
     the swap's renames left beside it) always loads."""
     import optax
-    from models import SmallMLP
 
     import easyfit as ef
+    from tests.helpers.models import SmallMLP
 
     rng = np.random.default_rng(17)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
@@ -138,3 +142,51 @@ def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(t
         assert int(restored.state.step) == meta["step"] >= 1
         steps.append(meta["step"])
     assert len(set(steps)) > 1  # the kills fell at different moments
+
+
+# A process that never joins a multi-process run: a Python TimeoutError within the user's
+
+JOIN = """
+import sys, easyfit as ef
+try:
+    ef.distributed.initialize(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                              initialization_timeout=float(sys.argv[4]))
+except TimeoutError as e:
+    print("TimeoutError:", e)
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(address: str, n: int, pid: int, timeout: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", JOIN, address, str(n), str(pid), str(timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_every_process_that_came_names_the_missing_one():
+    address = f"localhost:{_port()}"
+    start = time.monotonic()
+    procs = [_start(address, 3, pid, 4) for pid in (0, 1)]  # process 2 never comes
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert time.monotonic() - start < 30  # not JAX's 5 minutes
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err[-2000:]  # a Python error, no C++ abort
+        assert f"TimeoutError: {address}: process(es) [2] of 3 never arrived within 4 s" in out, out
+
+
+def test_the_coordinator_alone_names_every_missing_process():
+    address = f"127.0.0.1:{_port()}"
+    with pytest.raises(TimeoutError, match=r"127\.0\.0\.1:\d+: process\(es\) \[1, 2, 3\] of 4 never"):
+        ef.distributed.initialize(address, 4, 0, initialization_timeout=1)
+
+
+def test_a_process_without_its_coordinator_says_so():
+    address = f"127.0.0.1:{_port()}"
+    with pytest.raises(TimeoutError, match="the coordinator \\(process 0\\) did not answer "
+                                           "within 1.5 s"):
+        ef.distributed.initialize(address, 2, 1, initialization_timeout=1.5)

@@ -17,7 +17,8 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ROOT
+
+from tests.helpers import ROOT
 
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 OFFLINE = "http://127.0.0.1:9/"  # the discard port: refused at once, as with no network
@@ -46,6 +47,7 @@ def test_blocks_are_found_with_their_lines():
     assert blocks(text) == [(2, "x = 1\n"), (7, "y = x\n")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p.read_text())],
                          ids=lambda p: p.name)
 def test_code_blocks_run(page, tmp_path):
@@ -63,6 +65,7 @@ def test_code_blocks_run(page, tmp_path):
     assert proc.returncode == 0, f"{name}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
                            "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _flags_after_import(env_flags):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -15,12 +17,14 @@ def _flags_after_import(env_flags):
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_import_turns_off_command_buffers():
     assert _flags_after_import(None) == "--xla_gpu_enable_command_buffer="
     assert _flags_after_import("--xla_force_host_platform_device_count=2") == (
         "--xla_force_host_platform_device_count=2 --xla_gpu_enable_command_buffer=")
 
 
+@pytest.mark.slow
 def test_a_users_own_setting_is_kept():
     mine = "--xla_gpu_enable_command_buffer=FUSION"
     assert _flags_after_import(mine) == mine

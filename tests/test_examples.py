@@ -8,7 +8,11 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
 EXAMPLES = ROOT / "examples"
 

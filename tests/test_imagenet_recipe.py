@@ -162,6 +162,7 @@ def test_a_resumed_run_with_random_crops_ends_bit_exact(photos, tmp_path):
         np.testing.assert_array_equal(a, b)  # bit for bit on CPU
 
 
+@pytest.mark.slow
 def test_the_imagenet_example_runs_its_smoke_run(tmp_path):
     import os
     import subprocess

@@ -15,11 +15,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-from conftest import ROOT
 from flax import nnx
-from models import NNXMLP, SmallMLP
 
 import easyfit as ef
+from tests.helpers import ROOT
+from tests.helpers.models import NNXMLP, SmallMLP
 
 N = 400  # training samples: enough for a few steps, small enough to stay fast
 
@@ -238,6 +238,7 @@ def _example(path, *args, cwd=None):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_help_shows_defaults(path):
     proc = _example(path, "--help")
@@ -245,6 +246,7 @@ def test_example_help_shows_defaults(path):
     assert re.search(r"--epochs EPOCHS\s+.*\(default: \d+\)", proc.stdout), proc.stdout
 
 
+@pytest.mark.slow
 def test_arrays_example_takes_a_folder_easyfit_reads(tmp_path):
     root = ef.datasets.sample_folder(tmp_path / "sample", limit=(300, 100))
     proc = _example(ROOT / "examples" / "arrays.py", "--data", root, "--epochs", "1",

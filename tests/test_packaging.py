@@ -5,10 +5,10 @@ from __future__ import annotations
 from importlib import metadata
 
 import pytest
-from conftest import ROOT
 
 import easyfit
 from easyfit.cli import main
+from tests.helpers import ROOT
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
 

@@ -54,6 +54,7 @@ print(json.dumps({"out": out, "classes": meta["class_names"]}))
 """
 
 
+@pytest.mark.slow
 def test_exported_model_runs_without_easyfit_and_matches_predict(trained, tmp_path):
     trainer, root = trained
     path = trainer.export(tmp_path / "exported")

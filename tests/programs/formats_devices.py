@@ -9,15 +9,15 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from models import SmallMLP  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.data.loader import make_loader  # noqa: E402
+from tests.helpers.models import SmallMLP  # noqa: E402
 
 mnist_idx, lmdb_root, recordio_root = sys.argv[1:4]
 n = jax.device_count()

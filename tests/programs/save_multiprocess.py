@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import easyfit as ef  # noqa: E402
 
@@ -26,7 +26,8 @@ ef.distributed.initialize(f"localhost:{args.port}", args.num_processes, args.pro
                           heartbeat_timeout_seconds=10)
 
 import optax  # noqa: E402
-from models import SmallMLP  # noqa: E402
+
+from tests.helpers.models import SmallMLP  # noqa: E402
 
 x, y = ef.datasets.sample()["train"]
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0, steps_per_execution=1)

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import easyfit as ef  # noqa: E402
 
@@ -35,10 +35,10 @@ ef.distributed.initialize(f"localhost:{args.port}", args.num_processes, args.pro
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from models import SmallMLP  # noqa: E402
 
 from easyfit.data.loader import Loader  # noqa: E402
 from easyfit.parallel import Placement  # noqa: E402
+from tests.helpers.models import SmallMLP  # noqa: E402
 
 
 class Die(ef.callbacks.Callback):

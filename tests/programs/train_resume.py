@@ -14,14 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from models import SmallMLP  # noqa: E402
 
 import easyfit as ef  # noqa: E402
+from tests.helpers.models import SmallMLP  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("mnist")

@@ -9,10 +9,10 @@ import zlib
 
 import numpy as np
 import pytest
-from formats import encode
 
 import easyfit as ef
 from easyfit.data import images
+from tests.helpers.formats import encode
 
 
 def _png_chunk(kind: bytes, body: bytes) -> bytes:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
 import easyfit as ef
+from tests.helpers import ROOT
 
 SAMPLE_DIR = os.path.join(os.path.dirname(ef.__file__), "_sample")
 
@@ -43,3 +47,31 @@ def test_sample_folder_reads_back_through_dali(tmp_path):
     assert np.array_equal(np.bincount(train.labels, minlength=10),
                           np.bincount(ef.datasets.sample()["train"][1][:120], minlength=10))
     assert ef.datasets.sample_folder(tmp_path / "s", limit=(120, 30)) == root  # reused as is
+
+
+# Without a network, ef.datasets.mnist() says what to do instead of a urllib traceback.
+
+_PROGRAM = """
+import easyfit as ef
+try:
+    ef.datasets.mnist("digits", limit=(10, 10))
+except ef.DataError as e:
+    print("DataError:", e)
+else:
+    print("downloaded")
+"""
+
+
+@pytest.mark.slow
+def test_mnist_without_network_names_the_sample_and_source(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "EASYFIT_MNIST_DIR"}
+    env.update(EASYFIT_MNIST_MIRROR="http://127.0.0.1:9/", XDG_CACHE_HOME=str(tmp_path / "c"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _PROGRAM], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert out.startswith("DataError: could not download MNIST from http://127.0.0.1:9/"), out
+    assert "ef.datasets.sample_folder(" in out and "source=" in out
+    assert "Traceback" not in proc.stderr
+    assert not [f for f in os.listdir(tmp_path / "c" / "easyfit" / "mnist")]  # no partial file

@@ -7,10 +7,10 @@ import glob
 
 import optax
 import pytest
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.callbacks import CSVLogger, TensorBoard
+from tests.helpers.models import SmallMLP
 
 
 @pytest.fixture(scope="module")

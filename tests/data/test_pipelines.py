@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import last_json, run_program
+
+from tests.helpers import last_json, run_program
+
+pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 import pytest
-from models import SmallMLP
 
 import easyfit as ef
+from tests.helpers.models import SmallMLP
 
 
 def test_missing_directory(tmp_path):

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
 from easyfit.callbacks import History
+from tests.helpers import ROOT
 
 
 def _history(epochs: int, keys: tuple[str, ...]) -> History:
@@ -41,6 +41,7 @@ def test_plot_without_validation_or_without_epochs(tmp_path):
         History().plot(tmp_path / "empty.png")
 
 
+@pytest.mark.slow
 def test_missing_matplotlib_says_how_to_install_it():
     code = ("import sys; sys.modules['matplotlib'] = None\n"
             "from easyfit.callbacks import History\n"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from formats import encode
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
+from tests.helpers.formats import encode
 
 
 def _batch(source, *, training, seed=0):

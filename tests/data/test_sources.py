@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import optax
 import pytest
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
+from tests.helpers.models import SmallMLP
 
 N_TRAIN, N_VAL = 1000, 300
 INDEXED = ["recordio", "tfrecord", "webdataset"]

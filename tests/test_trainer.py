@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import optax
 import pytest
-from conftest import flat_params
-from models import NNXMLP, SmallMLP
 
 import easyfit as ef
+from tests.helpers import flat_params
+from tests.helpers.models import NNXMLP, SmallMLP
 
 
 def _trainer(**kw):

@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import optax
 import pytest
-from conftest import PROGRAMS, flat_params, last_json
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
+from tests.helpers import PROGRAMS, flat_params, last_json
+from tests.helpers.models import SmallMLP
 
 
 def _npz(path) -> list[np.ndarray]:
@@ -23,6 +23,7 @@ def _npz(path) -> list[np.ndarray]:
         return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_restart_gives_the_same_parameters(tmp_path, mnist_idx):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONUNBUFFERED": "1"}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import last_json, run_program
+
+from tests.helpers import last_json, run_program
+
+pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
 #: Parameters after 2 epochs (30 steps of SGD with momentum) on 1, 4 and 8 devices agree to
 #: within float32 reduction order: the gradients are summed over the devices in another order.

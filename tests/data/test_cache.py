@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import optax
 import pytest
-from conftest import flat_params
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.data.cache import decide_cache
 from easyfit.parallel import Placement
+from tests.helpers import flat_params
+from tests.helpers.models import SmallMLP
 
 
 def _fit(root, cache, epochs=3):

@@ -8,7 +8,10 @@ import struct
 
 import numpy as np
 import pytest
-from formats import (
+
+import easyfit as ef
+from easyfit.data.loader import make_loader
+from tests.helpers.formats import (
     MAGIC,
     encode,
     write_npy_folder,
@@ -16,9 +19,6 @@ from formats import (
     write_tfrecord,
     write_webdataset,
 )
-
-import easyfit as ef
-from easyfit.data.loader import make_loader
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-from conftest import flat_params
-from models import NNXMLP, SmallMLP
 
 import easyfit as ef
 from easyfit.callbacks import LambdaCallback, ModelCheckpoint
+from tests.helpers import flat_params
+from tests.helpers.models import NNXMLP, SmallMLP
 
 
 @pytest.fixture(scope="module")

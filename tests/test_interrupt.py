@@ -10,9 +10,12 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import PROGRAMS, last_json
+import pytest
 
 from easyfit.callbacks import BackupAndRestore
+from tests.helpers import PROGRAMS, last_json
+
+pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
 
 def _npz(path) -> list[np.ndarray]:

@@ -7,10 +7,10 @@ import os
 
 import optax
 import pytest
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.callbacks import ModelCheckpoint
+from tests.helpers.models import SmallMLP
 
 
 def test_max_to_keep_keeps_the_newest_and_nothing_else_is_touched(tmp_path):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from formats import write_npy_folder
 
 import easyfit as ef
+from tests.helpers.formats import write_npy_folder
 
 
 @pytest.fixture

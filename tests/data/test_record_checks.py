@@ -7,10 +7,10 @@ import tarfile
 
 import numpy as np
 import pytest
-from formats import encode, write_recordio, write_tfrecord, write_webdataset
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
+from tests.helpers.formats import encode, write_recordio, write_tfrecord, write_webdataset
 
 N = 12
 BAD = 7  # the damaged record

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,9 +246,8 @@ def test_valid_unusual_images_pass(tmp_path, digits, trainer):
 
 
 def test_a_record_broken_inside_is_named(tmp_path, digits):
-    from formats import write_webdataset
-
     from easyfit.data.loader import make_loader
+    from tests.helpers.formats import write_webdataset
 
     pngs = [_save(a, "PNG") for a in digits[0][:20]]
     pngs[LATE % 20] = CORRUPTIONS["png IDAT bytes changed, CRC made right"][1](pngs[LATE % 20])
@@ -257,3 +260,26 @@ def test_a_record_broken_inside_is_named(tmp_path, digits):
             next(loader)
     finally:
         loader.close()
+
+
+# The crashes easyfit's host-side image checks prevent, shown: without the check DALI 2.4 kills
+
+SCRIPT = Path(__file__).resolve().parents[1] / "dali_repro" / "crash_without_checks.py"
+CASES = ["jpeg-segment-length-past-end", "bmp-bit-count-7"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "XLA_FLAGS": ""})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_dali_crashes_on_the_broken_image_without_the_check(case):
+    codes = []
+    while len(codes) < 6 and -signal.SIGSEGV not in codes:
+        codes.append(_run(case).returncode)
+    assert -signal.SIGSEGV in codes, codes
+    checked = _run(case, "--checked")
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert checked.stdout.strip().startswith("DataError: /")  # names the file

@@ -12,12 +12,12 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import PROGRAMS
-from formats import encode, write_lmdb, write_recordio, write_tfrecord, write_webdataset
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.data.images import sample_positions
+from tests.helpers import PROGRAMS
+from tests.helpers.formats import encode, write_lmdb, write_recordio, write_tfrecord, write_webdataset
+from tests.helpers.models import SmallMLP
 
 N = 100
 LATE = next(i for i in range(N) if i not in set(sample_positions(N)))  # not read up front
@@ -69,6 +69,7 @@ def test_a_broken_image_read_up_front_is_named_at_once(tmp_path, xy, kind):
         ef.data.ImageFolder(tmp_path)
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_is_named(tmp_path, xy):
     base = tempfile.mkdtemp(dir="/tmp")  # reachable by the unprivileged user the program becomes
     try:

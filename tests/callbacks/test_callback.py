@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import optax
-from models import SmallMLP
+import pytest
 
 import easyfit as ef
+from tests.helpers.models import SmallMLP
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_callback.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "custom_callback.py"
 
 
 class StopBelowLoss(ef.callbacks.Callback):
@@ -50,6 +51,7 @@ def test_user_callback_reads_metrics_stops_and_writes(tmp_path, mnist_arrays):
     assert written["final"]["loss"] == loss  # the epoch's running loss at the stop
 
 
+@pytest.mark.slow
 def test_the_example_stops_at_its_target_and_writes_its_report(tmp_path):
     env = {**os.environ,
            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",

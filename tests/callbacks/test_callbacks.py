@@ -7,8 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import flat_params
-from models import SmallMLP
 
 import easyfit as ef
 from easyfit.callbacks import (
@@ -19,6 +17,8 @@ from easyfit.callbacks import (
     ReduceLROnPlateau,
     TerminateOnNaN,
 )
+from tests.helpers import flat_params
+from tests.helpers.models import SmallMLP
 
 
 @pytest.fixture(scope="module")

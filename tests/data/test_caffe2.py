@@ -12,12 +12,12 @@ import sys
 import numpy as np
 import optax
 import pytest
-from formats import encode, write_lmdb
-from models import SmallMLP
-from test_corrupt_payload import CORRUPTIONS
 
 import easyfit as ef
 from easyfit.data.images import SAMPLED
+from tests.data.test_integrity import CORRUPTIONS
+from tests.helpers.formats import encode, write_lmdb
+from tests.helpers.models import SmallMLP
 
 N = 200
 MIDDLE = N // 2  # past the first SAMPLED records, which building the source reads

@@ -1,0 +1,37 @@
+"""Helpers the tests share; the fixtures are in the repository's one conftest.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAMS = ROOT / "tests" / "programs"
+
+
+def run_program(name: str, *args: str, devices: int = 1, timeout: float = 600,
+                env: dict | None = None) -> subprocess.CompletedProcess:
+    """Runs tests/programs/<name> in a fresh interpreter with ``devices`` CPU devices."""
+    full_env = {**os.environ, **(env or {}),
+                "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+                "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(PROGRAMS / name), *args], env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict:
+    """The JSON object a program printed last; its output when it failed."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def flat_params(tree) -> np.ndarray:
+    """Every leaf of ``tree``, flattened into one array."""
+    import jax
+
+    return np.concatenate([np.asarray(a).ravel() for a in jax.tree_util.tree_leaves(tree)])
