@@ -17,16 +17,7 @@ from easyfit.metrics import build_collection
 from easyfit.models import adapt
 from easyfit.precision import get_precision
 from easyfit.state import TrainState
-
-
-class NormedCNN(nn.Module):
-    """Conv + BatchNorm + Dense: batch statistics that must stay float32."""
-
-    @nn.compact
-    def __call__(self, x, train: bool = False):
-        x = nn.Conv(8, (3, 3), strides=(2, 2))(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
-        return nn.Dense(10)(x.reshape((x.shape[0], -1)))
+from tests.helpers.models import NormedCNN
 
 
 class NNXNet(nnx.Module):

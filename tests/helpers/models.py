@@ -29,3 +29,14 @@ class NNXMLP(nnx.Module):
     def __call__(self, x):
         x = x.reshape((x.shape[0], -1))
         return self.out(nnx.relu(self.hidden(x)))
+
+
+class NormedCNN(nn.Module):
+    """Conv + BatchNorm + Dense: batch statistics (float32 under every precision, global across
+    devices)."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        x = nn.Conv(8, (3, 3), strides=(2, 2))(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
+        return nn.Dense(10)(x.reshape((x.shape[0], -1)))

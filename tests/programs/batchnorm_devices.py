@@ -5,22 +5,16 @@ trained parameters and batch statistics to OUT.npz.
 """
 
 import sys
+from pathlib import Path
 
-import jax
-import numpy as np
-import optax
-from flax import linen as nn
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import easyfit as ef
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
 
-
-class NormedCNN(nn.Module):
-    @nn.compact
-    def __call__(self, x, train: bool = False):
-        x = nn.Conv(8, (3, 3), strides=(2, 2))(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
-        return nn.Dense(10)(x.reshape((x.shape[0], -1)))
-
+import easyfit as ef  # noqa: E402
+from tests.helpers.models import NormedCNN  # noqa: E402
 
 (x, y) = ef.datasets.sample()["train"]
 trainer = ef.Trainer(NormedCNN(), optimizer=optax.sgd(0.05, momentum=0.9), seed=0,
