@@ -149,7 +149,19 @@ def test_record_files_open_each_file_once_when_many_threads_read_at_once(tmp_pat
         write_recordio(tmp_path / f"part{k}.rec", [encode(a) for a in x[k::4]], y[k::4])
     source = ef.data.RecordIO(tmp_path)
     source.close()
-    before = len(os.listdir("/proc/self/fd"))
+
+    def open_record_files() -> list[str]:  # this process's descriptors on the .rec files only
+        # (the process's other descriptors come and go with other threads: not counted)
+        fds = "/proc/self/fd"
+        links = []
+        for fd in os.listdir(fds):
+            try:
+                links.append(os.readlink(os.path.join(fds, fd)))
+            except OSError:
+                pass
+        return sorted(link for link in links if link.startswith(str(tmp_path)))
+
+    assert open_record_files() == []
     start = threading.Barrier(16)
 
     def read(t: int) -> None:
@@ -162,6 +174,6 @@ def test_record_files_open_each_file_once_when_many_threads_read_at_once(tmp_pat
         t.start()
     for t in threads:
         t.join()
-    assert len(os.listdir("/proc/self/fd")) - before == 4
+    assert open_record_files() == sorted(str(tmp_path / f"part{k}.rec") for k in range(4))
     source.close()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert open_record_files() == []
