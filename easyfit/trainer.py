@@ -18,25 +18,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
 from . import checkpoint, steps
-from . import export as export_lib
 from ._args import check_int, check_verbose
 from ._fit_options import class_weights, validation_epochs
 from ._input_wait import EpochInputWait
 from ._interrupt import deferred_signals
+from ._trainer_state import TrainerState
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data.door import DataDoor
-from .errors import CheckpointError, Preempted
+from .errors import Preempted
 from .losses import LossFn, get_loss, infer_loss
 from .metrics import build_collection, compute_on_host, default_metrics, epoch_logs
 from .models import adapt, write_back
 from .optimizers import get_optimizer
 from .parallel import Placement, gather_to_host
 from .precision import get_precision
-from .state import TrainState, create_state
+from .state import TrainState
 
 if TYPE_CHECKING:
     from .data.order import Plan
@@ -46,7 +45,7 @@ __all__ = ["Trainer"]
 
 log = logging.getLogger("easyfit")
 
-class Trainer:
+class Trainer(TrainerState):
     """Trains a Flax model on data read by DALI, Keras style.
 
     Args:
@@ -127,33 +126,6 @@ class Trainer:
         self._progress: checkpoint.Progress | None = None
 
     # ----------------------------------------------------------------------------- public state
-    @property
-    def params(self) -> Any:
-        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
-        return self._require_state().params
-
-    @property
-    def model(self) -> Any:
-        """The model. For NNX, the module with the trained state merged back in."""
-        if self._adapter.kind == "nnx" and self.state is not None:
-            return nnx.merge(self._adapter.module, *jax.device_get(
-                (self.state.params, self.state.model_state)))
-        return self._model
-
-    @property
-    def progress(self) -> checkpoint.Progress | None:
-        """Where the current (or last) fit stands: epoch, batch, loader position."""
-        return self._progress
-
-    @property
-    def checkpoint_meta(self) -> dict[str, Any]:
-        """What a checkpoint records beside the state and the progress: the seed, the input
-        shape and dtype, the class names."""
-        shape, dtype = self._input_spec or (None, None)
-        return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
-                "input_scale": self._input_scale, "class_names": self.class_names,
-                "precision": self.precision.name}
-
     def close(self) -> None:
         """Releases the DALI pipelines, device caches, open files and compiled steps kept between
         passes. The trained state stays; used again, the trainer rebuilds what it needs."""
@@ -295,68 +267,6 @@ class Trainer:
             write_back(self._model, self.state)  # the user's NNX module holds the trained state
         return history
 
-    def summary(self, print_fn: Any = print) -> str:
-        """Prints (with ``print_fn``, unless None) and returns the parameter table per module
-        and the totals: trainable, non-trainable (BatchNorm statistics) and bytes."""
-        state = self._require_state()
-        return export_lib.summary(state.params, state.model_state, type(self._model).__name__,
-                                  print_fn)
-
-    def export(self, path: str | os.PathLike) -> str:
-        """Writes the inference function with the trained weights as serialized StableHLO and
-        the class names: it runs with JAX alone, for any batch size (``easyfit.export``)."""
-        infer = steps.make_infer(self._adapter, self._input_scale, self.precision)
-        return export_lib.export(path, functools.partial(infer, jax.device_get(
-            self._require_state())), *(self._input_spec or ([], None)), self.class_names)
-
-    # ---------------------------------------------------------------------------- checkpoints
-    def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
-        """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
-        reached and the seed (see ``easyfit.checkpoint``). Replaces a checkpoint already at
-        ``path`` only once the new one is complete.
-
-        Args:
-            path: the checkpoint's directory.
-            weights_only: save the parameters (and model state) only.
-
-        Returns:
-            The absolute path written.
-        """
-        return checkpoint.save(path, self._require_state(), self._progress, self.checkpoint_meta,
-                               weights_only=weights_only)
-
-    def load(self, path: str | os.PathLike) -> dict[str, Any]:
-        """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
-
-        The trainer must have the same model and optimizer. A full checkpoint also restores the
-        seed, the class names and the epoch: go on with ``fit(..., initial_epoch=meta["epoch"])``.
-
-        Returns:
-            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
-
-        Raises:
-            CheckpointError: ``path`` is not a complete easyfit checkpoint, or cannot be
-                restored into this trainer.
-        """
-        meta = checkpoint.read_metadata(path)
-        target = self.state
-        if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
-            if meta["input_shape"] is None and self._adapter.kind != "nnx":
-                raise CheckpointError(f"{os.path.abspath(os.fspath(path))}: no input shape "
-                                      "recorded; call fit or evaluate first")
-            target = self._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"],
-                                      abstract=meta["kind"] == "full")
-        self.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta)
-        if meta["class_names"] is not None:
-            self.class_names = list(meta["class_names"])
-        self._input_scale = meta.get("input_scale")
-        if meta["kind"] == "full":
-            self.seed = int(meta["seed"])
-            self._data.seed = self.seed
-            self._progress = checkpoint.Progress(meta["epoch"])
-        write_back(self._model, self.state)
-        return meta
-
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, model: Any, **kwargs: Any) -> Trainer:
         """A Trainer for ``model`` (built with ``kwargs``) holding the checkpoint at ``path``."""
@@ -481,20 +391,3 @@ class Trainer:
         state = self._require_state()
         self._data.check_labels(source, self.loss, lambda: self._adapter.num_outputs(
             state.params, state.model_state, tuple(chunk["x"].shape[1:])), chunk)
-
-    def _init_state(self, shape: tuple[int, ...], dtype: str | None,
-                    abstract: bool = False) -> Any:
-        """Creates ``self.state`` for inputs of ``shape``; with ``abstract``, returns its shapes,
-        dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
-        self._input_spec = (list(shape), dtype)
-        state = create_state(self._adapter, self.optimizer, self.seed, shape, self._nnx_variables,
-                             abstract, self.precision.initial_scale())
-        if abstract:
-            return self.placement.abstract(state, replicated=True)
-        self.state = self.placement.replicate(state)
-        return self.state
-
-    def _require_state(self) -> TrainState:
-        if self.state is None:
-            raise RuntimeError("the model has no parameters yet: call fit (or evaluate) first")
-        return self.state

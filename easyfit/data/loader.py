@@ -22,7 +22,8 @@ import jax
 
 from ..parallel import Placement
 from .order import Plan
-from .pipelines import FedPipelines, ReaderPipelines
+from .pipelines import FedPipelines
+from .reader_pipelines import ReaderPipelines
 from .sources.base import IndexedSource, ReaderSource, Source
 
 __all__ = ["Loader", "make_loader"]

@@ -4,7 +4,8 @@
   is fed by an ``external_source`` whose callback asks the :class:`~easyfit.data.order.Plan`
   which samples make up the chunk DALI is preparing. The order is a pure function of (seed,
   epoch), so a position is just a chunk index.
-* :class:`ReaderPipelines`, for a :class:`~easyfit.data.sources.base.ReaderSource`: DALI's reader
+* :class:`~easyfit.data.reader_pipelines.ReaderPipelines` (in its own module), for a
+  :class:`~easyfit.data.sources.base.ReaderSource`: DALI's reader
   picks the order, one shard per pipeline. A position holds DALI's own pipeline checkpoints
   (``enable_checkpointing``), from which the pipelines are rebuilt to go on exactly there.
 
@@ -16,12 +17,9 @@ A pipeline's share of a chunk is prepared in runs of at most :data:`RUN_ROWS` ro
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
-import dataclasses
 import os
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -33,10 +31,10 @@ from ..parallel import Placement
 from .augment import Augment
 from .diagnose import batch_error
 from .order import Plan
-from .sources.base import READER, IndexedSource, ReaderSource, Source
+from .sources.base import IndexedSource, Source
 
-__all__ = ["RUN_ROWS", "FedPipelines", "ReaderPipelines", "ReaderPlan", "default_num_threads",
-           "on_gpu_pipelines", "run_rows", "shard_sizes"]
+__all__ = ["RUN_ROWS", "FedPipelines", "PipelineRunner", "default_num_threads", "on_gpu_pipelines",
+           "run_rows", "shard_sizes"]
 
 
 def _cores() -> int:
@@ -124,7 +122,7 @@ def pipeline_seed(seed: int, *key: int) -> int:
     return int(np.random.SeedSequence([seed, *key]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-class _Runner:
+class PipelineRunner:
     """What both kinds do with one DALI pipeline run: outputs checked, converted and joined."""
 
     def __init__(self, source: Source, on_gpu: bool):
@@ -210,7 +208,7 @@ class FedPipelines:
         self.training = training
         self.prefetch = prefetch
         self.on_gpu = on_gpu_pipelines(source, placement)
-        self._runner = _Runner(source, self.on_gpu)
+        self._runner = PipelineRunner(source, self.on_gpu)
         local = placement.local_shards
         per = plan.rows_per_shard
         if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
@@ -302,179 +300,3 @@ class FedPipelines:
             self._pool.shutdown()
             self._pool = None
         self._pipes.clear()
-
-
-# ------------------------------------------------------------------------ reader-driven sources
-@dataclasses.dataclass(frozen=True)
-class ReaderPlan(Plan):
-    """A Plan whose epoch length is the padded shard length of a reader (``chunks`` chunks)."""
-
-    chunks: int = 1
-
-    @property
-    def chunks_per_epoch(self) -> int:
-        return self.chunks
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.chunks * self.steps_per_execution
-
-
-class ReaderPipelines:
-    """Pipelines of a :class:`ReaderSource`: one per local GPU (reader shard = the device's
-    shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
-    share of the local devices. ``plan`` gives the batch size, steps per execution, seed and
-    whether to shuffle; :attr:`plan` (a :class:`ReaderPlan`) adds the reader's epoch length.
-
-    Resume: a ``position`` from :meth:`position` holds each pipeline's DALI checkpoint
-    (``Pipeline.checkpoint()``), and the pipelines are rebuilt from them (``checkpoint=``): the
-    reader goes on exactly where it was, shuffle buffer included, reading nothing twice. Without
-    one (``fit(initial_epoch=...)`` with no backup), the chunks before ``start`` are read and
-    dropped, since DALI's readers cannot seek.
-    """
-
-    def __init__(self, source: ReaderSource, plan: Plan, placement: Placement, *, start: int,
-                 position: Mapping[str, Any] | None, num_threads: int | None, prefetch: int,
-                 training: bool, pipelines: int | None):
-        self.source = source
-        self.placement = placement
-        self.training = training
-        self.on_gpu = on_gpu_pipelines(source, placement)
-        self._runner = _Runner(source, self.on_gpu)
-        local = placement.local_shards
-        per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
-        if len(local) % per_process:
-            raise ValueError(f"pipelines={pipelines}: must divide the {len(local)} local devices")
-        size = len(local) // per_process
-        groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
-        readers = per_process * jax.process_count()
-        ids = [jax.process_index() * per_process + k for k in range(per_process)]
-        self._group = size
-        batch = size * plan.rows_per_shard  # a pipeline's rows of each chunk
-        run = run_rows(batch)  # read in runs of at most RUN_ROWS rows
-        threads = num_threads or default_num_threads(placement.platform, len(groups))
-        saved = list((position or {}).get("dali") or [])
-        if saved and len(saved) != len(ids):
-            raise ValueError(f"position: saved for {len(saved)} reader pipelines, but this "
-                             f"placement has {len(ids)}; {source.describe()} cannot resume "
-                             "exactly on another number of pipelines")
-        self._pipes = [self._build(shard, readers, plan, run, threads,
-                                   local[g[0]][1].local_hardware_id if self.on_gpu else None,
-                                   prefetch, base64.b64decode(saved[k]) if saved else None)
-                       for k, (shard, g) in enumerate(zip(ids, groups, strict=True))]
-        meta = self._pipes[0].reader_meta(READER)
-        # each shard, padded to whole runs; a chunk holds batch // run of them, the epoch's last
-        # chunk fewer (its other rows are masked copies)
-        self._epoch_runs = -(-(meta["epoch_size_padded"] // readers) // run)
-        self._chunk_runs = batch // run
-        chunks = -(-self._epoch_runs // self._chunk_runs)
-        fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
-        self.plan = ReaderPlan(**fields, chunks=chunks)
-        self._sizes = shard_sizes(meta["epoch_size"], readers)
-        self._stick = bool(meta["stick_to_shard"])
-        self._ids = ids
-        self._readers = readers
-        self._batch = batch
-        self._checkpoints: dict[int, list[str]] = {}  # before chunk i, while it is unconsumed
-        if saved:
-            assert position is not None
-            self.next = int(position["chunk"])
-            return
-        epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
-        self.next = 0
-        skip = epoch * chunks + rest if position is None else int(position["chunk"])
-        for _ in range(skip):  # no checkpoint to resume from: read and drop
-            for _ in range(self._runs(self.next)):
-                for p in self._pipes:
-                    p.run()
-            self.next += 1
-
-    def _build(self, shard: int, readers: int, plan: Plan, batch: int, threads: int,
-               device_id: int | None, prefetch: int, checkpoint: bytes | None) -> Any:
-        from nvidia.dali import pipeline_def
-
-        source = self.source
-        training = self.training
-        where = "gpu" if device_id is not None else "cpu"
-
-        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
-                      seed=pipeline_seed(plan.seed, shard), prefetch_queue_depth=prefetch,
-                      enable_checkpointing=True)
-        def pipeline():
-            augment = draws_of(source, training)
-            draws = {"draws": augment.dali_draws()} if augment is not None else {}
-            xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle,
-                             device=where, **draws)
-            return augmented(source, xy, training)
-
-        pipe = pipeline(checkpoint=checkpoint) if checkpoint is not None else pipeline()
-        pipe.build()
-        return pipe
-
-    def position(self, iteration: int) -> dict[str, Any]:
-        """``{"chunk": i, "dali": [one checkpoint per pipeline]}``: the pipelines' state before
-        chunk ``iteration``, the next one to be consumed (DALI's serialized checkpoints, base64
-        text so that the position stays JSON). With several processes only
-        ``{"chunk": i}``: a checkpoint's metadata is written by process 0, whose pipelines
-        read other shards than the others' (they resume by reading and dropping)."""
-        if jax.process_count() > 1:
-            return {"chunk": iteration}
-        if iteration == self.next:
-            dali = self._checkpoint()
-        else:
-            dali = self._checkpoints[iteration]  # produced ahead (peeked), not yet consumed
-        return {"chunk": iteration, "dali": dali}
-
-    def _checkpoint(self) -> list[str]:
-        return [base64.b64encode(p.checkpoint()).decode("ascii") for p in self._pipes]
-
-    def _runs(self, iteration: int) -> int:
-        """Reader runs in chunk ``iteration`` (fewer in an epoch's last chunk)."""
-        c = iteration % self.plan.chunks_per_epoch
-        return min(self._chunk_runs, self._epoch_runs - c * self._chunk_runs)
-
-    def _mask(self, shard_index: int, iteration: int) -> np.ndarray:
-        epoch, c = divmod(iteration, self.plan.chunks_per_epoch)
-        shard = self._ids[shard_index]
-        if not self._stick:
-            shard = (shard + epoch) % self._readers
-        return c * self._batch + np.arange(self._batch) < self._sizes[shard]
-
-    def _layout(self, a: Any) -> Any:
-        """Reading order -> shard-major rows, so that padding lands in the last steps."""
-        k = self.plan.steps_per_execution
-        g = self._group
-        if g == 1 or k == 1:
-            return a
-        return a.reshape((k, g, -1) + a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
-
-    def _chunk_of(self, pipe: Any, runs: int) -> tuple[Any, Any]:
-        """A pipeline's rows of a chunk: ``runs`` runs, then copies of the last one up to the
-        chunk's size (masked: past the shard's end)."""
-        outs = [self._runner.run(pipe, list) for _ in range(runs)]
-        return self._runner.join(outs + [outs[-1]] * (self._chunk_runs - runs))
-
-    def produce(self, iteration: int) -> dict[str, jax.Array]:
-        """Chunk ``iteration`` of the stream: the pipelines' next runs, with their masks."""
-        if iteration != self.next:
-            raise RuntimeError(f"reader pipelines are at chunk {self.next}, not {iteration}")
-        self._checkpoints = {iteration: self._checkpoint()}
-        runs = self._runs(iteration)
-        outputs = [self._chunk_of(p, runs) for p in self._pipes]
-        self.next += 1
-        masks = [self._layout(self._mask(k, iteration)) for k in range(len(self._pipes))]
-        if self.on_gpu:
-            xs, ys = zip(*outputs, strict=True)
-            x = self.placement.shard_device_rows(xs)
-            y = self.placement.shard_device_rows(ys)
-        else:
-            x, y = (self.placement.shard_host_rows(np.concatenate([self._layout(o[j])
-                                                                   for o in outputs]))
-                    for j in (0, 1))
-        return {"x": x, "y": y,
-                "mask": self.placement.shard_host_rows(np.concatenate(masks))}
-
-    def close(self) -> None:
-        self._pipes.clear()
-        self._checkpoints.clear()
