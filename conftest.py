@@ -44,8 +44,7 @@ def mnist_dir(tmp_path_factory) -> str:
     """MNIST as an image folder: 3,000 training and 500 validation PNGs of the sample."""
     import easyfit as ef
 
-    return ef.datasets.sample_folder(tmp_path_factory.mktemp("mnist") / "mnist",
-                                     limit=(3000, 500))
+    return ef.datasets.sample_folder(tmp_path_factory.mktemp("mnist") / "mnist", limit=(3000, 500))
 
 
 @pytest.fixture(scope="session")
@@ -71,8 +70,10 @@ def format_roots(tmp_path_factory, mnist_arrays) -> dict[str, str]:
     from tests.helpers.formats import mnist_in
 
     base = tmp_path_factory.mktemp("formats")
-    return {fmt: mnist_in(fmt, base / fmt, mnist_arrays, (1000, 300))
-            for fmt in ("lmdb", "recordio", "tfrecord", "webdataset", "npy")}
+    return {
+        fmt: mnist_in(fmt, base / fmt, mnist_arrays, (1000, 300))
+        for fmt in ("lmdb", "recordio", "tfrecord", "webdataset", "npy")
+    }
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,13 @@ MODES = {"stream": ["--cache", "false"], "cache": ["--cache", "true"]}
 
 def run(cmd: list[str]) -> tuple[dict, int]:
     """Runs ``cmd``; returns its last JSON line and its peak RSS in MiB."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -44,8 +49,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
     ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--reference", required=True,
-                    help="the hand-written reference loop's script, or 'none' to skip it")
+    ap.add_argument(
+        "--reference", required=True, help="the hand-written reference loop's script, or 'none' to skip it"
+    )
     ap.add_argument("--modes", default="stream,cache")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -54,26 +60,47 @@ def main() -> None:
     n_train = sum(len(files) for _, _, files in os.walk(os.path.join(args.root, "train")))
     if args.reference != "none":
         ref, rss = run([sys.executable, args.reference, args.root, "--epochs", str(args.epochs)])
-        rows.append({"label": "hand-written reference loop", "backend": ref["backend"],
-                     "steady_samples_per_s": ref["steady_samples_per_s"],
-                     "first_epoch_s": round(n_train / ref["first_epoch_samples_per_s"], 3),
-                     "total_s": ref["total_s"], "val_accuracy": ref["val_accuracy"],
-                     "peak_rss_mb": rss, "peak_device_mb": None})
+        rows.append(
+            {
+                "label": "hand-written reference loop",
+                "backend": ref["backend"],
+                "steady_samples_per_s": ref["steady_samples_per_s"],
+                "first_epoch_s": round(n_train / ref["first_epoch_samples_per_s"], 3),
+                "total_s": ref["total_s"],
+                "val_accuracy": ref["val_accuracy"],
+                "peak_rss_mb": rss,
+                "peak_device_mb": None,
+            }
+        )
     for mode in args.modes.split(","):
-        row, rss = run([sys.executable, str(HERE / "run_easyfit.py"), args.root, "--epochs",
-                        str(args.epochs), "--label", f"easyfit fit, {mode}", *MODES[mode]])
+        row, rss = run(
+            [
+                sys.executable,
+                str(HERE / "run_easyfit.py"),
+                args.root,
+                "--epochs",
+                str(args.epochs),
+                "--label",
+                f"easyfit fit, {mode}",
+                *MODES[mode],
+            ]
+        )
         row["peak_rss_mb"] = rss
         rows.append(row)
 
     base = rows[0]["steady_samples_per_s"]
     print(f"\n{rows[0]['backend']}, {args.epochs} epochs, batch 200, {n_train} training samples\n")
-    print("| what | steady samples/s | first epoch s | total s | val accuracy | peak RSS MiB "
-          "| peak device MiB | x reference |")
+    print(
+        "| what | steady samples/s | first epoch s | total s | val accuracy | peak RSS MiB "
+        "| peak device MiB | x reference |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        print(f"| {r['label']} | {r['steady_samples_per_s']:,} | {r['first_epoch_s']:.2f} | "
-              f"{r['total_s']:.1f} | {r['val_accuracy']:.4f} | {r['peak_rss_mb']:,} | "
-              f"{r['peak_device_mb'] or '-'} | {r['steady_samples_per_s'] / base:.2f} |")
+        print(
+            f"| {r['label']} | {r['steady_samples_per_s']:,} | {r['first_epoch_s']:.2f} | "
+            f"{r['total_s']:.1f} | {r['val_accuracy']:.4f} | {r['peak_rss_mb']:,} | "
+            f"{r['peak_device_mb'] or '-'} | {r['steady_samples_per_s'] / base:.2f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -38,8 +38,9 @@ STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 def example():
     """examples/imagenet_resnet.py as a module (its models and recipe)."""
-    spec = importlib.util.spec_from_file_location("imagenet_resnet",
-                                                  HERE.parent / "examples" / "imagenet_resnet.py")
+    spec = importlib.util.spec_from_file_location(
+        "imagenet_resnet", HERE.parent / "examples" / "imagenet_resnet.py"
+    )
     if spec.name not in sys.modules:  # registered first: flax's dataclasses look it up
         sys.modules[spec.name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[spec.name])
@@ -56,14 +57,16 @@ def model_step(name: str, classes: int, batch: int):
     ex = example()
     model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](classes)
     variables = jax.jit(lambda x: model.init(jax.random.PRNGKey(0), x, train=False))(
-        jnp.zeros((1, 224, 224, 3)))
+        jnp.zeros((1, 224, 224, 3))
+    )
     params, stats = variables["params"], variables["batch_stats"]
     tx = ex.optimizer(batch, 100, 90)
 
     def loss_fn(p, stats, x, y):
         p16 = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), p)
-        out, new = model.apply({"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16),
-                               train=True, mutable=["batch_stats"])
+        out, new = model.apply(
+            {"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16), train=True, mutable=["batch_stats"]
+        )
         out = out.astype(jnp.float32)
         return ex.smoothed_cross_entropy(out, y).mean(), (new["batch_stats"], out)
 
@@ -77,8 +80,7 @@ def model_step(name: str, classes: int, batch: int):
     def correct(state, x, y):
         p, _, stats = state
         p16 = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), p)
-        out = model.apply({"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16),
-                          train=False)
+        out = model.apply({"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16), train=False)
         return jnp.sum(jnp.argmax(out, -1) == y)
 
     return (params, tx.init(params), stats), jax.jit(step, donate_argnums=0), jax.jit(correct)
@@ -104,22 +106,28 @@ def part_model(args) -> dict:
     return out
 
 
-def train_pipeline(root: str, batch: int, threads: int, device_id, hw_load: float | None,
-                   shuffle_reader: bool = True):
+def train_pipeline(
+    root: str, batch: int, threads: int, device_id, hw_load: float | None, shuffle_reader: bool = True
+):
     """The recipe's training pipeline, written as DALI's ResNet-50 examples do."""
     from nvidia.dali import fn, pipeline_def, types
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id, seed=0)
     def pipe():
-        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=shuffle_reader,
-                                        name="reader")
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=shuffle_reader, name="reader")
         kwargs = {} if hw_load is None else {"hw_decoder_load": hw_load}
         images = fn.decoders.image_random_crop(
-            jpegs, device="mixed" if device_id is not None else "cpu", output_type=types.RGB,
-            random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3], **kwargs)
+            jpegs,
+            device="mixed" if device_id is not None else "cpu",
+            output_type=types.RGB,
+            random_area=[0.08, 1.0],
+            random_aspect_ratio=[3 / 4, 4 / 3],
+            **kwargs,
+        )
         images = fn.resize(images, size=[224, 224])
-        images = fn.crop_mirror_normalize(images, mirror=fn.random.coin_flip(), mean=MEAN,
-                                          std=STD, dtype=types.FLOAT16, output_layout="HWC")
+        images = fn.crop_mirror_normalize(
+            images, mirror=fn.random.coin_flip(), mean=MEAN, std=STD, dtype=types.FLOAT16, output_layout="HWC"
+        )
         return images, labels.gpu() if device_id is not None else labels
 
     return pipe()
@@ -129,10 +137,9 @@ def part_pipeline(args) -> dict:
     device_id = None if args.cpu else 0
     results = {}
     loads = [None] if args.cpu else [0.65, 0.9, 1.0]
-    for threads in ([2] if args.cpu else [8, 16]):
+    for threads in [2] if args.cpu else [8, 16]:
         for load in loads:
-            pipe = train_pipeline(os.path.join(args.root, "train"), args.batch_size, threads,
-                                  device_id, load)
+            pipe = train_pipeline(os.path.join(args.root, "train"), args.batch_size, threads, device_id, load)
             pipe.build()
             for _ in range(5):
                 pipe.run()
@@ -140,8 +147,7 @@ def part_pipeline(args) -> dict:
             while time.perf_counter() - t < args.seconds:
                 pipe.run()
                 n += args.batch_size
-            results[f"threads={threads} hw_decoder_load={load}"] = round(
-                n / (time.perf_counter() - t))
+            results[f"threads={threads} hw_decoder_load={load}"] = round(n / (time.perf_counter() - t))
             del pipe
     best = max(results, key=results.get)
     return {"sweep": results, "best": best, "best_images_per_s": results[best]}
@@ -158,13 +164,19 @@ def part_loader(args) -> dict:
     if args.hw_load is not None:
         ef.data.images.HW_DECODER_LOAD = args.hw_load
     aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
-    train = ef.data.ImageFolder(os.path.join(args.root, "train"), image_size=(224, 224),
-                                augment=aug, normalize="imagenet")
+    train = ef.data.ImageFolder(
+        os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
+    )
     placement = Placement.create()
     batch = args.batch_size * placement.num_shards
-    plan = ef.data.Plan(len(train), batch, shuffle=True, seed=0,
-                        steps_per_execution=max(1, 6000 // batch),
-                        num_shards=placement.num_shards)
+    plan = ef.data.Plan(
+        len(train),
+        batch,
+        shuffle=True,
+        seed=0,
+        steps_per_execution=max(1, 6000 // batch),
+        num_shards=placement.num_shards,
+    )
     loader = make_loader(train, plan, placement, training=True)
     rows = plan.batch_size * plan.steps_per_execution
     for _ in range(2):
@@ -185,22 +197,23 @@ def part_loop(args) -> dict:
 
     device_id = None if args.cpu else 0
     train = train_pipeline(os.path.join(args.root, "train"), args.batch_size, 4, device_id, None)
-    it = DALIGenericIterator([train], ["images", "labels"], reader_name="reader",
-                             auto_reset=True)
+    it = DALIGenericIterator([train], ["images", "labels"], reader_name="reader", auto_reset=True)
 
     @pipeline_def(batch_size=args.batch_size, num_threads=4, device_id=device_id, seed=0)
     def val_pipe():
-        jpegs, labels = fn.readers.file(file_root=os.path.join(args.root, "val"), name="reader",
-                                        pad_last_batch=True)
-        images = fn.decoders.image(jpegs, device="mixed" if device_id is not None else "cpu",
-                                   output_type=types.RGB)
+        jpegs, labels = fn.readers.file(
+            file_root=os.path.join(args.root, "val"), name="reader", pad_last_batch=True
+        )
+        images = fn.decoders.image(
+            jpegs, device="mixed" if device_id is not None else "cpu", output_type=types.RGB
+        )
         images = fn.resize(images, resize_shorter=256)
-        images = fn.crop_mirror_normalize(images, crop=(224, 224), mean=MEAN, std=STD,
-                                          dtype=types.FLOAT16, output_layout="HWC")
+        images = fn.crop_mirror_normalize(
+            images, crop=(224, 224), mean=MEAN, std=STD, dtype=types.FLOAT16, output_layout="HWC"
+        )
         return images, labels.gpu() if device_id is not None else labels
 
-    val = DALIGenericIterator([val_pipe()], ["images", "labels"], reader_name="reader",
-                              auto_reset=True)
+    val = DALIGenericIterator([val_pipe()], ["images", "labels"], reader_name="reader", auto_reset=True)
     n_val = sum(len(f) for _, _, f in os.walk(os.path.join(args.root, "val")))
     n_train = sum(len(f) for _, _, f in os.walk(os.path.join(args.root, "train")))
     state, step, correct = model_step(args.models.split(",")[0], 10, args.batch_size)
@@ -217,9 +230,13 @@ def part_loop(args) -> dict:
         take = min(len(y), n_val - seen)
         right, seen = right + int(correct(state, x[:take], y[:take])), seen + take
     rates = [n_train / s for s in seconds]
-    return {"images_per_s": round(statistics.median(rates[1:] or rates)),
-            "first_epoch_s": round(seconds[0], 2), "total_s": round(time.perf_counter() - start, 1),
-            "val_accuracy": round(right / seen, 4), "devices": jax.device_count()}
+    return {
+        "images_per_s": round(statistics.median(rates[1:] or rates)),
+        "first_epoch_s": round(seconds[0], 2),
+        "total_s": round(time.perf_counter() - start, 1),
+        "val_accuracy": round(right / seen, 4),
+        "devices": jax.device_count(),
+    }
 
 
 def part_fit(args) -> dict:
@@ -240,30 +257,50 @@ def part_fit(args) -> dict:
     for name in args.models.split(","):
         start = time.perf_counter()
         aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
-        train = ef.data.ImageFolder(os.path.join(args.root, "train"), image_size=(224, 224),
-                                    augment=aug, normalize="imagenet")
+        train = ef.data.ImageFolder(
+            os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
+        )
         model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](len(train.class_names))
         steps = -(-len(train) // args.batch_size)
-        trainer = ef.Trainer(model, optimizer=ex.optimizer(args.batch_size, steps, args.epochs),
-                             loss=ex.smoothed_cross_entropy, metrics=["accuracy"],
-                             precision="bfloat16", seed=0, num_threads=args.threads,
-                             pipelines_per_device=args.pipelines)
+        trainer = ef.Trainer(
+            model,
+            optimizer=ex.optimizer(args.batch_size, steps, args.epochs),
+            loss=ex.smoothed_cross_entropy,
+            metrics=["accuracy"],
+            precision="bfloat16",
+            seed=0,
+            num_threads=args.threads,
+            pipelines_per_device=args.pipelines,
+        )
         timer = EpochTimer()
-        history = trainer.fit(train, validation_data=os.path.join(args.root, "val"),
-                              epochs=args.epochs, batch_size=args.batch_size, callbacks=[timer],
-                              verbose=2)
+        history = trainer.fit(
+            train,
+            validation_data=os.path.join(args.root, "val"),
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            callbacks=[timer],
+            verbose=2,
+        )
         rates = [len(train) / s for s in timer.seconds]
         leaves = jax.tree_util.tree_leaves(trainer.state)
-        identical = all(np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
-                        for leaf in leaves for s in leaf.addressable_shards)
-        out[name] = {"images_per_s": round(statistics.median(rates[1:] or rates)),
-                     "first_epoch_s": round(timer.seconds[0], 2),
-                     "total_s": round(time.perf_counter() - start, 1),
-                     "val_accuracy": round(history.history["val_accuracy"][-1], 4),
-                     "input_wait": history.history.get("input_wait", [None])[-1],
-                     "devices": jax.device_count(), "processes": jax.process_count(),
-                     "replicas_identical": identical, "batch_size": args.batch_size,
-                     "threads": args.threads, "pipelines": args.pipelines}
+        identical = all(
+            np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
+            for leaf in leaves
+            for s in leaf.addressable_shards
+        )
+        out[name] = {
+            "images_per_s": round(statistics.median(rates[1:] or rates)),
+            "first_epoch_s": round(timer.seconds[0], 2),
+            "total_s": round(time.perf_counter() - start, 1),
+            "val_accuracy": round(history.history["val_accuracy"][-1], 4),
+            "input_wait": history.history.get("input_wait", [None])[-1],
+            "devices": jax.device_count(),
+            "processes": jax.process_count(),
+            "replicas_identical": identical,
+            "batch_size": args.batch_size,
+            "threads": args.threads,
+            "pipelines": args.pipelines,
+        }
     return out
 
 
@@ -279,23 +316,35 @@ def launch(cmd: list[str], n: int) -> subprocess.CompletedProcess:
     share = len(cores) // n
     procs = []
     for i in range(n):
-        mine = ",".join(map(str, cores[i * share:(i + 1) * share]))
+        mine = ",".join(map(str, cores[i * share : (i + 1) * share]))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": str(i)}
-        procs.append(subprocess.Popen(["taskset", "-c", mine, *cmd, "--process-id", str(i),
-                                       "--coordinator", f"localhost:{port}"], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                ["taskset", "-c", mine, *cmd, "--process-id", str(i), "--coordinator", f"localhost:{port}"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate() for p in procs]
     code = max(p.returncode for p in procs)
     return subprocess.CompletedProcess(cmd, code, outs[0][0], "".join(o[1] for o in outs))
 
 
-PARTS = {"model": part_model, "pipeline": part_pipeline, "loader": part_loader,
-         "loop": part_loop, "fit": part_fit}
+PARTS = {
+    "model": part_model,
+    "pipeline": part_pipeline,
+    "loader": part_loader,
+    "loop": part_loop,
+    "fit": part_fit,
+}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     ap.add_argument("root")
     ap.add_argument("--images", type=int, default=28000)
     ap.add_argument("--epochs", type=int, default=3)
@@ -304,12 +353,14 @@ def main() -> None:
     ap.add_argument("--models", default="resnet18,resnet50")
     ap.add_argument("--seconds", type=float, default=6.0, help="per pipeline setting")
     ap.add_argument("--cpu", action="store_true", help="a smoke run without a GPU")
-    ap.add_argument("--hw-load", type=float, default=None,
-                    help="fit: easyfit's hw_decoder_load (default: easyfit's own)")
+    ap.add_argument(
+        "--hw-load", type=float, default=None, help="fit: easyfit's hw_decoder_load (default: easyfit's own)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="fit: DALI threads per pipeline")
     ap.add_argument("--pipelines", type=int, default=None, help="fit: DALI pipelines per GPU")
-    ap.add_argument("--processes", type=int, default=1,
-                    help="fit: one process per GPU (ef.distributed) when > 1")
+    ap.add_argument(
+        "--processes", type=int, default=1, help="fit: one process per GPU (ef.distributed) when > 1"
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
@@ -323,8 +374,9 @@ def main() -> None:
 
         t = time.perf_counter()
         per_class = round(args.images * 0.9 / 10)
-        ef.datasets.synthetic_images(args.root, classes=10,
-                                     per_class=(per_class, args.images // 10 - per_class))
+        ef.datasets.synthetic_images(
+            args.root, classes=10, per_class=(per_class, args.images // 10 - per_class)
+        )
         print(f"wrote {args.images} images in {time.perf_counter() - t:.0f} s", flush=True)
     results = {}
     for part in args.parts.split(","):
@@ -332,11 +384,15 @@ def main() -> None:
         if part == "fit" and args.processes > 1:
             proc = launch(cmd, args.processes)
         else:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
         print(proc.stdout[-4000:], proc.stderr[-3000:] if proc.returncode else "", flush=True)
-        results[part] = (json.loads(proc.stdout.strip().splitlines()[-1])
-                         if proc.returncode == 0 else {"error": proc.returncode})
+        results[part] = (
+            json.loads(proc.stdout.strip().splitlines()[-1])
+            if proc.returncode == 0
+            else {"error": proc.returncode}
+        )
     print(json.dumps(results, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -1,6 +1,6 @@
 """Throughput of easyfit's input side alone (no training): samples/s of the Loader.
 
-    python benchmarks/loader_only.py DATA_ROOT/train [--batch-size 200] [--threads N] [--prefetch N]
+python benchmarks/loader_only.py DATA_ROOT/train [--batch-size 200] [--threads N] [--prefetch N]
 """
 
 import argparse
@@ -26,10 +26,15 @@ args = ap.parse_args()
 
 source = ef.data.ImageFolder(args.root, decoder=args.decoder)
 placement = Placement.create()
-plan = ef.data.Plan(len(source), args.batch_size, num_shards=placement.num_shards,
-                    steps_per_execution=args.k)
-loader = Loader(source, plan, placement, num_threads=args.threads, prefetch=args.prefetch,
-                pipelines_per_device=args.pipelines)
+plan = ef.data.Plan(len(source), args.batch_size, num_shards=placement.num_shards, steps_per_execution=args.k)
+loader = Loader(
+    source,
+    plan,
+    placement,
+    num_threads=args.threads,
+    prefetch=args.prefetch,
+    pipelines_per_device=args.pipelines,
+)
 rates = []
 for _ in range(args.epochs):
     t = time.perf_counter()
@@ -37,6 +42,15 @@ for _ in range(args.epochs):
         batch = next(loader)
     jax.block_until_ready(batch)
     rates.append(len(source) / (time.perf_counter() - t))
-print(json.dumps({"threads": args.threads, "prefetch": args.prefetch, "decoder": args.decoder,
-                  "pipelines": args.pipelines, "k": args.k,
-                  "samples_per_s": [round(r) for r in rates]}))
+print(
+    json.dumps(
+        {
+            "threads": args.threads,
+            "prefetch": args.prefetch,
+            "decoder": args.decoder,
+            "pipelines": args.pipelines,
+            "k": args.k,
+            "samples_per_s": [round(r) for r in rates],
+        }
+    )
+)

@@ -33,8 +33,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--format", choices=("jpg", "png"), default="jpg")
-    ap.add_argument("--source", default=None,
-                    help="folder with MNIST's four .gz IDX files (default: download once)")
+    ap.add_argument(
+        "--source", default=None, help="folder with MNIST's four .gz IDX files (default: download once)"
+    )
     args = ap.parse_args()
     if os.path.isdir(args.out) and os.listdir(args.out):
         raise SystemExit(f"{args.out}: exists and is not empty; choose a new folder")
@@ -44,14 +45,13 @@ def main() -> None:
         root = os.path.join(args.out, split)
         for digit in range(10):
             os.makedirs(os.path.join(root, str(digit)), exist_ok=True)
-        jobs += [(root, args.format, s, x[s:s + 2000], y[s:s + 2000])
-                 for s in range(0, len(x), 2000)]
+        jobs += [(root, args.format, s, x[s : s + 2000], y[s : s + 2000]) for s in range(0, len(x), 2000)]
     with ProcessPoolExecutor() as pool:
         list(pool.map(_write, jobs))
-    idx = args.source or os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser(
-        "~/.cache")), "easyfit", "mnist")
-    print(f"{args.out}: {sum(len(x) for x, _ in data.values())} {args.format} images; "
-          f"IDX files in {idx}")
+    idx = args.source or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "easyfit", "mnist"
+    )
+    print(f"{args.out}: {sum(len(x) for x, _ in data.values())} {args.format} images; IDX files in {idx}")
 
 
 if __name__ == "__main__":

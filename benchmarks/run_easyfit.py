@@ -58,31 +58,48 @@ def main() -> None:
 
     start = time.perf_counter()
     spe = args.steps_per_execution
-    trainer = ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
-                         steps_per_execution=int(spe) if spe.isdigit() else spe,
-                         num_threads=args.threads, pipelines_per_device=args.pipelines)
+    trainer = ef.Trainer(
+        MLP(),
+        optimizer=optax.sgd(0.1, momentum=0.9),
+        seed=0,
+        steps_per_execution=int(spe) if spe.isdigit() else spe,
+        num_threads=args.threads,
+        pipelines_per_device=args.pipelines,
+    )
     timer = EpochTimer()
-    fit_kwargs = {} if args.cache == "none" else {"cache": {"auto": "auto", "true": True,
-                                                            "false": False}[args.cache]}
+    fit_kwargs = (
+        {} if args.cache == "none" else {"cache": {"auto": "auto", "true": True, "false": False}[args.cache]}
+    )
     timer_start = time.perf_counter()
-    history = trainer.fit(args.root, epochs=args.epochs, batch_size=args.batch_size,
-                          callbacks=[timer], verbose=2, **fit_kwargs)
+    history = trainer.fit(
+        args.root, epochs=args.epochs, batch_size=args.batch_size, callbacks=[timer], verbose=2, **fit_kwargs
+    )
     total = time.perf_counter() - start
     ends = timer.batch_ends or [0.0]
-    print(f"first epoch: first dispatch returned after {ends[0]:.2f} s (compile), "
-          f"{len(ends)} dispatches, last at {ends[-1]:.2f} s, epoch {timer.seconds[0]:.2f} s; "
-          f"fit started {timer_start - start:.2f} s after the script", flush=True)
+    print(
+        f"first epoch: first dispatch returned after {ends[0]:.2f} s (compile), "
+        f"{len(ends)} dispatches, last at {ends[-1]:.2f} s, epoch {timer.seconds[0]:.2f} s; "
+        f"fit started {timer_start - start:.2f} s after the script",
+        flush=True,
+    )
     n = trainer._data._train.num_samples  # noqa: SLF001 - a benchmark may look inside
     rates = [n / s for s in timer.seconds]
     stats = jax.devices()[0].memory_stats() or {}
-    print(json.dumps({
-        "label": args.label, "backend": jax.default_backend(), "devices": jax.device_count(),
-        "steady_samples_per_s": round(statistics.median(rates[1:]) if len(rates) > 1 else rates[0]),
-        "first_epoch_s": round(timer.seconds[0], 3), "total_s": round(total, 3),
-        "val_accuracy": round(history.history["val_accuracy"][-1], 4),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "peak_device_mb": round(stats.get("peak_bytes_in_use", 0) / 2**20) or None,
-    }))
+    print(
+        json.dumps(
+            {
+                "label": args.label,
+                "backend": jax.default_backend(),
+                "devices": jax.device_count(),
+                "steady_samples_per_s": round(statistics.median(rates[1:]) if len(rates) > 1 else rates[0]),
+                "first_epoch_s": round(timer.seconds[0], 3),
+                "total_s": round(total, 3),
+                "val_accuracy": round(history.history["val_accuracy"][-1], 4),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                "peak_device_mb": round(stats.get("peak_bytes_in_use", 0) / 2**20) or None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -41,20 +41,23 @@ from easyfit._demo import MLP  # noqa: E402
 from easyfit.data.loader import Loader  # noqa: E402
 from easyfit.parallel import Placement  # noqa: E402
 
-SETTINGS = {"mlp": (MLP, lambda: optax.sgd(0.1, momentum=0.9), 200),
-            "cnn": (CNN, lambda: optax.sgd(0.3), 64)}
+SETTINGS = {"mlp": (MLP, lambda: optax.sgd(0.1, momentum=0.9), 200), "cnn": (CNN, lambda: optax.sgd(0.3), 64)}
 
 
 def replicas_identical(params) -> bool:
-    return all(np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
-               for leaf in jax.tree_util.tree_leaves(params) for s in leaf.addressable_shards)
+    return all(
+        np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
+        for leaf in jax.tree_util.tree_leaves(params)
+        for s in leaf.addressable_shards
+    )
 
 
 def seen_once(source, devices, batch_size: int, epochs: int = 2, decode=None) -> bool:
     """Whether the real loader, on ``devices``, delivers each sample once in each epoch."""
     placement = Placement.create(devices)
-    plan = ef.data.Plan(len(source), batch_size, seed=0, steps_per_execution=3,
-                        num_shards=placement.num_shards)
+    plan = ef.data.Plan(
+        len(source), batch_size, seed=0, steps_per_execution=3, num_shards=placement.num_shards
+    )
     loader = Loader(source, plan, placement)
     try:
         for _ in range(epochs):
@@ -87,8 +90,10 @@ def check_once(devices, batch_size: int) -> dict[str, bool]:
         def decode(x):
             return ids(x[:, 0, 0, 0].astype(int) + 256 * x[:, 0, 1, 0].astype(int))
 
-        return {"arrays": seen_once(arrays, devices, batch_size),
-                "image_folder": seen_once(folder, devices, batch_size, decode=decode)}
+        return {
+            "arrays": seen_once(arrays, devices, batch_size),
+            "image_folder": seen_once(folder, devices, batch_size, decode=decode),
+        }
 
 
 def main() -> None:
@@ -98,29 +103,43 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=None, help="use the first N devices")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--per-device-batch", type=int, default=None)
-    ap.add_argument("--cache", choices=("false", "true", "auto"), default="false",
-                    help="fit's cache= (default false: streaming)")
+    ap.add_argument(
+        "--cache",
+        choices=("false", "true", "auto"),
+        default="false",
+        help="fit's cache= (default false: streaming)",
+    )
     ap.add_argument("--check-once", action="store_true")
     args = ap.parse_args()
 
-    devices = jax.devices()[:args.devices] if args.devices else jax.devices()
+    devices = jax.devices()[: args.devices] if args.devices else jax.devices()
     model, optimizer, per_device = SETTINGS[args.model]
     batch_size = (args.per_device_batch or per_device) * len(devices)
     train, val = load(args.data) if args.model == "cnn" else (args.data, None)
     trainer = ef.Trainer(model(), optimizer=optimizer(), seed=0, devices=devices)
     timer = EpochTimer()
-    history = trainer.fit(train, validation_data=val, epochs=args.epochs, batch_size=batch_size,
-                          callbacks=[timer], verbose=2,
-                          cache={"false": False, "true": True, "auto": "auto"}[args.cache])
+    history = trainer.fit(
+        train,
+        validation_data=val,
+        epochs=args.epochs,
+        batch_size=batch_size,
+        callbacks=[timer],
+        verbose=2,
+        cache={"false": False, "true": True, "auto": "auto"}[args.cache],
+    )
     n = trainer._data._train.num_samples  # noqa: SLF001 - a benchmark may look inside
     rates = [n / s for s in timer.seconds]
-    result = {"model": args.model, "devices": len(devices), "platform": devices[0].platform,
-              "batch_size": batch_size, "cache": args.cache,
-              "steady_samples_per_s": round(statistics.median(rates[1:]) if len(rates) > 1
-                                            else rates[0]),
-              "first_epoch_s": round(timer.seconds[0], 3),
-              "val_accuracy": round(history.history["val_accuracy"][-1], 4),
-              "replicas_identical": replicas_identical(trainer.params)}
+    result = {
+        "model": args.model,
+        "devices": len(devices),
+        "platform": devices[0].platform,
+        "batch_size": batch_size,
+        "cache": args.cache,
+        "steady_samples_per_s": round(statistics.median(rates[1:]) if len(rates) > 1 else rates[0]),
+        "first_epoch_s": round(timer.seconds[0], 3),
+        "val_accuracy": round(history.history["val_accuracy"][-1], 4),
+        "replicas_identical": replicas_identical(trainer.params),
+    }
     if args.check_once:
         result["every_sample_once"] = check_once(devices, batch_size)
     print(json.dumps(result), flush=True)

@@ -47,12 +47,16 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--cache", default="false")
     args = ap.parse_args()
-    root = args.root or ef.datasets.sample_folder(tempfile.mkdtemp() + "/mnist",
-                                                         limit=(2000, 500))
+    root = args.root or ef.datasets.sample_folder(tempfile.mkdtemp() + "/mnist", limit=(2000, 500))
     rss = RSS()
     ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9)).fit(
-        root, epochs=args.epochs, batch_size=100, verbose=0, callbacks=[rss],
-        cache={"auto": "auto", "true": True, "false": False}[args.cache])
+        root,
+        epochs=args.epochs,
+        batch_size=100,
+        verbose=0,
+        callbacks=[rss],
+        cache={"auto": "auto", "true": True, "false": False}[args.cache],
+    )
     growth = rss.mb[-1] - rss.mb[1]
     print(json.dumps({"rss_mb_per_epoch": rss.mb, "growth_after_epoch_2_mb": round(growth, 1)}))
     sys.exit(0 if growth < 50 else 1)

@@ -17,5 +17,17 @@ from .trainer import Trainer  # noqa: E402
 
 __version__ = "0.1.0"  # the only place the version is written (pyproject reads it)
 
-__all__ = ["Callback", "CheckpointError", "DataError", "History", "Trainer", "__version__", "callbacks",
-           "checkpoint", "data", "datasets", "distributed", "errors"]
+__all__ = [
+    "Callback",
+    "CheckpointError",
+    "DataError",
+    "History",
+    "Trainer",
+    "__version__",
+    "callbacks",
+    "checkpoint",
+    "data",
+    "datasets",
+    "distributed",
+    "errors",
+]

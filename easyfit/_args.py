@@ -25,8 +25,7 @@ def check_int(name: str, value: Any, minimum: int, *, none: bool = False) -> Non
     """
     if value is None and none:
         return
-    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-            or value < minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         default = " (or None for the default)" if none else ""
         raise ValueError(f"{name}={value!r}: expected an integer >= {minimum}{default}")
 
@@ -37,5 +36,6 @@ def check_verbose(value: Any) -> int:
         return 1
     if isinstance(value, numbers.Integral) and value in (0, 1, 2):
         return int(value)
-    raise ValueError(f"verbose={value!r}: expected 0 (silent), 1 (progress bar), 2 (one line "
-                     "per epoch) or 'auto'")
+    raise ValueError(
+        f"verbose={value!r}: expected 0 (silent), 1 (progress bar), 2 (one line per epoch) or 'auto'"
+    )

@@ -49,13 +49,15 @@ def run_demo(out: str | os.PathLike = ".", epochs: int = 5, verbose: int = 1) ->
     with tempfile.TemporaryDirectory(prefix="easyfit-demo-") as tmp:
         start = time.perf_counter()
         root = datasets.sample_folder(os.path.join(tmp, "mnist"))
-        print(f"easyfit demo: the MNIST sample inside easyfit, 6,000 training and 1,000 "
-              f"validation images, written as PNG files to {root} in "
-              f"{time.perf_counter() - start:.1f}s; DALI reads and decodes them.\n"
-              f"model: MLP 784-1024-1024-10, SGD(0.1, momentum 0.9), batch {batch_size}, "
-              f"{epochs} epoch{'s' if epochs > 1 else ''}, on {n} {jax.default_backend()} "
-              f"device{'s' if n > 1 else ''}",
-              flush=True)
+        print(
+            f"easyfit demo: the MNIST sample inside easyfit, 6,000 training and 1,000 "
+            f"validation images, written as PNG files to {root} in "
+            f"{time.perf_counter() - start:.1f}s; DALI reads and decodes them.\n"
+            f"model: MLP 784-1024-1024-10, SGD(0.1, momentum 0.9), batch {batch_size}, "
+            f"{epochs} epoch{'s' if epochs > 1 else ''}, on {n} {jax.default_backend()} "
+            f"device{'s' if n > 1 else ''}",
+            flush=True,
+        )
         trainer = Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
         history = trainer.fit(root, epochs=epochs, batch_size=batch_size, verbose=verbose)
     accuracy = history.history["val_accuracy"][-1]

@@ -42,12 +42,14 @@ def validation_epochs(validation_freq: int | Collection[int]) -> Callable[[int],
     """
     if isinstance(validation_freq, numbers.Integral) and not isinstance(validation_freq, bool):
         if validation_freq < 1:
-            raise ValueError(f"validation_freq={validation_freq!r}: expected an integer >= 1 "
-                             "or a collection of epochs")
+            raise ValueError(
+                f"validation_freq={validation_freq!r}: expected an integer >= 1 or a collection of epochs"
+            )
         freq = int(validation_freq)
         return lambda epoch: (epoch + 1) % freq == 0
     if isinstance(validation_freq, Collection) and not isinstance(validation_freq, str):
         epochs = {int(e) for e in validation_freq}
         return lambda epoch: epoch + 1 in epochs
-    raise TypeError(f"validation_freq={validation_freq!r}: expected an integer >= 1 or a "
-                    "collection of epochs")
+    raise TypeError(
+        f"validation_freq={validation_freq!r}: expected an integer >= 1 or a collection of epochs"
+    )

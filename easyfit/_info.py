@@ -22,8 +22,7 @@ from ._env import _FLAG
 __all__ = ["Environment", "collect", "problems", "report"]
 
 DALI = "nvidia-dali"
-_SHOWN = ("jax", "jaxlib", "flax", "optax", DALI, "clu", "orbax-checkpoint", "numpy", "tqdm",
-          "matplotlib")
+_SHOWN = ("jax", "jaxlib", "flax", "optax", DALI, "clu", "orbax-checkpoint", "numpy", "tqdm", "matplotlib")
 _JAX_CUDA = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
 _DALI_DIST = re.compile(r"^nvidia-dali(?:-cuda(\d\d)\d?)?$")
 
@@ -97,8 +96,11 @@ def _devices() -> tuple[str, tuple[str, ...], int]:
         devices = jax.devices()
     except RuntimeError as e:
         return f"failed: {str(e).splitlines()[0]}", (), 1
-    return (jax.default_backend(), tuple(f"{d.platform}:{d.id} {d.device_kind}" for d in devices),
-            jax.process_count())
+    return (
+        jax.default_backend(),
+        tuple(f"{d.platform}:{d.id} {d.device_kind}" for d in devices),
+        jax.process_count(),
+    )
 
 
 def collect() -> Environment:
@@ -106,8 +108,7 @@ def collect() -> Environment:
     from . import __version__
 
     dali_dist, dali_version, dali_cuda = _dali()
-    versions = {"easyfit": __version__,
-                **{n: dali_version if n == DALI else _version(n) for n in _SHOWN}}
+    versions = {"easyfit": __version__, **{n: dali_version if n == DALI else _version(n) for n in _SHOWN}}
     jax_cuda = next((int(m.group(1)) for n in _installed() if (m := _JAX_CUDA.match(n))), None)
     try:
         requirements = tuple(metadata.requires("easyfit") or ())
@@ -120,11 +121,19 @@ def collect() -> Environment:
             versions.setdefault(name, _version(name))
     backend, devices, processes = _devices()
     return Environment(
-        python=platform.python_version(), versions=versions, dali_dist=dali_dist,
-        dali_cuda=dali_cuda, jax_cuda=jax_cuda, requirements=requirements,
-        requires_python=requires_python, backend=backend, devices=devices,
-        process_count=processes, xla_flags=os.environ.get("XLA_FLAGS", ""),
-        gpu_present=os.path.exists("/dev/nvidia0"))
+        python=platform.python_version(),
+        versions=versions,
+        dali_dist=dali_dist,
+        dali_cuda=dali_cuda,
+        jax_cuda=jax_cuda,
+        requirements=requirements,
+        requires_python=requires_python,
+        backend=backend,
+        devices=devices,
+        process_count=processes,
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        gpu_present=os.path.exists("/dev/nvidia0"),
+    )
 
 
 def _requirement_problems(env: Environment) -> list[str]:
@@ -157,27 +166,34 @@ def problems(env: Environment) -> list[str]:
         DALI was built for CUDA 12 but JAX's CUDA plugin is for CUDA 13
     """
     found = []
-    if env.requires_python and not SpecifierSet(env.requires_python).contains(
-            env.python, prereleases=True):
+    if env.requires_python and not SpecifierSet(env.requires_python).contains(env.python, prereleases=True):
         found.append(f"Python {env.python} is too old: easyfit needs Python{env.requires_python}")
     found += _requirement_problems(env)
     if env.versions.get(DALI) is None:
-        found.append("NVIDIA DALI is not installed (or does not import): easyfit reads every "
-                     "batch through it. pip install nvidia-dali-cuda120 (or nvidia-dali-cuda130, "
-                     "to match your CUDA)")
+        found.append(
+            "NVIDIA DALI is not installed (or does not import): easyfit reads every "
+            "batch through it. pip install nvidia-dali-cuda120 (or nvidia-dali-cuda130, "
+            "to match your CUDA)"
+        )
     if env.backend.startswith("failed"):
         found.append(f"JAX could not start its backend ({env.backend[8:]})")
     if env.backend == "gpu" and not re.search(re.escape(_FLAG) + r"(\s|$)", env.xla_flags):
-        found.append(f"JAX runs on the GPU without {_FLAG} in XLA_FLAGS: XLA's command buffers "
-                     "break beside DALI. Import easyfit before JAX starts, or export "
-                     f"XLA_FLAGS={_FLAG}")
+        found.append(
+            f"JAX runs on the GPU without {_FLAG} in XLA_FLAGS: XLA's command buffers "
+            "break beside DALI. Import easyfit before JAX starts, or export "
+            f"XLA_FLAGS={_FLAG}"
+        )
     if env.dali_cuda and env.jax_cuda and env.dali_cuda != env.jax_cuda:
-        found.append(f"DALI was built for CUDA {env.dali_cuda} but JAX's CUDA plugin is for "
-                     f"CUDA {env.jax_cuda}: install nvidia-dali-cuda{env.jax_cuda}0 or "
-                     f"jax[cuda{env.dali_cuda}]")
+        found.append(
+            f"DALI was built for CUDA {env.dali_cuda} but JAX's CUDA plugin is for "
+            f"CUDA {env.jax_cuda}: install nvidia-dali-cuda{env.jax_cuda}0 or "
+            f"jax[cuda{env.dali_cuda}]"
+        )
     if env.backend == "cpu" and env.gpu_present:
-        found.append("this machine has an NVIDIA GPU but JAX runs on the CPU: "
-                     'pip install -U "jax[cuda12]" (or jax[cuda13]) for JAX to use it')
+        found.append(
+            "this machine has an NVIDIA GPU but JAX runs on the CPU: "
+            'pip install -U "jax[cuda12]" (or jax[cuda13]) for JAX to use it'
+        )
     return found
 
 
@@ -191,15 +207,23 @@ def report(env: Environment) -> str:
     kinds: dict[str, int] = {}
     for d in env.devices:
         kinds[d.split(" ", 1)[1]] = kinds.get(d.split(" ", 1)[1], 0) + 1
-    rows = [("easyfit", v.get("easyfit")), ("python", f"{env.python} ({sys.executable})"),
-            ("jax", f"{v.get('jax')} (jaxlib {v.get('jaxlib')}"
-             + (f", CUDA {env.jax_cuda} plugin)" if env.jax_cuda else ")")),
-            ("flax", v.get("flax")), ("optax", v.get("optax")), ("dali", dali),
-            *((n, v.get(n) or "not installed") for n in _SHOWN[5:]),
-            ("backend", env.backend),
-            ("devices", ", ".join(f"{n} x {k}" for k, n in kinds.items()) or "none"),
-            ("processes", str(env.process_count)),
-            ("XLA_FLAGS", env.xla_flags or "(not set)")]
+    rows = [
+        ("easyfit", v.get("easyfit")),
+        ("python", f"{env.python} ({sys.executable})"),
+        (
+            "jax",
+            f"{v.get('jax')} (jaxlib {v.get('jaxlib')}"
+            + (f", CUDA {env.jax_cuda} plugin)" if env.jax_cuda else ")"),
+        ),
+        ("flax", v.get("flax")),
+        ("optax", v.get("optax")),
+        ("dali", dali),
+        *((n, v.get(n) or "not installed") for n in _SHOWN[5:]),
+        ("backend", env.backend),
+        ("devices", ", ".join(f"{n} x {k}" for k, n in kinds.items()) or "none"),
+        ("processes", str(env.process_count)),
+        ("XLA_FLAGS", env.xla_flags or "(not set)"),
+    ]
     lines = [f"{name:<17} {value}" for name, value in rows]
     found = problems(env)
     lines += [f"warning: {p}" for p in found] or ["no known problems"]

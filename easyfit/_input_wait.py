@@ -56,6 +56,8 @@ class EpochInputWait:
         """
         if share <= INPUT_BOUND:
             return None
-        return (f"easyfit: the devices waited for input {share:.0%} of epoch {epoch + 1} "
-                f"({waited:.1f} s of {total:.1f} s): training is input-bound; see "
-                "docs/performance.md#am-i-input-bound")
+        return (
+            f"easyfit: the devices waited for input {share:.0%} of epoch {epoch + 1} "
+            f"({waited:.1f} s of {total:.1f} s): training is input-bound; see "
+            "docs/performance.md#am-i-input-bound"
+        )

@@ -78,17 +78,19 @@ def check(path: str, item: str, tree: Any, saved: dict[str, str], every: bool = 
     got_all = digests(tree)
     if every and saved.keys() - got_all.keys():
         missing = sorted(saved.keys() - got_all.keys())[0]
-        raise CheckpointError(f"{path}: item {item!r} lacks its array {missing}, the checkpoint "
-                              f"is damaged")
+        raise CheckpointError(f"{path}: item {item!r} lacks its array {missing}, the checkpoint is damaged")
     for leaf, got in got_all.items():
         want = saved.get(leaf)
         if want is None:
-            raise CheckpointError(f"{path}: item {item!r} has an array {leaf} that the "
-                                  f"checkpoint's checksums do not list (saved from another "
-                                  f"model or optimizer?)")
+            raise CheckpointError(
+                f"{path}: item {item!r} has an array {leaf} that the "
+                f"checkpoint's checksums do not list (saved from another "
+                f"model or optimizer?)"
+            )
         if got != want:
-            raise CheckpointError(f"{path}: item {item!r}, array {leaf}: checksum mismatch, "
-                                  f"the checkpoint is damaged")
+            raise CheckpointError(
+                f"{path}: item {item!r}, array {leaf}: checksum mismatch, the checkpoint is damaged"
+            )
 
 
 def _all_processes_agree(ok: bool) -> bool:
@@ -135,9 +137,11 @@ class WriterLock:
                 os.close(fd)
         if not _all_processes_agree(ok):
             self.release()
-            raise CheckpointError(f"{self.path}: another writer holds {self.file} (another "
-                                  f"program saving here now); use another path, or wait "
-                                  f"for it to finish")
+            raise CheckpointError(
+                f"{self.path}: another writer holds {self.file} (another "
+                f"program saving here now); use another path, or wait "
+                f"for it to finish"
+            )
         self._held = True
         return self
 

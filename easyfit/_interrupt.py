@@ -23,8 +23,7 @@ from .errors import Preempted
 
 __all__ = ["Stop", "deferred_signals"]
 
-_DEFAULTS: dict[int, Any] = {signal.SIGINT: signal.default_int_handler,
-                             signal.SIGTERM: signal.SIG_DFL}
+_DEFAULTS: dict[int, Any] = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
 
 class Stop:

@@ -16,6 +16,7 @@ import numpy as np
 
 __all__ = ["synthetic_images", "write_png"]
 
+
 def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
     """Writes an 8-bit grayscale (HxW or HxWx1), RGB or RGBA image as PNG.
 
@@ -30,17 +31,23 @@ def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
     raw = np.concatenate([np.zeros((h, 1), np.uint8), rows], axis=1).tobytes()
 
     def chunk(tag: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + tag + data
-                + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-                + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+        f.write(
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(raw, 6))
+            + chunk(b"IEND", b"")
+        )
 
 
-def _image(cls: int, classes: int, rng: np.random.Generator, size: tuple[int, int],
-           noise: float) -> np.ndarray:
+def _image(
+    cls: int, classes: int, rng: np.random.Generator, size: tuple[int, int], noise: float
+) -> np.ndarray:
     """An RGB uint8 image of class ``cls``: its hue and its stripes' angle say the class;
     smooth texture and pixel noise make the rest (and the JPEG's size) photo-like."""
     lo, hi = size
@@ -68,10 +75,18 @@ def _write(job: tuple[str, int, int, int, tuple[int, int], str, int, float]) -> 
     Image.fromarray(image).save(path, format="JPEG", quality=quality)
 
 
-def synthetic_images(out_dir: str | os.PathLike, *, classes: int = 10,
-                     per_class: tuple[int, int] = (20, 5), size: tuple[int, int] = (300, 550),
-                     image_format: str = "jpeg", quality: int = 90, noise: float = 20.0,
-                     seed: int = 0, workers: int | None = None) -> str:
+def synthetic_images(
+    out_dir: str | os.PathLike,
+    *,
+    classes: int = 10,
+    per_class: tuple[int, int] = (20, 5),
+    size: tuple[int, int] = (300, 550),
+    image_format: str = "jpeg",
+    quality: int = 90,
+    noise: float = 20.0,
+    seed: int = 0,
+    workers: int | None = None,
+) -> str:
     """Writes ``out_dir/{train,val}/<class>/<n>.<ext>``: generated photos laid out like ImageNet.
 
     Each image has a random height and width in ``size``; its class shows in its hue and in the
@@ -107,8 +122,10 @@ def synthetic_images(out_dir: str | os.PathLike, *, classes: int = 10,
         try:
             import PIL  # noqa: F401
         except ImportError:
-            raise ImportError("synthetic_images(image_format='jpeg') needs Pillow "
-                              "(pip install pillow); image_format='png' does not") from None
+            raise ImportError(
+                "synthetic_images(image_format='jpeg') needs Pillow "
+                "(pip install pillow); image_format='png' does not"
+            ) from None
     ext = "jpg" if image_format == "jpeg" else "png"
     jobs: list[Any] = []
     for s, (split, n) in enumerate(zip(("train", "val"), per_class, strict=True)):
@@ -117,8 +134,18 @@ def synthetic_images(out_dir: str | os.PathLike, *, classes: int = 10,
             os.makedirs(folder, exist_ok=True)
             for i in range(n):
                 job_seed = int(np.random.SeedSequence([seed, s, c, i]).generate_state(1)[0])
-                jobs.append((os.path.join(folder, f"{i:05d}.{ext}"), c, classes, job_seed,
-                             tuple(size), image_format, quality, noise))
+                jobs.append(
+                    (
+                        os.path.join(folder, f"{i:05d}.{ext}"),
+                        c,
+                        classes,
+                        job_seed,
+                        tuple(size),
+                        image_format,
+                        quality,
+                        noise,
+                    )
+                )
     workers = workers or min(32, os.cpu_count() or 1)
     if workers == 1 or len(jobs) < 64:
         for job in jobs:

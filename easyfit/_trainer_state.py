@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainerState"]
 
+
 class TrainerState:
     """The trained state of a :class:`easyfit.Trainer` and its persistence (see there)."""
 
@@ -56,8 +57,9 @@ class TrainerState:
     def model(self) -> Any:
         """The model. For NNX, the module with the trained state merged back in."""
         if self._adapter.kind == "nnx" and self.state is not None:
-            return nnx.merge(self._adapter.module, *jax.device_get(
-                (self.state.params, self.state.model_state)))
+            return nnx.merge(
+                self._adapter.module, *jax.device_get((self.state.params, self.state.model_state))
+            )
         return self._model
 
     @property
@@ -70,23 +72,31 @@ class TrainerState:
         """What a checkpoint records beside the state and the progress: the seed, the input
         shape and dtype, the class names."""
         shape, dtype = self._input_spec or (None, None)
-        return {"seed": self.seed, "input_shape": shape, "input_dtype": dtype,
-                "input_scale": self._input_scale, "class_names": self.class_names,
-                "precision": self.precision.name}
+        return {
+            "seed": self.seed,
+            "input_shape": shape,
+            "input_dtype": dtype,
+            "input_scale": self._input_scale,
+            "class_names": self.class_names,
+            "precision": self.precision.name,
+        }
 
     def summary(self, print_fn: Any = print) -> str:
         """Prints (with ``print_fn``, unless None) and returns the parameter table per module
         and the totals: trainable, non-trainable (BatchNorm statistics) and bytes."""
         state = self._require_state()
-        return export_lib.summary(state.params, state.model_state, type(self._model).__name__,
-                                  print_fn)
+        return export_lib.summary(state.params, state.model_state, type(self._model).__name__, print_fn)
 
     def export(self, path: str | os.PathLike) -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
         the class names: it runs with JAX alone, for any batch size (``easyfit.export``)."""
         infer = steps.make_infer(self._adapter, self._input_scale, self.precision)
-        return export_lib.export(path, functools.partial(infer, jax.device_get(
-            self._require_state())), *(self._input_spec or ([], None)), self.class_names)
+        return export_lib.export(
+            path,
+            functools.partial(infer, jax.device_get(self._require_state())),
+            *(self._input_spec or ([], None)),
+            self.class_names,
+        )
 
     # ---------------------------------------------------------------------------- checkpoints
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
@@ -101,8 +111,9 @@ class TrainerState:
         Returns:
             The absolute path written.
         """
-        return checkpoint.save(path, self._require_state(), self._progress, self.checkpoint_meta,
-                               weights_only=weights_only)
+        return checkpoint.save(
+            path, self._require_state(), self._progress, self.checkpoint_meta, weights_only=weights_only
+        )
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
@@ -121,10 +132,12 @@ class TrainerState:
         target = self.state
         if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
             if meta["input_shape"] is None and self._adapter.kind != "nnx":
-                raise CheckpointError(f"{os.path.abspath(os.fspath(path))}: no input shape "
-                                      "recorded; call fit or evaluate first")
-            target = self._init_state(tuple(meta["input_shape"] or ()), meta["input_dtype"],
-                                      abstract=meta["kind"] == "full")
+                raise CheckpointError(
+                    f"{os.path.abspath(os.fspath(path))}: no input shape recorded; call fit or evaluate first"
+                )
+            target = self._init_state(
+                tuple(meta["input_shape"] or ()), meta["input_dtype"], abstract=meta["kind"] == "full"
+            )
         self.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta)
         if meta["class_names"] is not None:
             self.class_names = list(meta["class_names"])
@@ -136,13 +149,19 @@ class TrainerState:
         write_back(self._model, self.state)
         return meta
 
-    def _init_state(self, shape: tuple[int, ...], dtype: str | None,
-                    abstract: bool = False) -> Any:
+    def _init_state(self, shape: tuple[int, ...], dtype: str | None, abstract: bool = False) -> Any:
         """Creates ``self.state`` for inputs of ``shape``; with ``abstract``, returns its shapes,
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape), dtype)
-        state = create_state(self._adapter, self.optimizer, self.seed, shape, self._nnx_variables,
-                             abstract, self.precision.initial_scale())
+        state = create_state(
+            self._adapter,
+            self.optimizer,
+            self.seed,
+            shape,
+            self._nnx_variables,
+            abstract,
+            self.precision.initial_scale(),
+        )
         if abstract:
             return self.placement.abstract(state, replicated=True)
         self.state = self.placement.replicate(state)

@@ -55,8 +55,17 @@ from .precision import get_precision
 if TYPE_CHECKING:
     from .data.order import Plan
 
-__all__ = ["Progress", "ResumePoint", "checkpoint_args", "find_resume_point", "read_metadata",
-           "reader", "restore", "save", "verify"]
+__all__ = [
+    "Progress",
+    "ResumePoint",
+    "checkpoint_args",
+    "find_resume_point",
+    "read_metadata",
+    "reader",
+    "restore",
+    "save",
+    "verify",
+]
 
 FORMAT = "easyfit-checkpoint"
 #: 2: with checksums (version 1 checkpoints load unchecked).
@@ -86,29 +95,38 @@ class Progress:
 
 def _abstract(tree: Any) -> Any:
     return jax.tree_util.tree_map(
-        lambda a: a if isinstance(a, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(a),
-        tree)
+        lambda a: a if isinstance(a, jax.ShapeDtypeStruct) else ocp.utils.to_shape_dtype_struct(a), tree
+    )
 
 
 def _plan_json(plan: Plan | None) -> dict | None:
     return None if plan is None else {k: getattr(plan, k) for k in _PLAN_KEYS}
 
 
-def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any],
-              kind: str) -> dict[str, Any]:
+def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any], kind: str) -> dict[str, Any]:
     progress = progress or Progress(0)
-    return {"format": FORMAT, "version": VERSION, "kind": kind, "epoch": progress.epoch,
-            "batch": progress.batch, "position": dict(progress.position or {}) or None,
-            "step": int(np.asarray(jax.device_get(state.step))), "seed": meta.get("seed"),
-            "input_shape": meta.get("input_shape"), "input_dtype": meta.get("input_dtype"),
-            "input_scale": meta.get("input_scale"),
-            "class_names": meta.get("class_names"), "plan": _plan_json(progress.plan),
-            "has_metrics": kind == "full" and progress.metrics is not None,
-            "precision": meta.get("precision", "float32")}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "kind": kind,
+        "epoch": progress.epoch,
+        "batch": progress.batch,
+        "position": dict(progress.position or {}) or None,
+        "step": int(np.asarray(jax.device_get(state.step))),
+        "seed": meta.get("seed"),
+        "input_shape": meta.get("input_shape"),
+        "input_dtype": meta.get("input_dtype"),
+        "input_scale": meta.get("input_scale"),
+        "class_names": meta.get("class_names"),
+        "plan": _plan_json(progress.plan),
+        "has_metrics": kind == "full" and progress.metrics is not None,
+        "precision": meta.get("precision", "float32"),
+    }
 
 
-def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, Any], *,
-                    weights_only: bool = False) -> ocp.args.Composite:
+def checkpoint_args(
+    state: Any, progress: Progress | None, meta: Mapping[str, Any], *, weights_only: bool = False
+) -> ocp.args.Composite:
     """The Orbax save arguments for a training state, where training stands and ``meta``
     (``seed``, ``input_shape``, ``input_dtype``, ``class_names``)."""
     full = _metadata(state, progress, meta, "weights" if weights_only else "full")
@@ -122,19 +140,29 @@ def checkpoint_args(state: Any, progress: Progress | None, meta: Mapping[str, An
         if full["has_metrics"]:  # only with a progress
             assert progress is not None
             trees["epoch_metrics"] = progress.metrics
-    sums = {"metadata": _integrity.json_digest(full),
-            "items": {name: _integrity.digests(tree) for name, tree in trees.items()}}
+    sums = {
+        "metadata": _integrity.json_digest(full),
+        "items": {name: _integrity.digests(tree) for name, tree in trees.items()},
+    }
     return ocp.args.Composite(
-        metadata=ocp.args.JsonSave(full), **{_integrity.ITEM: ocp.args.JsonSave(sums)},
-        **{name: ocp.args.StandardSave(tree) for name, tree in trees.items()})
+        metadata=ocp.args.JsonSave(full),
+        **{_integrity.ITEM: ocp.args.JsonSave(sums)},
+        **{name: ocp.args.StandardSave(tree) for name, tree in trees.items()},
+    )
 
 
 def _checkpointer() -> ocp.Checkpointer:
     return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
 
 
-def save(path: str | os.PathLike, state: Any, progress: Progress | None,
-         meta: Mapping[str, Any], *, weights_only: bool = False) -> str:
+def save(
+    path: str | os.PathLike,
+    state: Any,
+    progress: Progress | None,
+    meta: Mapping[str, Any],
+    *,
+    weights_only: bool = False,
+) -> str:
     """Writes a checkpoint of ``state`` at ``path`` (replacing one already there).
 
     Args:
@@ -184,17 +212,18 @@ def _read(path: str, name: str, args: Any) -> Any:
         raise
     except Exception as e:  # TensorStore, JSON, pytree structure: all say "cannot be read"
         why = (str(e).strip().splitlines() or [""])[0][:300]
-        raise CheckpointError(f"{path}: item {name!r} cannot be read (the checkpoint is damaged, "
-                              f"or was saved from another model or optimizer): "
-                              f"{type(e).__name__}: {why}") from e
+        raise CheckpointError(
+            f"{path}: item {name!r} cannot be read (the checkpoint is damaged, "
+            f"or was saved from another model or optimizer): "
+            f"{type(e).__name__}: {why}"
+        ) from e
 
 
 def _checksums(path: str, meta: Mapping[str, Any]) -> dict[str, Any] | None:
     if meta.get("version", 1) < 2:
         return None  # written before checksums
     if not os.path.isdir(os.path.join(path, _integrity.ITEM)):
-        raise CheckpointError(f"{path}: item {_integrity.ITEM!r} is missing, the checkpoint is "
-                              f"damaged")
+        raise CheckpointError(f"{path}: item {_integrity.ITEM!r} is missing, the checkpoint is damaged")
     sums = _read(path, _integrity.ITEM, ocp.args.JsonRestore())
     if not isinstance(sums, dict) or not isinstance(sums.get("items"), dict):
         raise CheckpointError(f"{path}: item {_integrity.ITEM!r} is damaged")
@@ -212,7 +241,8 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if ocp.utils.TMP_DIR_SUFFIX in os.path.basename(path) or (
-            path.endswith(_integrity.NEW) and not _integrity.complete(path)):
+        path.endswith(_integrity.NEW) and not _integrity.complete(path)
+    ):
         raise CheckpointError(f"{path}: an unfinished checkpoint (a save was interrupted)")
     if not os.path.isdir(os.path.join(path, "metadata")):
         raise CheckpointError(f"{path}: not an easyfit checkpoint (no metadata item)")
@@ -221,8 +251,7 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not an easyfit checkpoint")
     sums = _checksums(path, meta)
     if sums is not None and _integrity.json_digest(meta) != sums.get("metadata"):
-        raise CheckpointError(f"{path}: item 'metadata' does not match its checksum (edited or "
-                              f"damaged)")
+        raise CheckpointError(f"{path}: item 'metadata' does not match its checksum (edited or damaged)")
     return meta
 
 
@@ -265,18 +294,19 @@ def verify(path: str | os.PathLike) -> dict[str, Any]:
             tree = ocp.PyTreeCheckpointer().metadata(os.path.join(path, name))
             tree = getattr(tree, "item_metadata", tree)
             tree = getattr(tree, "tree", tree)
-            as_numpy = jax.tree_util.tree_map(
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+            as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
         except Exception as e:
-            raise CheckpointError(f"{path}: item {name!r} cannot be read (the checkpoint is "
-                                  f"damaged): {type(e).__name__}: {e}") from e
+            raise CheckpointError(
+                f"{path}: item {name!r} cannot be read (the checkpoint is damaged): {type(e).__name__}: {e}"
+            ) from e
         got = _read(path, name, ocp.args.PyTreeRestore(restore_args=as_numpy))
         _integrity.check(path, name, got, saved, every=True)
     return meta
 
 
-def restore(read: Reader, target: Any, meta: Mapping[str, Any],
-            metrics_template: Any = None) -> tuple[Any, Any]:
+def restore(
+    read: Reader, target: Any, meta: Mapping[str, Any], metrics_template: Any = None
+) -> tuple[Any, Any]:
     """The state (and mid-epoch metric accumulator) of a checkpoint.
 
     Args:
@@ -305,8 +335,9 @@ def restore(read: Reader, target: Any, meta: Mapping[str, Any],
     scale = got.get("loss_scale")
     if scale is None and scaled:  # saved under another precision: a fresh scale
         fresh = get_precision("float16").initial_scale()
-        scale = jax.tree_util.tree_map(lambda t, v: jax.device_put(v, t.sharding),
-                                       target.dynamic_scale, fresh)
+        scale = jax.tree_util.tree_map(
+            lambda t, v: jax.device_put(v, t.sharding), target.dynamic_scale, fresh
+        )
     return got["state"].replace(dynamic_scale=scale), got.get("epoch_metrics")
 
 
@@ -334,10 +365,11 @@ class ResumePoint:
         now = _plan_json(plan)
         assert now is not None
         if saved is not None and saved != now:
-            diff = ", ".join(f"{k}: {saved.get(k)} -> {now[k]}" for k in _PLAN_KEYS
-                             if saved.get(k) != now[k])
-            raise ValueError(f"{self.source}: cannot resume exactly, the training data or its "
-                             f"batching changed ({diff}); delete the backup to start afresh")
+            diff = ", ".join(f"{k}: {saved.get(k)} -> {now[k]}" for k in _PLAN_KEYS if saved.get(k) != now[k])
+            raise ValueError(
+                f"{self.source}: cannot resume exactly, the training data or its "
+                f"batching changed ({diff}); delete the backup to start afresh"
+            )
 
     def restore(self, target: Any, metrics_template: Any) -> tuple[Any, Any]:
         """``(state, the epoch's metric accumulator)`` restored onto ``target``'s structure."""

@@ -18,8 +18,10 @@ from .errors import DataError
 
 __all__ = ["mnist", "mnist_arrays", "sample", "sample_folder", "synthetic_images", "write_png"]
 
-_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-          "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
 _MIRROR = "https://storage.googleapis.com/cvdf-datasets/mnist/"  # $EASYFIT_MNIST_MIRROR overrides
 _MARKER = ".easyfit-mnist"
 _SAMPLE = "mnist_sample.npz"
@@ -31,21 +33,19 @@ def _read_idx(path: str) -> np.ndarray:
     if data[:2] != b"\0\0" or data[2] != 8:
         raise DataError(f"{path}: not an IDX file of unsigned bytes")
     ndim = data[3]
-    dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
+    dims = struct.unpack(f">{ndim}I", data[4 : 4 + 4 * ndim])
     return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def _cache_dir() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
-                        "easyfit", "mnist")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "easyfit", "mnist")
 
 
 def _locate(source: str | os.PathLike | None) -> str:
     source = source if source is not None else os.environ.get("EASYFIT_MNIST_DIR") or None
     if source is not None:
         source = os.fspath(source)
-        missing = [f for pair in _FILES.values() for f in pair
-                   if not os.path.isfile(os.path.join(source, f))]
+        missing = [f for pair in _FILES.values() for f in pair if not os.path.isfile(os.path.join(source, f))]
         if missing:
             raise DataError(f"{source}: MNIST files missing: {', '.join(missing)}")
         return source
@@ -63,13 +63,13 @@ def _locate(source: str | os.PathLike | None) -> str:
                     f"could not download MNIST from {url} ({e}). Without a network, use the "
                     "sample shipped with easyfit: ef.datasets.sample_folder(dir) (or "
                     "ef.datasets.sample() for arrays), or pass source= a folder holding "
-                    "MNIST's four .gz files") from None
+                    "MNIST's four .gz files"
+                ) from None
             os.replace(tmp, target)
     return cache
 
 
-def mnist_arrays(source: str | os.PathLike | None = None
-                 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def mnist_arrays(source: str | os.PathLike | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """MNIST as arrays: ``{"train": (x, y), "val": (x, y)}``, x uint8 (n, 28, 28, 1).
 
     Args:
@@ -88,10 +88,12 @@ def mnist_arrays(source: str | os.PathLike | None = None
     return out
 
 
-
-
-def mnist(out_dir: str | os.PathLike, *, source: str | os.PathLike | None = None,
-          limit: tuple[int, int] | None = None) -> str:
+def mnist(
+    out_dir: str | os.PathLike,
+    *,
+    source: str | os.PathLike | None = None,
+    limit: tuple[int, int] | None = None,
+) -> str:
     """Writes MNIST as an image folder: ``out_dir/{train,val}/<digit>/<n>.png``.
 
     Without ``source`` this downloads the full set (60,000 + 10,000 images) once; offline, use
@@ -133,8 +135,7 @@ def sample() -> dict[str, tuple[np.ndarray, np.ndarray]]:
         ((6000, 28, 28, 1), dtype('uint8'), dtype('int32'), (1000, 28, 28, 1))
     """
     # one name per step: the joinpath of Python 3.10 takes a single name
-    with (resources.files(__package__) / "_sample" / _SAMPLE).open("rb") as f, \
-            np.load(f) as npz:
+    with (resources.files(__package__) / "_sample" / _SAMPLE).open("rb") as f, np.load(f) as npz:
         return {split: (npz[f"x_{split}"], npz[f"y_{split}"]) for split in _FILES}
 
 
@@ -158,9 +159,12 @@ def sample_folder(out_dir: str | os.PathLike, *, limit: tuple[int, int] | None =
     return _write_folder(out_dir, sample, limit, f"sample limit={limit}")
 
 
-def _write_folder(out_dir: str | os.PathLike,
-                  load: Callable[[], dict[str, tuple[np.ndarray, np.ndarray]]],
-                  limit: tuple[int, int] | None, stamp: str) -> str:
+def _write_folder(
+    out_dir: str | os.PathLike,
+    load: Callable[[], dict[str, tuple[np.ndarray, np.ndarray]]],
+    limit: tuple[int, int] | None,
+    stamp: str,
+) -> str:
     """Writes ``load()``'s splits as PNG class folders, unless ``out_dir`` holds them already."""
     out_dir = os.fspath(out_dir)
     marker = os.path.join(out_dir, _MARKER)

@@ -33,11 +33,15 @@ INITIALIZATION_TIMEOUT_S = 300
 _GRACE_S = 5.0
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *,
-               local_device_ids: int | Sequence[int] | None = None,
-               heartbeat_timeout_seconds: int = HEARTBEAT_TIMEOUT_S,
-               initialization_timeout: int = INITIALIZATION_TIMEOUT_S) -> None:
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    local_device_ids: int | Sequence[int] | None = None,
+    heartbeat_timeout_seconds: int = HEARTBEAT_TIMEOUT_S,
+    initialization_timeout: int = INITIALIZATION_TIMEOUT_S,
+) -> None:
     """Joins this process to a multi-process run (``jax.distributed.initialize``).
 
     With no arguments, JAX detects the cluster (SLURM, Open MPI, Cloud TPU, ...). Elsewhere, give
@@ -67,10 +71,14 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     kwargs: dict[str, Any] = {}
     if local_device_ids is not None:
         kwargs["local_device_ids"] = local_device_ids
-    jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id,
-                               heartbeat_timeout_seconds=heartbeat_timeout_seconds,
-                               initialization_timeout=initialization_timeout, **kwargs)
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+        initialization_timeout=initialization_timeout,
+        **kwargs,
+    )
 
 
 def is_main_process() -> bool:
@@ -98,8 +106,7 @@ def _meet(address: str, num_processes: int, process_id: int, timeout: float) -> 
 def _gather(port: int, n: int, deadline: float, address: str, timeout: float) -> None:
     """Process 0: accepts the others' ids until all n are there or the deadline passes."""
     family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
-    server = socket.create_server(("", port), family=family,
-                                  dualstack_ipv6=family == socket.AF_INET6)
+    server = socket.create_server(("", port), family=family, dualstack_ipv6=family == socket.AF_INET6)
     peers: dict[int, socket.socket] = {}
     try:
         while len(peers) < n - 1 and (left := deadline - time.monotonic()) > 0:
@@ -111,8 +118,10 @@ def _gather(port: int, n: int, deadline: float, address: str, timeout: float) ->
             except (TimeoutError, OSError, ValueError):
                 continue
         missing = sorted(set(range(1, n)) - set(peers))
-        message = (f"{address}: process(es) {missing} of {n} never arrived within {timeout:g} s "
-                   "(initialization_timeout)")
+        message = (
+            f"{address}: process(es) {missing} of {n} never arrived within {timeout:g} s "
+            "(initialization_timeout)"
+        )
         reply = (f"missing {message}" if missing else "go").encode()
         for conn in peers.values():
             try:
@@ -128,8 +137,7 @@ def _gather(port: int, n: int, deadline: float, address: str, timeout: float) ->
         raise TimeoutError(message)
 
 
-def _join(host: str, port: int, process_id: int, deadline: float, address: str,
-          timeout: float) -> None:
+def _join(host: str, port: int, process_id: int, deadline: float, address: str, timeout: float) -> None:
     """Process > 0: tells the coordinator its id and waits for everyone to be there."""
     reply = b""
     while not reply and (left := deadline - time.monotonic()) > 0:
@@ -144,6 +152,7 @@ def _join(host: str, port: int, process_id: int, deadline: float, address: str,
     if reply == b"go":
         return
     if reply.startswith(b"missing "):
-        raise TimeoutError(reply.decode()[len("missing "):])
-    raise TimeoutError(f"{address}: the coordinator (process 0) did not answer within "
-                       f"{timeout:g} s (initialization_timeout)")
+        raise TimeoutError(reply.decode()[len("missing ") :])
+    raise TimeoutError(
+        f"{address}: the coordinator (process 0) did not answer within {timeout:g} s (initialization_timeout)"
+    )

@@ -36,8 +36,9 @@ def _count(tree: Any) -> tuple[int, int]:
     return sum(int(a.size) for a in leaves), sum(int(a.nbytes) for a in leaves)
 
 
-def summary(params: Any, model_state: Any, name: str = "model",
-            print_fn: Callable[[str], Any] | None = None) -> str:
+def summary(
+    params: Any, model_state: Any, name: str = "model", print_fn: Callable[[str], Any] | None = None
+) -> str:
     """The parameter table of ``params`` and the totals, printed with ``print_fn`` if given
     (``Trainer.summary``).
 
@@ -53,13 +54,14 @@ def summary(params: Any, model_state: Any, name: str = "model",
     table = jax.tree_util.tree_map(np.asarray, params)
     lines = [f"{name}: parameters", parameter_overview(table)]
     if jax.tree_util.tree_leaves(state):
-        lines += ["Non-trainable variables", parameter_overview(
-            jax.tree_util.tree_map(np.asarray, state))]
+        lines += ["Non-trainable variables", parameter_overview(jax.tree_util.tree_map(np.asarray, state))]
     n, b = _count(params)
     m, c = _count(state)
-    lines += [f"Trainable parameters: {n:,} ({b / 1024:,.1f} KiB)",
-              f"Non-trainable variables: {m:,} ({c / 1024:,.1f} KiB)",
-              f"Total: {n + m:,} ({(b + c) / 2**20:,.2f} MiB)"]
+    lines += [
+        f"Trainable parameters: {n:,} ({b / 1024:,.1f} KiB)",
+        f"Non-trainable variables: {m:,} ({c / 1024:,.1f} KiB)",
+        f"Total: {n + m:,} ({(b + c) / 2**20:,.2f} MiB)",
+    ]
     text = "\n".join(lines)
     if print_fn is not None:
         print_fn(text)
@@ -73,9 +75,13 @@ def parameter_overview(tree: Mapping[str, Any]) -> str:
     return overview.get_parameter_overview(dict(tree), include_stats=True)
 
 
-def export(path: str | os.PathLike, apply: Callable[[jax.Array], jax.Array],
-           sample_shape: Sequence[int], dtype: str | None,
-           class_names: Sequence[str] | None = None) -> str:
+def export(
+    path: str | os.PathLike,
+    apply: Callable[[jax.Array], jax.Array],
+    sample_shape: Sequence[int],
+    dtype: str | None,
+    class_names: Sequence[str] | None = None,
+) -> str:
     """Writes ``apply`` (a function of a batch only, the weights closed over) to ``path``: the
     serialized StableHLO (``model.stablehlo``) for a symbolic batch size, and ``model.json``
     (input shape and dtype, class names).
@@ -91,9 +97,12 @@ def export(path: str | os.PathLike, apply: Callable[[jax.Array], jax.Array],
     exported = jax.export.export(jax.jit(apply))(spec)
     with open(os.path.join(path, FUNCTION), "wb") as f:
         f.write(exported.serialize())
-    meta = {"input_shape": [None, *map(int, sample_shape)], "input_dtype": str(jnp.dtype(dtype)),
-            "class_names": list(class_names) if class_names is not None else None,
-            "format": "jax.export (StableHLO), weights inside; call with a batch of inputs"}
+    meta = {
+        "input_shape": [None, *map(int, sample_shape)],
+        "input_dtype": str(jnp.dtype(dtype)),
+        "class_names": list(class_names) if class_names is not None else None,
+        "format": "jax.export (StableHLO), weights inside; call with a batch of inputs",
+    }
     with open(os.path.join(path, META), "w") as f:
         json.dump(meta, f, indent=1)
     return path

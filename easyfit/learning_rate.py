@@ -67,7 +67,8 @@ def set_learning_rate(opt_state: Any, value: float) -> Any:
         raise ValueError(
             "the optimizer's learning rate cannot be changed: build it with "
             "optax.inject_hyperparams, e.g. optimizer=optax.inject_hyperparams(optax.adam)"
-            "(learning_rate=1e-3)")
+            "(learning_rate=1e-3)"
+        )
 
     def replace(node: Any) -> Any:
         if not _injected(node):

@@ -25,9 +25,9 @@ def class_indices(labels: jax.Array, outputs: jax.Array) -> jax.Array:
 
 def _one_hot_like(labels: jax.Array, outputs: jax.Array) -> jax.Array:
     if jnp.issubdtype(labels.dtype, jnp.integer) and (
-            labels.ndim == outputs.ndim - 1 or labels.shape[-1] == 1 < outputs.shape[-1]):
-        return jax.nn.one_hot(class_indices(labels, outputs), outputs.shape[-1],
-                              dtype=outputs.dtype)
+        labels.ndim == outputs.ndim - 1 or labels.shape[-1] == 1 < outputs.shape[-1]
+    ):
+        return jax.nn.one_hot(class_indices(labels, outputs), outputs.shape[-1], dtype=outputs.dtype)
     return labels.astype(outputs.dtype)
 
 
@@ -47,8 +47,9 @@ def categorical_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 def binary_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Sigmoid cross-entropy of logits against 0/1 labels, averaged over outputs."""
-    return _per_sample(optax.sigmoid_binary_cross_entropy(
-        logits, labels.reshape(logits.shape).astype(logits.dtype)))
+    return _per_sample(
+        optax.sigmoid_binary_cross_entropy(logits, labels.reshape(logits.shape).astype(logits.dtype))
+    )
 
 
 def mean_squared_error(outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -89,15 +90,22 @@ def get_loss(loss: str | LossFn) -> LossFn:
     try:
         return LOSSES[loss]
     except KeyError:
-        raise ValueError(f"loss={loss!r}: unknown; expected one of {sorted(LOSSES)} or a "
-                         "callable (outputs, labels) -> per-sample losses") from None
+        raise ValueError(
+            f"loss={loss!r}: unknown; expected one of {sorted(LOSSES)} or a "
+            "callable (outputs, labels) -> per-sample losses"
+        ) from None
 
 
 def _distributions(labels: np.ndarray) -> bool:
     """Whether every row is one-hot or a probability distribution over more than one class."""
     rows = labels.reshape(len(labels), -1) if labels.ndim >= 2 else None
-    return (rows is not None and len(rows) > 0 and rows.shape[1] > 1 and bool((rows >= 0).all())
-            and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
+    return (
+        rows is not None
+        and len(rows) > 0
+        and rows.shape[1] > 1
+        and bool((rows >= 0).all())
+        and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3)
+    )
 
 
 def infer_loss(label_dtype: np.dtype, labels: np.ndarray | None) -> tuple[str, str]:
@@ -122,6 +130,5 @@ def infer_loss(label_dtype: np.dtype, labels: np.ndarray | None) -> tuple[str, s
     if np.issubdtype(label_dtype, np.integer):
         return "sparse_categorical_crossentropy", "integer labels (class indices)"
     if labels is not None and _distributions(np.asarray(labels)):
-        return "categorical_crossentropy", "float labels whose rows are one-hot or class " \
-                                           "probabilities"
+        return "categorical_crossentropy", "float labels whose rows are one-hot or class probabilities"
     return "mse", "float labels that are not one-hot"

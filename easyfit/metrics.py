@@ -46,6 +46,7 @@ def _top_k(k: int) -> Callable[..., jax.Array]:
         true = _true_class(outputs, labels)
         true_score = jnp.take_along_axis(outputs, true.astype(jnp.int32)[:, None], -1)
         return ((outputs > true_score).sum(-1) < k).astype(jnp.float32)
+
     return top_k_accuracy
 
 
@@ -54,6 +55,7 @@ def _error(power: int) -> Callable[..., jax.Array]:
         d = outputs - labels.reshape(outputs.shape).astype(outputs.dtype)
         d = d * d if power == 2 else jnp.abs(d)
         return d.reshape(d.shape[0], -1).mean(-1)
+
     return error
 
 
@@ -72,17 +74,22 @@ _BY_NAME: dict[str, Callable[..., jax.Array]] = {
 
 def _from_values(fn: Callable[..., jax.Array]) -> type[clu_metrics.Metric]:
     """A masked average of ``fn(outputs, labels)``'s per-sample values."""
-    def values(outputs: jax.Array, labels: jax.Array, mask: jax.Array | None = None,
-               **_: Any) -> dict[str, jax.Array | None]:
+
+    def values(
+        outputs: jax.Array, labels: jax.Array, mask: jax.Array | None = None, **_: Any
+    ) -> dict[str, jax.Array | None]:
         return {"values": fn(outputs=outputs, labels=labels), "mask": mask}
+
     return clu_metrics.Average.from_fun(values)
 
 
 def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
     if isinstance(metric, str):
         if metric not in _BY_NAME:
-            raise ValueError(f"metrics: unknown metric {metric!r}; expected one of "
-                             f"{sorted(_BY_NAME)}, a callable or a clu Metric class")
+            raise ValueError(
+                f"metrics: unknown metric {metric!r}; expected one of "
+                f"{sorted(_BY_NAME)}, a callable or a clu Metric class"
+            )
         return metric, _from_values(_BY_NAME[metric])
     if isinstance(metric, type) and issubclass(metric, clu_metrics.Metric):
         return metric.__name__.lower(), metric
@@ -94,8 +101,7 @@ def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
 
 
 #: Losses of classification, for which accuracy is reported by default (Keras reports none).
-_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy",
-                   "binary_crossentropy")
+_CLASSIFICATION = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy")
 
 
 def default_metrics(metrics: Any, loss: Any) -> Any:
@@ -105,8 +111,7 @@ def default_metrics(metrics: Any, loss: Any) -> Any:
     return ["accuracy"] if loss in _CLASSIFICATION else []
 
 
-def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None
-                     ) -> type[clu_metrics.Collection]:
+def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[clu_metrics.Collection]:
     """A clu Collection with ``loss`` and the requested metrics.
 
     Args:
@@ -125,8 +130,7 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None
         >>> {k: round(float(v), 3) for k, v in sorted(m.compute().items())}
         {'accuracy': 1.0, 'loss': 0.1}
     """
-    items = list(metrics.items()) if isinstance(metrics, Mapping) else [
-        _resolve(m) for m in (metrics or [])]
+    items = list(metrics.items()) if isinstance(metrics, Mapping) else [_resolve(m) for m in (metrics or [])]
     fields = {"loss": clu_metrics.Average.from_output("loss")}
     for name, metric in items:
         if isinstance(metrics, Mapping):

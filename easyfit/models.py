@@ -39,8 +39,9 @@ class ModelAdapter:
         params = variables.pop("params", {})
         return params, variables
 
-    def apply(self, params: Any, model_state: Any, x: jax.Array, train: bool,
-              rng: jax.Array | None = None) -> tuple[jax.Array, Any]:
+    def apply(
+        self, params: Any, model_state: Any, x: jax.Array, train: bool, rng: jax.Array | None = None
+    ) -> tuple[jax.Array, Any]:
         if self.kind == "nnx":
             # copy: Variables of this trace, which BatchNorm may update in place under jax.grad
             model = nnx.merge(self.module, params, model_state, copy=True)
@@ -52,8 +53,7 @@ class ModelAdapter:
         kwargs = self._flag(train)
         rngs = {"dropout": rng} if rng is not None else None
         if train and model_state:
-            out, updates = self.module.apply(variables, x, rngs=rngs, mutable=list(model_state),
-                                             **kwargs)
+            out, updates = self.module.apply(variables, x, rngs=rngs, mutable=list(model_state), **kwargs)
             return out, {**model_state, **updates}
         return self.module.apply(variables, x, rngs=rngs, **kwargs), model_state
 
@@ -68,7 +68,6 @@ class ModelAdapter:
             return {}
         on = _TRAIN_FLAGS[self.train_flag]
         return {self.train_flag: on if train else not on}
-
 
 
 def _split(model: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
@@ -94,8 +93,7 @@ def adapt(model: Any) -> tuple[ModelAdapter, Any]:
         arguments = inspect.signature(type(model).__call__).parameters
         flag = next((f for f in _TRAIN_FLAGS if f in arguments), None)
         return ModelAdapter("linen", model, flag), None
-    raise TypeError(f"model: expected a flax.linen.Module or a flax.nnx.Module, got "
-                    f"{type(model).__name__}")
+    raise TypeError(f"model: expected a flax.linen.Module or a flax.nnx.Module, got {type(model).__name__}")
 
 
 def write_back(model: Any, state: Any) -> None:

@@ -33,15 +33,15 @@ KERAS_DEFAULTS: dict[str, tuple[Callable[..., optax.GradientTransformation], dic
     "adam": (optax.adam, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7}),
     "sgd": (optax.sgd, {"learning_rate": 1e-2}),
     "rmsprop": (optax.rmsprop, {"learning_rate": 1e-3, "decay": 0.9, "eps": 1e-7}),
-    "adamw": (optax.adamw, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7,
-                            "weight_decay": 0.004}),
-    "adagrad": (optax.adagrad, {"learning_rate": 1e-3, "initial_accumulator_value": 0.1,
-                                "eps": 1e-7}),
+    "adamw": (
+        optax.adamw,
+        {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7, "weight_decay": 0.004},
+    ),
+    "adagrad": (optax.adagrad, {"learning_rate": 1e-3, "initial_accumulator_value": 0.1, "eps": 1e-7}),
 }
 
 
-def get_optimizer(optimizer: str | optax.GradientTransformation | None
-                  ) -> optax.GradientTransformation:
+def get_optimizer(optimizer: str | optax.GradientTransformation | None) -> optax.GradientTransformation:
     """An optax optimizer: by Keras name (with Keras' defaults), as given, or the default.
 
     Args:
@@ -71,11 +71,14 @@ def get_optimizer(optimizer: str | optax.GradientTransformation | None
             make, kwargs = KERAS_DEFAULTS[optimizer.lower()]
         except KeyError:
             known = ", ".join(repr(n) for n in KERAS_DEFAULTS)
-            raise ValueError(f"optimizer={optimizer!r}: unknown name; expected one of {known}, "
-                             "or an optax optimizer such as optax.adam(1e-3)") from None
+            raise ValueError(
+                f"optimizer={optimizer!r}: unknown name; expected one of {known}, "
+                "or an optax optimizer such as optax.adam(1e-3)"
+            ) from None
         return optax.inject_hyperparams(make)(**kwargs)
-    if not (callable(getattr(optimizer, "init", None))
-            and callable(getattr(optimizer, "update", None))):
-        raise ValueError(f"optimizer={optimizer!r}: expected a Keras optimizer name or an optax "
-                         "GradientTransformation (with init and update)")
+    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+        raise ValueError(
+            f"optimizer={optimizer!r}: expected a Keras optimizer name or an optax "
+            "GradientTransformation (with init and update)"
+        )
     return optimizer

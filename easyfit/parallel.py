@@ -65,8 +65,10 @@ class Placement:
 
     def check_batch_size(self, batch_size: int, argument: str = "batch_size") -> None:
         if batch_size < 1 or batch_size % self.num_shards:
-            raise ValueError(f"{argument}={batch_size} does not divide evenly over "
-                             f"{self.num_shards} devices; use a multiple of {self.num_shards}")
+            raise ValueError(
+                f"{argument}={batch_size} does not divide evenly over "
+                f"{self.num_shards} devices; use a multiple of {self.num_shards}"
+            )
 
     def replicate(self, tree):
         """Puts a host pytree on every device."""
@@ -75,8 +77,12 @@ class Placement:
     def abstract(self, tree: Any, replicated: bool = False) -> Any:
         """Shapes, dtypes and shardings of ``tree``'s arrays (replicated ones with
         ``replicated``), as ``jax.ShapeDtypeStruct`` leaves: a target to compile or restore to."""
-        return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(
-            a.shape, a.dtype, sharding=self.replicated if replicated else a.sharding), tree)
+        return jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(
+                a.shape, a.dtype, sharding=self.replicated if replicated else a.sharding
+            ),
+            tree,
+        )
 
     def shard_host_rows(self, local: np.ndarray) -> jax.Array:
         """Global array from this process's rows (its devices' rows, concatenated in order)."""
@@ -86,8 +92,7 @@ class Placement:
     def shard_global_rows(self, rows: np.ndarray) -> jax.Array:
         """Global array from host data that every process holds whole (shard-major rows)."""
         per_shard = rows.shape[0] // self.num_shards
-        mine = np.concatenate([np.arange(s * per_shard, (s + 1) * per_shard)
-                               for s, _ in self.local_shards])
+        mine = np.concatenate([np.arange(s * per_shard, (s + 1) * per_shard) for s, _ in self.local_shards])
         return self.shard_host_rows(rows[mine])
 
     def shard_device_rows(self, per_device: Sequence[jax.Array]) -> jax.Array:

@@ -31,8 +31,15 @@ from flax.training.dynamic_scale import DynamicScale
 __all__ = ["Precision", "get_precision"]
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-_ALIASES = {"fp32": "float32", "f32": "float32", "mixed_bfloat16": "bfloat16", "bf16": "bfloat16",
-            "mixed_float16": "float16", "fp16": "float16", "f16": "float16"}
+_ALIASES = {
+    "fp32": "float32",
+    "f32": "float32",
+    "mixed_bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "mixed_float16": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+}
 
 
 def _floating(a: Any) -> bool:
@@ -63,14 +70,12 @@ class Precision:
         """``tree`` with its floating-point leaves in the compute dtype."""
         if self.name == "float32":
             return tree
-        return jax.tree_util.tree_map(
-            lambda a: a.astype(self.compute_dtype) if _floating(a) else a, tree)
+        return jax.tree_util.tree_map(lambda a: a.astype(self.compute_dtype) if _floating(a) else a, tree)
 
     @staticmethod
     def to_float32(tree: Any) -> Any:
         """``tree`` with its floating-point leaves in float32 (outputs, before the loss)."""
-        return jax.tree_util.tree_map(
-            lambda a: a.astype(jnp.float32) if _floating(a) else a, tree)
+        return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if _floating(a) else a, tree)
 
     @staticmethod
     def like(tree: Any, reference: Any) -> Any:
@@ -83,8 +88,10 @@ class Precision:
         if not self.loss_scaling:
             return None
         # arrays, not Python numbers (as Flax's annotations say): the step's carry keeps its types
-        return DynamicScale(fin_steps=jnp.zeros((), jnp.int32),  # type: ignore[arg-type]
-                            scale=jnp.asarray(2.0 ** 15, jnp.float32))  # type: ignore[arg-type]
+        return DynamicScale(
+            fin_steps=jnp.zeros((), jnp.int32),  # type: ignore[arg-type]
+            scale=jnp.asarray(2.0**15, jnp.float32),
+        )  # type: ignore[arg-type]
 
 
 def get_precision(precision: str | Precision) -> Precision:
@@ -97,6 +104,7 @@ def get_precision(precision: str | Precision) -> Precision:
         return precision
     name = _ALIASES.get(str(precision).lower(), str(precision).lower())
     if name not in _DTYPES:
-        raise ValueError(f"precision={precision!r}: unknown; expected one of "
-                         f"{sorted(_DTYPES) + sorted(_ALIASES)}")
+        raise ValueError(
+            f"precision={precision!r}: unknown; expected one of {sorted(_DTYPES) + sorted(_ALIASES)}"
+        )
     return Precision(name)

@@ -41,9 +41,15 @@ class TrainState:
         def replace(self, **updates: Any) -> TrainState: ...
 
 
-def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,
-                 shape: tuple[int, ...], nnx_variables: Any = None,
-                 abstract: bool = False, dynamic_scale: Any = None) -> TrainState:
+def create_state(
+    adapter: Any,
+    tx: optax.GradientTransformation,
+    seed: int,
+    shape: tuple[int, ...],
+    nnx_variables: Any = None,
+    abstract: bool = False,
+    dynamic_scale: Any = None,
+) -> TrainState:
     """A fresh TrainState for inputs of ``shape`` (one sample's); with ``abstract``, its shapes
     and dtypes only, computing nothing.
 
@@ -59,13 +65,17 @@ def create_state(adapter: Any, tx: optax.GradientTransformation, seed: int,
     """
     init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
     if adapter.kind == "nnx":
-        params, model_state = jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy,
-                                                     nnx_variables)
+        params, model_state = jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy, nnx_variables)
     else:
         sample = jnp.zeros((1, *shape), jnp.float32)
-        init = (functools.partial(jax.eval_shape, adapter.init) if abstract
-                else jax.jit(adapter.init))
+        init = functools.partial(jax.eval_shape, adapter.init) if abstract else jax.jit(adapter.init)
         params, model_state = init(init_rng, sample)
     opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(tx.init, params)
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
-                      model_state=model_state, rng=train_rng, dynamic_scale=dynamic_scale)
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=opt_state,
+        model_state=model_state,
+        rng=train_rng,
+        dynamic_scale=dynamic_scale,
+    )

@@ -25,8 +25,18 @@ from .parallel import DATA_AXIS, Placement
 from .precision import Precision
 from .state import TrainState
 
-__all__ = ["Compiled", "compile_eval", "compile_predict", "compile_steps", "compile_train",
-           "make_eval_step", "make_infer", "make_train_step", "per_dispatch", "prepare_inputs"]
+__all__ = [
+    "Compiled",
+    "compile_eval",
+    "compile_predict",
+    "compile_steps",
+    "compile_train",
+    "make_eval_step",
+    "make_infer",
+    "make_train_step",
+    "per_dispatch",
+    "prepare_inputs",
+]
 
 Batch = dict[str, jax.Array]
 #: ``loss(outputs, batch) -> per-sample losses``: ``Trainer.compute_loss``, traced in the steps.
@@ -41,8 +51,15 @@ def prepare_inputs(x: jax.Array, scale: float | None, dtype: Any = jnp.float32) 
     return x.astype(dtype)
 
 
-def _forward(adapter: ModelAdapter, precision: Precision, params: Any, model_state: Any,
-             x: jax.Array, train: bool, rng: jax.Array | None = None) -> tuple[Any, Any]:
+def _forward(
+    adapter: ModelAdapter,
+    precision: Precision,
+    params: Any,
+    model_state: Any,
+    x: jax.Array,
+    train: bool,
+    rng: jax.Array | None = None,
+) -> tuple[Any, Any]:
     """The model in the precision's compute dtype: float32 outputs, and a model state in the
     dtypes it came in."""
     out, new_state = adapter.apply(precision.cast(params), model_state, x, train, rng)
@@ -54,10 +71,15 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
 
 
-def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
-                    metrics: type[clu_metrics.Collection], scale: float | None,
-                    precision: Precision = Precision(), class_weight: Any = None
-                    ) -> Callable[[TrainState, Batch], Any]:
+def make_train_step(
+    adapter: ModelAdapter,
+    tx: optax.GradientTransformation,
+    loss_fn: BatchLoss,
+    metrics: type[clu_metrics.Collection],
+    scale: float | None,
+    precision: Precision = Precision(),
+    class_weight: Any = None,
+) -> Callable[[TrainState, Batch], Any]:
     """The pure train step: gradients of the masked mean loss, one optimizer update.
 
     ``class_weight``: a weight per class index (an array), multiplying each sample's loss, as
@@ -74,8 +96,7 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
         rng = jax.random.fold_in(state.rng, state.step)
 
         def objective(params):
-            out, model_state = _forward(adapter, precision, params, state.model_state, x, True,
-                                        rng)
+            out, model_state = _forward(adapter, precision, params, state.model_state, x, True, rng)
             per_sample = loss_fn(out, batch)
             if class_weight is not None:
                 per_sample = per_sample * class_weight[_class_index(y)]
@@ -83,19 +104,25 @@ def make_train_step(adapter: ModelAdapter, tx: optax.GradientTransformation, los
 
         if state.dynamic_scale is not None:
             dynamic_scale, finite, (_, aux), grads = state.dynamic_scale.value_and_grad(
-                objective, has_aux=True)(state.params)
+                objective, has_aux=True
+            )(state.params)
         else:
             grads, aux = jax.grad(objective, has_aux=True)(state.params)
         out, per_sample, model_state = aux
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        new = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                            opt_state=opt_state, model_state=model_state)
+        new = state.replace(
+            step=state.step + 1,
+            params=optax.apply_updates(state.params, updates),
+            opt_state=opt_state,
+            model_state=model_state,
+        )
         if state.dynamic_scale is not None:
             kept = state.replace(step=state.step + 1)
             new = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, kept)
             new = new.replace(dynamic_scale=dynamic_scale)
-        return new, metrics.single_from_model_output(outputs=out, logits=out, labels=y,
-                                                     loss=per_sample, mask=mask)
+        return new, metrics.single_from_model_output(
+            outputs=out, logits=out, labels=y, loss=per_sample, mask=mask
+        )
 
     return train_step
 
@@ -107,16 +134,21 @@ def _class_index(y: jax.Array) -> jax.Array:
     return jnp.argmax(y.reshape(y.shape[0], -1), axis=-1)
 
 
-def make_eval_step(adapter: ModelAdapter, loss_fn: BatchLoss,
-                   metrics: type[clu_metrics.Collection], scale: float | None,
-                   precision: Precision = Precision()) -> Callable[[TrainState, Batch], Any]:
+def make_eval_step(
+    adapter: ModelAdapter,
+    loss_fn: BatchLoss,
+    metrics: type[clu_metrics.Collection],
+    scale: float | None,
+    precision: Precision = Precision(),
+) -> Callable[[TrainState, Batch], Any]:
     """The pure evaluation step: metrics of one batch, padding rows excluded."""
 
     def eval_step(state: TrainState, batch: Batch) -> Any:
         x, y = prepare_inputs(batch["x"], scale, precision.compute_dtype), batch["y"]
         out, _ = _forward(adapter, precision, state.params, state.model_state, x, False)
-        return metrics.single_from_model_output(outputs=out, logits=out, labels=y,
-                                                loss=loss_fn(out, batch), mask=batch["mask"])
+        return metrics.single_from_model_output(
+            outputs=out, logits=out, labels=y, loss=loss_fn(out, batch), mask=batch["mask"]
+        )
 
     return eval_step
 
@@ -180,8 +212,9 @@ def compile_eval(eval_step: Callable, placement: Placement, k: int) -> Callable:
     return jax.jit(run, donate_argnums=(1,), out_shardings=placement.replicated)
 
 
-def make_infer(adapter: ModelAdapter, scale: float | None,
-               precision: Precision = Precision()) -> Callable[[TrainState, jax.Array], Any]:
+def make_infer(
+    adapter: ModelAdapter, scale: float | None, precision: Precision = Precision()
+) -> Callable[[TrainState, jax.Array], Any]:
     """The pure inference function: ``(state, x) -> outputs`` in evaluation mode, ``x`` as the
     input pipeline delivers it (prediction and ``Trainer.export`` share it)."""
 
@@ -192,8 +225,13 @@ def make_infer(adapter: ModelAdapter, scale: float | None,
     return infer
 
 
-def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Placement,
-                    k: int, precision: Precision = Precision()) -> Callable:
+def compile_predict(
+    adapter: ModelAdapter,
+    scale: float | None,
+    placement: Placement,
+    k: int,
+    precision: Precision = Precision(),
+) -> Callable:
     """``(state, chunk) -> (outputs, mask)``, each ``(k, batch, ...)`` in step-major order."""
     infer = make_infer(adapter, scale, precision)
 
@@ -208,8 +246,9 @@ def compile_predict(adapter: ModelAdapter, scale: float | None, placement: Place
     return jax.jit(run)
 
 
-def per_dispatch(steps_per_execution: int | str, num_samples: int, batch_size: int,
-                 platform: str, cached: bool) -> int:
+def per_dispatch(
+    steps_per_execution: int | str, num_samples: int, batch_size: int, platform: str, cached: bool
+) -> int:
     """Optimizer steps per dispatch: ``steps_per_execution``, or for ``"auto"`` about 6,000
     samples per dispatch when streaming and 12,800 from the device cache (GPUs), never more
     than an epoch; on CPUs one step, as XLA runs convolutions slower inside a scan."""
@@ -230,17 +269,26 @@ class Compiled:
     metrics: type[clu_metrics.Collection]
 
 
-def compile_steps(adapter: ModelAdapter, tx: optax.GradientTransformation, loss_fn: BatchLoss,
-                  metrics: type[clu_metrics.Collection], scale: float | None,
-                  precision: Precision, placement: Placement, k: int,
-                  class_weight: Any = None) -> Compiled:
+def compile_steps(
+    adapter: ModelAdapter,
+    tx: optax.GradientTransformation,
+    loss_fn: BatchLoss,
+    metrics: type[clu_metrics.Collection],
+    scale: float | None,
+    precision: Precision,
+    placement: Placement,
+    k: int,
+    class_weight: Any = None,
+) -> Compiled:
     """The train, evaluation and prediction functions for ``k`` steps per dispatch."""
     train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision, class_weight)
     eval_step = make_eval_step(adapter, loss_fn, metrics, scale, precision)
-    return Compiled(train=compile_train(train_step, placement, k),
-                    eval=compile_eval(eval_step, placement, k),
-                    predict=compile_predict(adapter, scale, placement, k, precision),
-                    metrics=metrics)
+    return Compiled(
+        train=compile_train(train_step, placement, k),
+        eval=compile_eval(eval_step, placement, k),
+        predict=compile_predict(adapter, scale, placement, k, precision),
+        metrics=metrics,
+    )
 
 
 def compile_ahead(jitted: jax.stages.Wrapped, *args: Any) -> threading.Thread:

@@ -45,6 +45,7 @@ __all__ = ["Trainer"]
 
 log = logging.getLogger("easyfit")
 
+
 class Trainer(TrainerState):
     """Trains a Flax model on data read by DALI, Keras style.
 
@@ -93,11 +94,20 @@ class Trainer(TrainerState):
         (['accuracy', 'input_wait', 'loss', 'val_accuracy', 'val_loss'], (50, 10))
     """
 
-    def __init__(self, model: Any, optimizer: optax.GradientTransformation | str | None = None,
-                 loss: str | LossFn | None = None, metrics: Sequence[Any] | Mapping[str, Any] |
-                 None = None, *, seed: int = 0, steps_per_execution: int | str = "auto",
-                 devices: Sequence[jax.Device] | None = None, num_threads: int | None = None,
-                 pipelines_per_device: int | None = None, precision: str = "float32"):
+    def __init__(
+        self,
+        model: Any,
+        optimizer: optax.GradientTransformation | str | None = None,
+        loss: str | LossFn | None = None,
+        metrics: Sequence[Any] | Mapping[str, Any] | None = None,
+        *,
+        seed: int = 0,
+        steps_per_execution: int | str = "auto",
+        devices: Sequence[jax.Device] | None = None,
+        num_threads: int | None = None,
+        pipelines_per_device: int | None = None,
+        precision: str = "float32",
+    ):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
@@ -116,9 +126,12 @@ class Trainer(TrainerState):
         self.class_names: list[str] | None = None
         self.batch_size = 32
         self._compiled: dict[Any, steps.Compiled] = {}
-        self._data = DataDoor(self.placement, self.seed, steps_per_execution,
-                              {"num_threads": num_threads,
-                               "pipelines_per_device": pipelines_per_device})
+        self._data = DataDoor(
+            self.placement,
+            self.seed,
+            steps_per_execution,
+            {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device},
+        )
         self._input_spec: tuple[list[int], str | None] | None = None
         self._input_scale: float | None = None  # what the step multiplies inputs by
         self._class_weight: tuple[float, ...] | None = None
@@ -139,12 +152,23 @@ class Trainer(TrainerState):
         self.close()
 
     # ------------------------------------------------------------------------------------ fit
-    def fit(self, x: Any = None, y: Any = None, *, batch_size: int | None = None, epochs: int = 1,
-            validation_data: Any = None, validation_split: float = 0.0,
-            callbacks: Sequence[Callback] | None = None, verbose: int = 1, shuffle: bool = True,
-            initial_epoch: int = 0, cache: bool | str = "auto",
-            class_weight: Mapping[int, float] | None = None,
-            validation_freq: int | Sequence[int] = 1) -> History:
+    def fit(
+        self,
+        x: Any = None,
+        y: Any = None,
+        *,
+        batch_size: int | None = None,
+        epochs: int = 1,
+        validation_data: Any = None,
+        validation_split: float = 0.0,
+        callbacks: Sequence[Callback] | None = None,
+        verbose: int = 1,
+        shuffle: bool = True,
+        initial_epoch: int = 0,
+        cache: bool | str = "auto",
+        class_weight: Mapping[int, float] | None = None,
+        validation_freq: int | Sequence[int] = 1,
+    ) -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
@@ -189,8 +213,9 @@ class Trainer(TrainerState):
         batch_size = int(batch_size or self.batch_size)
         self.batch_size = batch_size
         resume = checkpoint.find_resume_point(callbacks or [])
-        loader, why = self._data.train_loader(train, batch_size, shuffle=shuffle, cache=cache,
-                                              initial_epoch=initial_epoch, resume=resume)
+        loader, why = self._data.train_loader(
+            train, batch_size, shuffle=shuffle, cache=cache, initial_epoch=initial_epoch, resume=resume
+        )
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)
         if resume is not None:
@@ -202,8 +227,9 @@ class Trainer(TrainerState):
         fns = self._functions(train, plan, head)
         if verbose and self._loss_note:
             print(f"easyfit: {self._loss_note}", flush=True)
-        compiling = steps.compile_ahead(fns.train, self._abstract_state(head), self._empty(fns),
-                                        head)  # while the model initialises
+        compiling = steps.compile_ahead(
+            fns.train, self._abstract_state(head), self._empty(fns), head
+        )  # while the model initialises
         self._ensure_state(head, train)
         compiling.join()
         acc = None
@@ -213,10 +239,11 @@ class Trainer(TrainerState):
             first_batch = resume.batch
         self._progress = checkpoint.Progress(initial_epoch, first_batch, start, acc, plan)
         history = History()
-        cbs = CallbackList([history, *([ProgbarLogger(verbose)] if verbose else []),
-                            *(callbacks or [])], self,
-                           {"epochs": epochs, "steps": plan.chunks_per_epoch, "verbose": verbose,
-                            "batch_size": batch_size})
+        cbs = CallbackList(
+            [history, *([ProgbarLogger(verbose)] if verbose else []), *(callbacks or [])],
+            self,
+            {"epochs": epochs, "steps": plan.chunks_per_epoch, "verbose": verbose, "batch_size": batch_size},
+        )
         self.history = history
         self.stop_training = False
         logs: dict[str, float] = {}
@@ -233,11 +260,13 @@ class Trainer(TrainerState):
                         first = None
                         cbs.call("on_train_batch_begin", batch)
                         self.state, acc = fns.train(self.state, acc, chunk)
-                        self._progress = checkpoint.Progress(epoch, batch + 1, loader.position(),
-                                                             acc, plan)
+                        self._progress = checkpoint.Progress(epoch, batch + 1, loader.position(), acc, plan)
                         if cbs.wants("on_train_batch_end"):
-                            cbs.call("on_train_batch_end", batch,
-                                     logs=LazyLogs(functools.partial(compute_on_host, acc)))
+                            cbs.call(
+                                "on_train_batch_end",
+                                batch,
+                                logs=LazyLogs(functools.partial(compute_on_host, acc)),
+                            )
                         if self.stop_training or interrupted():
                             break
                     else:
@@ -275,9 +304,16 @@ class Trainer(TrainerState):
         return trainer
 
     # ------------------------------------------------------------------------------- evaluate
-    def evaluate(self, x: Any, y: Any = None, *, batch_size: int | None = None,
-                 callbacks: Sequence[Callback] | None = None, verbose: int = 0,
-                 return_dict: bool = True) -> dict[str, float] | float | list[float]:
+    def evaluate(
+        self,
+        x: Any,
+        y: Any = None,
+        *,
+        batch_size: int | None = None,
+        callbacks: Sequence[Callback] | None = None,
+        verbose: int = 0,
+        return_dict: bool = True,
+    ) -> dict[str, float] | float | list[float]:
         """Loss and metrics over every sample of ``x`` exactly once.
 
         Args:
@@ -322,8 +358,14 @@ class Trainer(TrainerState):
         return logs
 
     # -------------------------------------------------------------------------------- predict
-    def predict(self, x: Any, *, batch_size: int | None = None,
-                callbacks: Sequence[Callback] | None = None, verbose: int = 0) -> np.ndarray:
+    def predict(
+        self,
+        x: Any,
+        *,
+        batch_size: int | None = None,
+        callbacks: Sequence[Callback] | None = None,
+        verbose: int = 0,
+    ) -> np.ndarray:
         """Model outputs for every sample of ``x``, once each, in the source's order.
 
         For a folder: sorted class folders, sorted files (``ImageFolder.files``).
@@ -343,8 +385,7 @@ class Trainer(TrainerState):
                 cbs.call("on_predict_batch_begin", batch)
                 outputs.append(fns.predict(self.state, next(loader)))
                 cbs.call("on_predict_batch_end", batch)
-        result = np.concatenate([gather_to_host(out)[gather_to_host(mask)]
-                                 for out, mask in outputs])
+        result = np.concatenate([gather_to_host(out)[gather_to_host(mask)] for out, mask in outputs])
         cbs.call("on_predict_end")
         return result
 
@@ -368,8 +409,16 @@ class Trainer(TrainerState):
             weights = None if self._class_weight is None else jnp.asarray(self._class_weight)
             collection = build_collection(default_metrics(self.metrics, self.loss))
             self._compiled[key] = steps.compile_steps(
-                self._adapter, self.optimizer, self.compute_loss, collection, source.scale,
-                self.precision, self.placement, plan.steps_per_execution, weights)
+                self._adapter,
+                self.optimizer,
+                self.compute_loss,
+                collection,
+                source.scale,
+                self.precision,
+                self.placement,
+                plan.steps_per_execution,
+                weights,
+            )
         return self._compiled[key]
 
     def _abstract_state(self, chunk: Mapping[str, jax.Array]) -> Any:
@@ -389,5 +438,9 @@ class Trainer(TrainerState):
             self._input_scale = source.scale
         self._resolved_loss(source, chunk)  # sets self.loss when it was None
         state = self._require_state()
-        self._data.check_labels(source, self.loss, lambda: self._adapter.num_outputs(
-            state.params, state.model_state, tuple(chunk["x"].shape[1:])), chunk)
+        self._data.check_labels(
+            source,
+            self.loss,
+            lambda: self._adapter.num_outputs(state.params, state.model_state, tuple(chunk["x"].shape[1:])),
+            chunk,
+        )

@@ -37,18 +37,27 @@ def load(data_dir):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--data", metavar="DIR",
-                    help="MNIST's gzipped IDX files, or train/ and val/ in any format easyfit "
-                         "reads; none: the MNIST sample inside easyfit")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument(
+        "--data",
+        metavar="DIR",
+        help="MNIST's gzipped IDX files, or train/ and val/ in any format easyfit "
+        "reads; none: the MNIST sample inside easyfit",
+    )
     ap.add_argument("--epochs", type=int, default=5, help="epochs to train")
     args = ap.parse_args()
     (x_train, y_train), (x_val, y_val) = load(args.data)
 
     trainer = ef.Trainer(MLP(), optimizer=optax.adam(1e-3), metrics=["accuracy"])
-    trainer.fit(x_train, y_train, epochs=args.epochs, batch_size=128,
-                validation_data=(x_val, y_val) if y_val is not None else x_val)
+    trainer.fit(
+        x_train,
+        y_train,
+        epochs=args.epochs,
+        batch_size=128,
+        validation_data=(x_val, y_val) if y_val is not None else x_val,
+    )
     print("evaluate:", trainer.evaluate(x_val, y_val))
     predicted = trainer.predict(x_val).argmax(-1)[:10]
     labels = y_val if y_val is not None else ef.data.to_source(x_val).known_labels()

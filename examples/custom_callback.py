@@ -39,23 +39,33 @@ class TargetAccuracy(ef.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.epochs.append({"epoch": epoch + 1, **logs})
         if logs["val_accuracy"] >= self.target:
-            print(f"val_accuracy {logs['val_accuracy']:.4f} reached {self.target} at epoch "
-                  f"{epoch + 1}: stopping")
+            print(
+                f"val_accuracy {logs['val_accuracy']:.4f} reached {self.target} at epoch "
+                f"{epoch + 1}: stopping"
+            )
             self.model.stop_training = True  # self.model is the Trainer, as in Keras
 
     def on_train_end(self, logs=None):
-        report = {"target": self.target, "reached": self.model.stop_training,
-                  "steps": int(self.model.state.step), "epochs": self.epochs}
+        report = {
+            "target": self.target,
+            "reached": self.model.stop_training,
+            "steps": int(self.model.state.step),
+            "epochs": self.epochs,
+        }
         with open(self.path, "w") as f:
             json.dump(report, f, indent=2)
         print(f"report written to {self.path}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--data", metavar="DIR",
-                    help="folder with train/ and val/ class folders; none: the MNIST sample inside easyfit")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument(
+        "--data",
+        metavar="DIR",
+        help="folder with train/ and val/ class folders; none: the MNIST sample inside easyfit",
+    )
     ap.add_argument("--target", type=float, default=0.9, help="validation accuracy at which training stops")
     ap.add_argument("--epochs", type=int, default=20, help="most epochs to train")
     ap.add_argument("--out", default="report.json", help="where the JSON report goes")
@@ -64,8 +74,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.data or ef.datasets.sample_folder(tmp + "/mnist")
         trainer = ef.Trainer(MLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
-        trainer.fit(root, epochs=args.epochs, batch_size=100, verbose=2,
-                    callbacks=[TargetAccuracy(args.target, args.out)])
+        trainer.fit(
+            root,
+            epochs=args.epochs,
+            batch_size=100,
+            verbose=2,
+            callbacks=[TargetAccuracy(args.target, args.out)],
+        )
 
 
 if __name__ == "__main__":

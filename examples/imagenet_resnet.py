@@ -41,8 +41,7 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, train: bool) -> jax.Array:
         conv = functools.partial(nn.Conv, use_bias=False)
-        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
-                                 epsilon=1e-5)
+        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
         s = (self.strides, self.strides)
         if self.bottleneck:
             y = nn.relu(norm()(conv(self.filters, (1, 1))(x)))
@@ -73,8 +72,7 @@ class ResNet(nn.Module):
         x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for i, blocks in enumerate(self.stage_sizes):
             for j in range(blocks):
-                x = Block(self.width * 2 ** i, 2 if i > 0 and j == 0 else 1,
-                          self.bottleneck)(x, train)
+                x = Block(self.width * 2**i, 2 if i > 0 and j == 0 else 1, self.bottleneck)(x, train)
         return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
 
 
@@ -92,26 +90,30 @@ def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy(logits, targets)
 
 
-def optimizer(batch_size: int, steps_per_epoch: int, epochs: int, warmup_epochs: int = 5,
-              weight_decay: float = 1e-4) -> optax.GradientTransformation:
+def optimizer(
+    batch_size: int, steps_per_epoch: int, epochs: int, warmup_epochs: int = 5, weight_decay: float = 1e-4
+) -> optax.GradientTransformation:
     """SGD with Nesterov momentum, lr 0.1 per 256 images, linear warm-up then cosine decay;
     weight decay on the kernels (arrays of two or more dimensions) only."""
     peak = 0.1 * batch_size / 256
     warmup = min(warmup_epochs, max(epochs - 1, 0)) * steps_per_epoch
-    schedule = optax.warmup_cosine_decay_schedule(0.0, peak, max(warmup, 1),
-                                                  max(epochs * steps_per_epoch, warmup + 1))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, peak, max(warmup, 1), max(epochs * steps_per_epoch, warmup + 1)
+    )
     kernels = functools.partial(jax.tree_util.tree_map, lambda p: p.ndim > 1)
-    return optax.chain(optax.add_decayed_weights(weight_decay, mask=kernels),
-                       optax.sgd(schedule, momentum=0.9, nesterov=True))
+    return optax.chain(
+        optax.add_decayed_weights(weight_decay, mask=kernels),
+        optax.sgd(schedule, momentum=0.9, nesterov=True),
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     ap.add_argument("--data", metavar="DIR", help="a folder with train/<class>/ and val/<class>/")
     ap.add_argument("--smoke", action="store_true", help="a tiny generated folder, one epoch")
-    ap.add_argument("--model", choices=["resnet50", "resnet18"], default="resnet50",
-                    help="the ResNet")
+    ap.add_argument("--model", choices=["resnet50", "resnet18"], default="resnet50", help="the ResNet")
     ap.add_argument("--epochs", type=int, default=90, help="epochs to train")
     ap.add_argument("--batch-size", type=int, default=1024, help="the global batch")
     ap.add_argument("--image-size", type=int, default=224, help="side of the square crops")
@@ -120,26 +122,33 @@ def main() -> None:
     width = 64
     if args.smoke:
         args.data = ef.datasets.synthetic_images(
-            os.path.join(tempfile.mkdtemp(), "photos"), classes=4, per_class=(24, 8),
-            size=(40, 80), image_format="png")
-        args.model, args.epochs, args.batch_size, args.image_size, width = (
-            "resnet18", 1, 16, 32, 8)
+            os.path.join(tempfile.mkdtemp(), "photos"),
+            classes=4,
+            per_class=(24, 8),
+            size=(40, 80),
+            image_format="png",
+        )
+        args.model, args.epochs, args.batch_size, args.image_size, width = ("resnet18", 1, 16, 32, 8)
     elif args.data is None:
         ap.error("give --data DIR (laid out like ImageNet) or --smoke")
     size = (args.image_size, args.image_size)
     augment = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
-    train = ef.data.ImageFolder(os.path.join(args.data, "train"), image_size=size,
-                                augment=augment, normalize="imagenet")
-    model = {"resnet50": resnet50, "resnet18": resnet18}[args.model](len(train.class_names),
-                                                                      width)
+    train = ef.data.ImageFolder(
+        os.path.join(args.data, "train"), image_size=size, augment=augment, normalize="imagenet"
+    )
+    model = {"resnet50": resnet50, "resnet18": resnet18}[args.model](len(train.class_names), width)
     steps = -(-len(train) // args.batch_size)
-    trainer = ef.Trainer(model, optimizer=optimizer(args.batch_size, steps, args.epochs),
-                         loss=smoothed_cross_entropy, metrics=["accuracy"],
-                         precision=args.precision)
-    history = trainer.fit(train, validation_data=os.path.join(args.data, "val"),
-                          epochs=args.epochs, batch_size=args.batch_size)
-    print(f"validation accuracy after {args.epochs} epochs: "
-          f"{history.history['val_accuracy'][-1]:.4f}")
+    trainer = ef.Trainer(
+        model,
+        optimizer=optimizer(args.batch_size, steps, args.epochs),
+        loss=smoothed_cross_entropy,
+        metrics=["accuracy"],
+        precision=args.precision,
+    )
+    history = trainer.fit(
+        train, validation_data=os.path.join(args.data, "val"), epochs=args.epochs, batch_size=args.batch_size
+    )
+    print(f"validation accuracy after {args.epochs} epochs: {history.history['val_accuracy'][-1]:.4f}")
 
 
 if __name__ == "__main__":

@@ -38,22 +38,28 @@ def load(data_dir):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--data", metavar="DIR",
-                    help="MNIST IDX files, or train/ and val/ folders; none: the MNIST sample inside easyfit")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument(
+        "--data",
+        metavar="DIR",
+        help="MNIST IDX files, or train/ and val/ folders; none: the MNIST sample inside easyfit",
+    )
     ap.add_argument("--epochs", type=int, default=5, help="epochs to train")
     args = ap.parse_args()
     train, val = load(args.data)
     batch_size = 64 * jax.device_count()  # 64 per device, as in the tutorial
     trainer = ef.Trainer(CNN(), optimizer=optax.sgd(0.3), seed=0)
     history = trainer.fit(train, validation_data=val, epochs=args.epochs, batch_size=batch_size)
-    print(f"validation accuracy after {args.epochs} epochs: "
-          f"{history.history['val_accuracy'][-1]:.4f}")
+    print(f"validation accuracy after {args.epochs} epochs: {history.history['val_accuracy'][-1]:.4f}")
     # The tutorial checks that every device holds the same parameters:
     leaves = jax.tree_util.tree_leaves(trainer.params)
-    same = all(np.array_equal(shard.data, leaf.addressable_shards[0].data)
-               for leaf in leaves for shard in leaf.addressable_shards)
+    same = all(
+        np.array_equal(shard.data, leaf.addressable_shards[0].data)
+        for leaf in leaves
+        for shard in leaf.addressable_shards
+    )
     print(f"{jax.device_count()} device(s), replicas identical: {same}")
 
 

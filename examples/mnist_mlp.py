@@ -34,10 +34,14 @@ def train(root: str, devices: list, epochs: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--data", metavar="DIR",
-                    help="folder with train/ and val/ class folders; none: the MNIST sample inside easyfit")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument(
+        "--data",
+        metavar="DIR",
+        help="folder with train/ and val/ class folders; none: the MNIST sample inside easyfit",
+    )
     ap.add_argument("--epochs", type=int, default=5, help="epochs to train")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,7 +26,8 @@ def _modules() -> dict[str, Path]:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -54,7 +55,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
                     base = package.split(".")
-                    base = base[:len(base) - (child.level - 1)]
+                    base = base[: len(base) - (child.level - 1)]
                     target = ".".join(base + ([child.module] if child.module else []))
                 else:
                     target = child.module or ""
@@ -76,7 +77,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := walk(nxt)):
                 return found
         state[node] = 2
@@ -110,6 +111,7 @@ def test_no_import_cycles_in_easyfit():
 
 
 def test_no_module_over_500_lines():
-    long = {name: n for name, path in _modules().items()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    long = {
+        name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, long

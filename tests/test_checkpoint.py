@@ -28,13 +28,21 @@ def _trainer(**kw):
 
 def _fit(trainer, data, callbacks=(), epochs=2, initial_epoch=0):
     train, val = data
-    return trainer.fit(train, epochs=epochs, batch_size=100, verbose=0, validation_data=val,
-                       callbacks=list(callbacks), initial_epoch=initial_epoch)
+    return trainer.fit(
+        train,
+        epochs=epochs,
+        batch_size=100,
+        verbose=0,
+        validation_data=val,
+        callbacks=list(callbacks),
+        initial_epoch=initial_epoch,
+    )
 
 
 def _keep_params(trainer, into):
-    return LambdaCallback(on_epoch_end=lambda epoch, logs: into.append(
-        flat_params(jax.device_get(trainer.params))))
+    return LambdaCallback(
+        on_epoch_end=lambda epoch, logs: into.append(flat_params(jax.device_get(trainer.params)))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +53,9 @@ def run(data, tmp_path_factory):
     callbacks = [
         _keep_params(trainer, seen),
         ModelCheckpoint(str(root / "named" / "ckpt-{epoch:02d}-{val_loss:.4f}")),
-        ModelCheckpoint(root / "best", monitor="loss", mode="max", save_best_only=True,
-                        save_weights_only=True),  # the loss falls: only epoch 1 is "best"
+        ModelCheckpoint(
+            root / "best", monitor="loss", mode="max", save_best_only=True, save_weights_only=True
+        ),  # the loss falls: only epoch 1 is "best"
         ModelCheckpoint(root / "latest"),  # the same path every epoch
         ModelCheckpoint(root / "batches" / "e{epoch}-b{batch}", save_freq=4),
     ]
@@ -66,8 +75,9 @@ def test_save_then_from_checkpoint_goes_on_exactly(tmp_path, data):
     assert (meta["epoch"], meta["step"], meta["kind"]) == (1, 6, "full")
     second = _load(path)
     assert second.seed == 2  # the seed (the data order) comes with the checkpoint
-    for a, b in zip(jax.tree_util.tree_leaves(first.state), jax.tree_util.tree_leaves(
-            second.state), strict=True):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(first.state), jax.tree_util.tree_leaves(second.state), strict=True
+    ):
         assert np.array_equal(np.asarray(a), np.asarray(b))
     _fit(first, data, epochs=2, initial_epoch=1)
     _fit(second, data, epochs=2, initial_epoch=meta["epoch"])
@@ -90,8 +100,7 @@ def test_load_refuses_what_is_not_a_complete_checkpoint(tmp_path):
 def test_model_checkpoint_every_epoch_with_metrics_in_the_name(run):
     _, root, seen, history = run
     names = sorted(os.listdir(root / "named"))
-    assert names == [f"ckpt-{e + 1:02d}-{v:.4f}" for e, v in enumerate(
-        history.history["val_loss"])]
+    assert names == [f"ckpt-{e + 1:02d}-{v:.4f}" for e, v in enumerate(history.history["val_loss"])]
     for name, params in zip(names, seen, strict=True):
         assert np.array_equal(flat_params(_load(root / "named" / name).params), params)
 

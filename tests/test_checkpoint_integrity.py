@@ -54,8 +54,12 @@ def _load(path):
 
 def _largest_array_file(path):
     """The biggest data file Orbax wrote for the state (OCDBT: ``state/**/d/<hash>``)."""
-    files = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(path, "state"))
-             if os.path.basename(d) == "d" for f in fs]
+    files = [
+        os.path.join(d, f)
+        for d, _, fs in os.walk(os.path.join(path, "state"))
+        if os.path.basename(d) == "d"
+        for f in fs
+    ]
     return max(files, key=os.path.getsize)
 
 
@@ -93,8 +97,7 @@ def test_an_edited_epoch_is_refused(ckpt):
         ef.checkpoint.read_metadata(ckpt)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "missing", "garbage-metadata",
-                                    "no-checksums"])
+@pytest.mark.parametrize("damage", ["truncated", "missing", "garbage-metadata", "no-checksums"])
 def test_truncated_missing_and_garbage_raise_a_named_error(ckpt, damage):
     if damage == "truncated":
         file = _largest_array_file(ckpt)
@@ -139,8 +142,7 @@ time.sleep(60)
 
 @pytest.mark.slow
 def test_a_second_writer_is_refused_and_touches_nothing(saved, ckpt):
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, ckpt], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, ckpt], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = sorted(os.listdir(os.path.dirname(ckpt)))

@@ -16,11 +16,20 @@ from tests.helpers import ROOT
 
 
 def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "easyfit.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "easyfit.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -69,31 +78,43 @@ def test_collect_reads_this_environment():
     assert len(env.devices) == jax.device_count()
 
 
-GOOD = Environment(python="3.11.9", versions={"jax": "0.6.0", "flax": "0.10.4",
-                                              "nvidia-dali": "2.4.0", "matplotlib": None},
-                   requirements=("jax>=0.4.30", "flax>=0.10", "nvidia-dali-cuda120>=1.40",
-                                 'matplotlib>=3.6; extra == "plot"'),
-                   requires_python=">=3.10", backend="gpu", dali_cuda=12, jax_cuda=12,
-                   xla_flags="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/x",
-                   gpu_present=True)
+GOOD = Environment(
+    python="3.11.9",
+    versions={"jax": "0.6.0", "flax": "0.10.4", "nvidia-dali": "2.4.0", "matplotlib": None},
+    requirements=(
+        "jax>=0.4.30",
+        "flax>=0.10",
+        "nvidia-dali-cuda120>=1.40",
+        'matplotlib>=3.6; extra == "plot"',
+    ),
+    requires_python=">=3.10",
+    backend="gpu",
+    dali_cuda=12,
+    jax_cuda=12,
+    xla_flags="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/x",
+    gpu_present=True,
+)
 
 
 def test_a_good_environment_has_no_problems():
     assert problems(GOOD) == []
 
 
-@pytest.mark.parametrize("change, expected", [
-    ({"xla_flags": ""}, "without --xla_gpu_enable_command_buffer= in XLA_FLAGS"),
-    ({"xla_flags": "--xla_gpu_enable_command_buffer=FUSION"}, "command buffers"),
-    ({"versions": {**GOOD.versions, "nvidia-dali": None}}, "DALI is not installed"),
-    ({"jax_cuda": 13}, "DALI was built for CUDA 12 but JAX's CUDA plugin is for CUDA 13"),
-    ({"python": "3.9.18"}, "Python 3.9.18 is too old: easyfit needs Python>=3.10"),
-    ({"versions": {**GOOD.versions, "jax": "0.4.20"}}, "jax 0.4.20 is too old"),
-    ({"versions": {**GOOD.versions, "nvidia-dali": "1.30.0"}}, "nvidia-dali-cuda120 1.30.0"),
-    ({"versions": {**GOOD.versions, "flax": None}}, "flax is not installed"),
-    ({"backend": "cpu"}, "has an NVIDIA GPU but JAX runs on the CPU"),
-    ({"backend": "failed: no CUDA driver"}, "could not start its backend (no CUDA driver)"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"xla_flags": ""}, "without --xla_gpu_enable_command_buffer= in XLA_FLAGS"),
+        ({"xla_flags": "--xla_gpu_enable_command_buffer=FUSION"}, "command buffers"),
+        ({"versions": {**GOOD.versions, "nvidia-dali": None}}, "DALI is not installed"),
+        ({"jax_cuda": 13}, "DALI was built for CUDA 12 but JAX's CUDA plugin is for CUDA 13"),
+        ({"python": "3.9.18"}, "Python 3.9.18 is too old: easyfit needs Python>=3.10"),
+        ({"versions": {**GOOD.versions, "jax": "0.4.20"}}, "jax 0.4.20 is too old"),
+        ({"versions": {**GOOD.versions, "nvidia-dali": "1.30.0"}}, "nvidia-dali-cuda120 1.30.0"),
+        ({"versions": {**GOOD.versions, "flax": None}}, "flax is not installed"),
+        ({"backend": "cpu"}, "has an NVIDIA GPU but JAX runs on the CPU"),
+        ({"backend": "failed: no CUDA driver"}, "could not start its backend (no CUDA driver)"),
+    ],
+)
 def test_each_known_bad_combination_is_reported(change, expected):
     import dataclasses
 

@@ -26,8 +26,10 @@ def test_sample_is_small_and_carries_its_licence():
 
 # sha256 of full MNIST's first 6,000 training / 1,000 test images (uint8 bytes) and labels
 # (int32 bytes), computed once from the four official .gz files.
-FIRST_IMAGES = {"train": "d3697039420594c3c374a633e530c66f54eca1e9a7687707ab97211c88c0ae9c",
-                "val": "90c0bb6ad8af854fb44001355097fe1916cf1e24cf4a16225af42cf950b8a845"}
+FIRST_IMAGES = {
+    "train": "d3697039420594c3c374a633e530c66f54eca1e9a7687707ab97211c88c0ae9c",
+    "val": "90c0bb6ad8af854fb44001355097fe1916cf1e24cf4a16225af42cf950b8a845",
+}
 
 
 def test_sample_holds_the_first_mnist_images():
@@ -44,8 +46,10 @@ def test_sample_folder_reads_back_through_dali(tmp_path):
     root = ef.datasets.sample_folder(tmp_path / "s", limit=(120, 30))
     train = ef.data.ImageFolder(os.path.join(root, "train"))
     assert len(train) == 120 and train.image_shape == (28, 28, 1)
-    assert np.array_equal(np.bincount(train.labels, minlength=10),
-                          np.bincount(ef.datasets.sample()["train"][1][:120], minlength=10))
+    assert np.array_equal(
+        np.bincount(train.labels, minlength=10),
+        np.bincount(ef.datasets.sample()["train"][1][:120], minlength=10),
+    )
     assert ef.datasets.sample_folder(tmp_path / "s", limit=(120, 30)) == root  # reused as is
 
 
@@ -65,10 +69,14 @@ else:
 @pytest.mark.slow
 def test_mnist_without_network_names_the_sample_and_source(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "EASYFIT_MNIST_DIR"}
-    env.update(EASYFIT_MNIST_MIRROR="http://127.0.0.1:9/", XDG_CACHE_HOME=str(tmp_path / "c"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", _PROGRAM], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(
+        EASYFIT_MNIST_MIRROR="http://127.0.0.1:9/",
+        XDG_CACHE_HOME=str(tmp_path / "c"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROGRAM], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert out.startswith("DataError: could not download MNIST from http://127.0.0.1:9/"), out

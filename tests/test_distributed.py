@@ -26,12 +26,26 @@ def _free_port() -> int:
 
 def _launch(root, out, *extra):
     port = _free_port()
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-           "PYTHONUNBUFFERED": "1"}
-    return [subprocess.Popen([sys.executable, str(PROGRAMS / "train_multiprocess.py"), root,
-                              str(i), "2", str(port), str(out), *extra],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for i in range(2)]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "PYTHONUNBUFFERED": "1"}
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(PROGRAMS / "train_multiprocess.py"),
+                root,
+                str(i),
+                "2",
+                str(port),
+                str(out),
+                *extra,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +76,7 @@ def test_a_checkpoint_saved_by_two_processes_loads_in_one(two_processes):
     from tests.helpers.models import SmallMLP
 
     out, _, _ = two_processes
-    restored = ef.Trainer.from_checkpoint(out / "ckpt", SmallMLP(),
-                                          optimizer=optax.sgd(0.1, momentum=0.9))
+    restored = ef.Trainer.from_checkpoint(out / "ckpt", SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9))
     saved = np.load(out / "params.npz")
     leaves = jax.tree_util.tree_leaves(jax.device_get(restored.params))
     assert len(leaves) == len(saved.files)
@@ -114,17 +127,21 @@ def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(t
     from tests.helpers.models import SmallMLP
 
     rng = np.random.default_rng(17)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONUNBUFFERED": "1"}
     steps = []
     for trial in range(4):
         out = tmp_path / f"trial-{trial}"
         out.mkdir()
         port = _free_port()
-        procs = [subprocess.Popen([sys.executable, str(PROGRAMS / "save_multiprocess.py"),
-                                   str(i), "2", str(port), str(out)], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(PROGRAMS / "save_multiprocess.py"), str(i), "2", str(port), str(out)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(2)
+        ]
         try:
             deadline = time.monotonic() + 120
             while not (out / "latest").is_dir():
@@ -163,9 +180,13 @@ def _port() -> int:
 
 
 def _start(address: str, n: int, pid: int, timeout: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", JOIN, address, str(n), str(pid), str(timeout)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-c", JOIN, address, str(n), str(pid), str(timeout)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def test_every_process_that_came_names_the_missing_one():
@@ -187,6 +208,5 @@ def test_the_coordinator_alone_names_every_missing_process():
 
 def test_a_process_without_its_coordinator_says_so():
     address = f"127.0.0.1:{_port()}"
-    with pytest.raises(TimeoutError, match="the coordinator \\(process 0\\) did not answer "
-                                           "within 1.5 s"):
+    with pytest.raises(TimeoutError, match="the coordinator \\(process 0\\) did not answer within 1.5 s"):
         ef.distributed.initialize(address, 2, 1, initialization_timeout=1.5)

@@ -38,8 +38,7 @@ for line, code in blocks:
 
 def blocks(text: str) -> list[tuple[int, str]]:
     """``(line of the block's first code line - 1, dedented code)`` for every python block."""
-    return [(text.count("\n", 0, m.start(2)), textwrap.dedent(m.group(2)))
-            for m in _BLOCK.finditer(text)]
+    return [(text.count("\n", 0, m.start(2)), textwrap.dedent(m.group(2))) for m in _BLOCK.finditer(text)]
 
 
 def test_blocks_are_found_with_their_lines():
@@ -48,35 +47,69 @@ def test_blocks_are_found_with_their_lines():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p.read_text())],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p.read_text())], ids=lambda p: p.name)
 def test_code_blocks_run(page, tmp_path):
     text = page.read_text()
     found = blocks(text)
     devices = int(m.group(1)) if (m := _DEVICES.search(text)) else 1
     env = {k: v for k, v in os.environ.items() if k != "EASYFIT_MNIST_DIR"}
-    env = {**env, "EASYFIT_MNIST_MIRROR": OFFLINE, "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "PYTHONUNBUFFERED": "1",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **env,
+        "EASYFIT_MNIST_MIRROR": OFFLINE,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "PYTHONUNBUFFERED": "1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     name = str(page.relative_to(ROOT))
-    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([name, found]),
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER],
+        input=json.dumps([name, found]),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{name}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
 
 
 @pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
-                           "-f", str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-q",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(tmp_path / "site"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "Trains a Flax model on data read by DALI" in api  # the docstrings made it in
     assert not re.findall(r":(?:meth|func|class|attr|mod|exc):", api)  # roles rendered as code
     ids = set(re.findall(r'id="(easyfit\.[\w.]+)"', api))
-    assert {"easyfit.Trainer.fit", "easyfit.Trainer.evaluate", "easyfit.data.Source.num_samples",
-            "easyfit.optimizers.get_optimizer"} <= ids
-    internal = {"easyfit.data.Source.feed", "easyfit.data.Source.graph", "easyfit.data.Plan.chunk",
-                "easyfit.callbacks.Callback.set_params", "easyfit.parallel.Placement.replicate"}
+    assert {
+        "easyfit.Trainer.fit",
+        "easyfit.Trainer.evaluate",
+        "easyfit.data.Source.num_samples",
+        "easyfit.optimizers.get_optimizer",
+    } <= ids
+    internal = {
+        "easyfit.data.Source.feed",
+        "easyfit.data.Source.graph",
+        "easyfit.data.Plan.chunk",
+        "easyfit.callbacks.Callback.set_params",
+        "easyfit.parallel.Placement.replicate",
+    }
     assert not ids & internal

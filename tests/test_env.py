@@ -12,8 +12,7 @@ def _flags_after_import(env_flags):
     if env_flags is not None:
         env["XLA_FLAGS"] = env_flags
     code = "import easyfit, os; print(os.environ.get('XLA_FLAGS', ''))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
@@ -21,7 +20,8 @@ def _flags_after_import(env_flags):
 def test_import_turns_off_command_buffers():
     assert _flags_after_import(None) == "--xla_gpu_enable_command_buffer="
     assert _flags_after_import("--xla_force_host_platform_device_count=2") == (
-        "--xla_force_host_platform_device_count=2 --xla_gpu_enable_command_buffer=")
+        "--xla_force_host_platform_device_count=2 --xla_gpu_enable_command_buffer="
+    )
 
 
 @pytest.mark.slow

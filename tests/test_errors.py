@@ -67,8 +67,7 @@ def test_rgb_and_inferred_color_mode(tmp_path):
     for c in ("a", "b"):
         (tmp_path / c).mkdir()
         for i in range(3):
-            ef.datasets.write_png(tmp_path / c / f"{i}.png",
-                                  rng.integers(0, 255, (6, 5, 3), dtype=np.uint8))
+            ef.datasets.write_png(tmp_path / c / f"{i}.png", rng.integers(0, 255, (6, 5, 3), dtype=np.uint8))
     folder = ef.data.ImageFolder(tmp_path)
     assert folder.color_mode == "rgb" and folder.image_shape == (6, 5, 3)
     gray = ef.data.ImageFolder(tmp_path, color_mode="grayscale")
@@ -98,13 +97,15 @@ def test_argument_mistakes_are_value_or_type_errors_naming_the_argument(tmp_path
     mistakes = [
         (ValueError, "brightness=2", lambda: ef.data.Augment(brightness=2)),
         (ValueError, "crop_padding", lambda: ef.data.Augment(crop_padding=-1)),
-        (ValueError, "color_mode='sepia'",
-         lambda: ef.data.ImageFolder(tmp_path, color_mode="sepia")),
+        (ValueError, "color_mode='sepia'", lambda: ef.data.ImageFolder(tmp_path, color_mode="sepia")),
         (ValueError, "decoder='gpu'", lambda: ef.data.ImageFolder(tmp_path, decoder="gpu")),
         (ValueError, "image_size=", lambda: ef.data.ImageFolder(tmp_path, image_size=(0,))),
         (ValueError, "batch_size=0", lambda: ef.parallel.Placement.create().check_batch_size(0)),
-        (ValueError, "validation_split=1.5",
-         lambda: ef.data.split_validation(ef.data.ImageFolder(tmp_path), 1.5)),
+        (
+            ValueError,
+            "validation_split=1.5",
+            lambda: ef.data.split_validation(ef.data.ImageFolder(tmp_path), 1.5),
+        ),
         (ValueError, "^y: not used", lambda: ef.data.to_source(str(tmp_path), [1])),
         (TypeError, "^x: expected a path", lambda: ef.data.to_source(object())),
     ]

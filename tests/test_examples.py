@@ -18,11 +18,20 @@ EXAMPLES = ROOT / "examples"
 
 
 def run_example(name: str, *args: str, cwd, devices: int = 1) -> str:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -33,8 +42,7 @@ def accuracies(out: str) -> list[float]:
 
 
 def test_mnist_mlp_on_one_device_then_every_device(tmp_path, mnist_dir):
-    out = run_example("mnist_mlp.py", "--data", mnist_dir, "--epochs", "1", cwd=tmp_path,
-                      devices=2)
+    out = run_example("mnist_mlp.py", "--data", mnist_dir, "--epochs", "1", cwd=tmp_path, devices=2)
     assert "1 device(s)" in out and "2 device(s)" in out
     one, every = accuracies(out)
     assert min(one, every) > 0.7
@@ -51,14 +59,14 @@ def test_arrays_on_the_sample(tmp_path):
     out = run_example("arrays.py", "--epochs", "1", cwd=tmp_path)
     evaluated = float(re.search(r"'accuracy': ([\d.]+)", out).group(1))
     assert evaluated > 0.7
-    predicted, labels = (re.search(rf"{w}:\s+(\[.*\])", out).group(1)
-                         for w in ("predicted", "labels"))
+    predicted, labels = (re.search(rf"{w}:\s+(\[.*\])", out).group(1) for w in ("predicted", "labels"))
     assert len(predicted.split(",")) == len(labels.split(",")) == 10
 
 
 def test_custom_callback_stops_training_and_writes_its_file(tmp_path):
-    out = run_example("custom_callback.py", "--epochs", "4", "--target", "0.5", "--out",
-                      "report.json", cwd=tmp_path)
+    out = run_example(
+        "custom_callback.py", "--epochs", "4", "--target", "0.5", "--out", "report.json", cwd=tmp_path
+    )
     assert "reached 0.5 at epoch 1: stopping" in out
     with open(tmp_path / "report.json") as f:
         report = json.load(f)

@@ -22,16 +22,16 @@ MEAN, STD = np.array(ef.data.images.IMAGENET[0]), np.array(ef.data.images.IMAGEN
 def photos(tmp_path_factory) -> str:
     """4 classes of JPEG photos, 40 to 90 pixels a side: 12 training and 4 validation each."""
     root = tmp_path_factory.mktemp("photos") / "photos"
-    return ef.datasets.synthetic_images(root, classes=4, per_class=(12, 4), size=(40, 90),
-                                        image_format="jpeg", workers=1)
+    return ef.datasets.synthetic_images(
+        root, classes=4, per_class=(12, 4), size=(40, 90), image_format="jpeg", workers=1
+    )
 
 
 def _chunks(source, *, training, seed=0, epochs=1, pipelines=None, shuffle=False):
     """Each epoch's training (or evaluation) batch of all samples, as NumPy."""
     n = source.num_samples
     plan = ef.data.Plan(n, n, shuffle=shuffle, seed=seed)
-    loader = make_loader(source, plan, Placement.create(), training=training,
-                         pipelines_per_device=pipelines)
+    loader = make_loader(source, plan, Placement.create(), training=training, pipelines_per_device=pipelines)
     try:
         return [np.asarray(next(loader)["x"]) for _ in range(epochs)]
     finally:
@@ -58,8 +58,9 @@ def test_random_crops_vary_by_epoch_and_repeat_by_seed(photos):
 def test_each_pipeline_draws_its_own_crops(tmp_path):
     """48 copies of one photo read by 2 pipelines: with one random stream per pipeline seeded
     alike, row k of each pipeline got the same crop; each sample draws its own."""
-    one = ef.datasets.synthetic_images(tmp_path / "one", classes=1, per_class=(1, 0),
-                                       size=(60, 80), image_format="jpeg")
+    one = ef.datasets.synthetic_images(
+        tmp_path / "one", classes=1, per_class=(1, 0), size=(60, 80), image_format="jpeg"
+    )
     data = open(one + "/train/class_000/00000.jpg", "rb").read()
     for i in range(48):
         (tmp_path / "same" / "a").mkdir(parents=True, exist_ok=True)
@@ -82,8 +83,7 @@ def test_evaluation_resizes_the_shorter_side_and_takes_the_center(photos):
     assert once[0].shape == (16, *SIZE, 3)
     np.testing.assert_array_equal(once[0], twice[0])  # deterministic
     # the same source unaugmented when evaluated: its center crop, not a random one
-    np.testing.assert_array_equal(_chunks(train, training=False)[0],
-                                  _chunks(train, training=False)[0])
+    np.testing.assert_array_equal(_chunks(train, training=False)[0], _chunks(train, training=False)[0])
     # a center crop of the resized image, not the whole image squeezed to SIZE
     squeezed = _chunks(ef.data.ImageFolder(photos + "/val", image_size=SIZE), training=False)
     assert not np.array_equal(squeezed[0], once[0])
@@ -99,15 +99,18 @@ def test_normalised_values_equal_numpys_on_the_same_pixels(photos):
     np.testing.assert_allclose(normalised.astype(np.float64), expected, rtol=0, atol=4e-3)
     # explicit (mean, std), one value for every channel
     gray = ef.data.ImageFolder(photos + "/val", image_size=SIZE, normalize=(0.5, 0.25))
-    np.testing.assert_allclose(_chunks(gray, training=False)[0].astype(np.float64),
-                               (plain / 255.0 - 0.5) / 0.25, rtol=0, atol=8e-3)
+    np.testing.assert_allclose(
+        _chunks(gray, training=False)[0].astype(np.float64), (plain / 255.0 - 0.5) / 0.25, rtol=0, atol=8e-3
+    )
 
 
 def test_the_flip_is_fused_into_the_normalisation(photos):
-    flips = ef.data.ImageFolder(photos + "/val", image_size=SIZE, normalize="imagenet",
-                                augment=ef.data.Augment(flip=True))
-    plain = _chunks(ef.data.ImageFolder(photos + "/val", image_size=SIZE, normalize="imagenet"),
-                    training=False)[0]
+    flips = ef.data.ImageFolder(
+        photos + "/val", image_size=SIZE, normalize="imagenet", augment=ef.data.Augment(flip=True)
+    )
+    plain = _chunks(
+        ef.data.ImageFolder(photos + "/val", image_size=SIZE, normalize="imagenet"), training=False
+    )[0]
     got = _chunks(flips, training=True)[0]
     flipped = [np.array_equal(g, p[:, ::-1]) for g, p in zip(got, plain, strict=True)]
     kept = [np.array_equal(g, p) for g, p in zip(got, plain, strict=True)]
@@ -141,8 +144,9 @@ class Crash(RuntimeError):
 def test_a_resumed_run_with_random_crops_ends_bit_exact(photos, tmp_path):
     def run(callbacks=()):
         trainer = ef.Trainer(Tiny(), optimizer=optax.adam(1e-2), seed=3)
-        trainer.fit(_train(photos, normalize="imagenet"), epochs=2, batch_size=8, verbose=0,
-                    callbacks=list(callbacks))
+        trainer.fit(
+            _train(photos, normalize="imagenet"), epochs=2, batch_size=8, verbose=0, callbacks=list(callbacks)
+        )
         return trainer
 
     reference = run()
@@ -170,10 +174,18 @@ def test_the_imagenet_example_runs_its_smoke_run(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(root / "examples" / "imagenet_resnet.py"),
-                           "--smoke"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(root / "examples" / "imagenet_resnet.py"), "--smoke"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "validation accuracy after 1 epochs:" in proc.stdout

@@ -31,8 +31,7 @@ def _data():
 def test_a_slow_source_is_called_input_bound(capsys):
     x, y = _data()
     trainer = ef.Trainer(_model(), optimizer=optax.sgd(0.1), steps_per_execution=1)
-    history = trainer.fit(SlowArrays(x, y, scale=1 / 255), epochs=2, batch_size=50, verbose=1,
-                          cache=False)
+    history = trainer.fit(SlowArrays(x, y, scale=1 / 255), epochs=2, batch_size=50, verbose=1, cache=False)
     waits = history.history["input_wait"]
     assert len(waits) == 2 and min(waits) > 0.5, waits
     out = capsys.readouterr().out
@@ -44,7 +43,6 @@ def test_a_slow_source_is_called_input_bound(capsys):
 def test_input_from_the_device_cache_is_not_waited_for(capsys):
     x, y = _data()
     trainer = ef.Trainer(_model(), optimizer=optax.sgd(0.1), steps_per_execution=1)
-    history = trainer.fit(ef.data.Arrays(x, y, scale=1 / 255), epochs=3, batch_size=50,
-                          verbose=0, cache=True)
+    history = trainer.fit(ef.data.Arrays(x, y, scale=1 / 255), epochs=3, batch_size=50, verbose=0, cache=True)
     assert 0.0 <= history.history["input_wait"][-1] < 0.25, history.history["input_wait"]
     assert "waited for input" not in capsys.readouterr().out

@@ -24,15 +24,17 @@ def _npz(path) -> list[np.ndarray]:
 
 
 def test_sigterm_backs_up_exits_143_and_resumes_exactly(tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONUNBUFFERED": "1"}
     program = [sys.executable, str(PROGRAMS / "train_preempted.py")]
-    never_stopped = subprocess.Popen(program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+    never_stopped = subprocess.Popen(
+        program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     cmd = program + [str(tmp_path / "backup"), str(tmp_path / "resumed.npz"), "--delay", "0.1"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
     try:
         for line in proc.stdout:  # 15 batches an epoch, a backup every 3: stop in epoch 1

@@ -32,15 +32,20 @@ def sample():
 
 
 # ------------------------------------------------------------------------------- optimizers
-@pytest.mark.parametrize("name, make, kwargs", [
-    ("adam", optax.adam, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7}),
-    ("sgd", optax.sgd, {"learning_rate": 1e-2}),
-    ("rmsprop", optax.rmsprop, {"learning_rate": 1e-3, "decay": 0.9, "eps": 1e-7}),
-    ("adamw", optax.adamw, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7,
-                            "weight_decay": 0.004}),
-    ("adagrad", optax.adagrad, {"learning_rate": 1e-3, "initial_accumulator_value": 0.1,
-                                "eps": 1e-7}),
-])
+@pytest.mark.parametrize(
+    "name, make, kwargs",
+    [
+        ("adam", optax.adam, {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7}),
+        ("sgd", optax.sgd, {"learning_rate": 1e-2}),
+        ("rmsprop", optax.rmsprop, {"learning_rate": 1e-3, "decay": 0.9, "eps": 1e-7}),
+        (
+            "adamw",
+            optax.adamw,
+            {"learning_rate": 1e-3, "b1": 0.9, "b2": 0.999, "eps": 1e-7, "weight_decay": 0.004},
+        ),
+        ("adagrad", optax.adagrad, {"learning_rate": 1e-3, "initial_accumulator_value": 0.1, "eps": 1e-7}),
+    ],
+)
 def test_optimizer_names_are_keras_defaults(name, make, kwargs):
     """Keras 3's defaults (keras/src/optimizers/*.py): the same updates as the optax
     optimizer built with them, step after step (to 2e-5: injected hyperparameters are float32
@@ -59,8 +64,11 @@ def test_optimizer_names_are_keras_defaults(name, make, kwargs):
 
 
 def test_an_unknown_optimizer_name_lists_the_known_ones_at_construction():
-    with pytest.raises(ValueError, match=r"optimizer='adamax'.*'adam', 'sgd', 'rmsprop', "
-                                         r"'adamw', 'adagrad'"):
+    with pytest.raises(
+        ValueError,
+        match=r"optimizer='adamax'.*'adam', 'sgd', 'rmsprop', "
+        r"'adamw', 'adagrad'",
+    ):
         ef.Trainer(SmallMLP(), optimizer="adamax")
     with pytest.raises(ValueError, match="optimizer=3"):
         ef.Trainer(SmallMLP(), optimizer=3)
@@ -82,11 +90,12 @@ def test_labels_of_shape_n_1_and_one_hot_floats_train_as_class_indices(sample, c
     x, y, xv, yv = sample
     runs = {}
     for kind, (labels, val_labels) in {
-            "sparse": (y, yv), "column": (y[:, None], yv[:, None]),
-            "one_hot": (np.eye(10, dtype=np.float32)[y], np.eye(10, dtype=np.float32)[yv])}.items():
+        "sparse": (y, yv),
+        "column": (y[:, None], yv[:, None]),
+        "one_hot": (np.eye(10, dtype=np.float32)[y], np.eye(10, dtype=np.float32)[yv]),
+    }.items():
         trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0)
-        history = trainer.fit(x, labels, epochs=2, batch_size=50, verbose=1,
-                              validation_data=(xv, val_labels))
+        history = trainer.fit(x, labels, epochs=2, batch_size=50, verbose=1, validation_data=(xv, val_labels))
         out = capsys.readouterr().out
         evaluated = trainer.evaluate(xv, val_labels, batch_size=50)
         predicted = trainer.predict(xv, batch_size=50)
@@ -94,15 +103,20 @@ def test_labels_of_shape_n_1_and_one_hot_floats_train_as_class_indices(sample, c
     assert runs["sparse"][0] == runs["column"][0] == "sparse_categorical_crossentropy"
     assert runs["one_hot"][0] == "categorical_crossentropy"
     loss_lines = [line for line in runs["one_hot"][1].splitlines() if "loss='" in line]
-    assert loss_lines == ["easyfit: loss='categorical_crossentropy' (none given; float labels "
-                          "whose rows are one-hot or class probabilities)"]
+    assert loss_lines == [
+        "easyfit: loss='categorical_crossentropy' (none given; float labels "
+        "whose rows are one-hot or class probabilities)"
+    ]
     assert "loss='sparse_categorical_crossentropy' (none given; integer labels" in runs["column"][1]
     _, _, reference, ref_eval, ref_predicted = runs["sparse"]
     assert reference["val_accuracy"][-1] > 0.5
     for kind in ("column", "one_hot"):
         _, _, history, evaluated, predicted = runs[kind]
-        assert sorted(history) == sorted(reference) == ["accuracy", "input_wait", "loss",
-                                                        "val_accuracy", "val_loss"]
+        assert (
+            sorted(history)
+            == sorted(reference)
+            == ["accuracy", "input_wait", "loss", "val_accuracy", "val_loss"]
+        )
         for key in ("accuracy", "loss", "val_accuracy", "val_loss"):  # input_wait is a timing
             np.testing.assert_allclose(history[key], reference[key], rtol=1e-4, atol=1e-5)
         assert evaluated == pytest.approx(ref_eval, rel=1e-4, abs=1e-5)
@@ -120,20 +134,23 @@ def test_float_labels_that_are_not_one_hot_stay_mean_squared_error():
 
 
 # ---------------------------------------------------------------------- bad numbers
-@pytest.mark.parametrize("call, kwargs, argument", [
-    ("fit", {"batch_size": 0}, "batch_size=0"),
-    ("fit", {"batch_size": -8}, "batch_size=-8"),
-    ("fit", {"batch_size": 2.5}, "batch_size=2.5"),
-    ("fit", {"epochs": -1}, "epochs=-1"),
-    ("fit", {"epochs": 1.5}, "epochs=1.5"),
-    ("fit", {"epochs": "3"}, "epochs='3'"),
-    ("fit", {"initial_epoch": -2}, "initial_epoch=-2"),
-    ("fit", {"verbose": 3}, "verbose=3"),
-    ("evaluate", {"batch_size": 0}, "batch_size=0"),
-    ("evaluate", {"batch_size": -8}, "batch_size=-8"),
-    ("predict", {"batch_size": -8}, "batch_size=-8"),
-    ("predict", {"batch_size": True}, "batch_size=True"),
-])
+@pytest.mark.parametrize(
+    "call, kwargs, argument",
+    [
+        ("fit", {"batch_size": 0}, "batch_size=0"),
+        ("fit", {"batch_size": -8}, "batch_size=-8"),
+        ("fit", {"batch_size": 2.5}, "batch_size=2.5"),
+        ("fit", {"epochs": -1}, "epochs=-1"),
+        ("fit", {"epochs": 1.5}, "epochs=1.5"),
+        ("fit", {"epochs": "3"}, "epochs='3'"),
+        ("fit", {"initial_epoch": -2}, "initial_epoch=-2"),
+        ("fit", {"verbose": 3}, "verbose=3"),
+        ("evaluate", {"batch_size": 0}, "batch_size=0"),
+        ("evaluate", {"batch_size": -8}, "batch_size=-8"),
+        ("predict", {"batch_size": -8}, "batch_size=-8"),
+        ("predict", {"batch_size": True}, "batch_size=True"),
+    ],
+)
 def test_bad_numbers_raise_a_value_error_naming_the_argument(sample, call, kwargs, argument):
     x, y, _, _ = sample
     trainer = ef.Trainer(SmallMLP())
@@ -158,8 +175,7 @@ def test_the_users_nnx_module_holds_the_trained_state_after_fit(sample):
     for _ in range(2):  # a second fit donates the state again: the module stays usable
         trainer.fit(x, y, epochs=1, batch_size=50, verbose=0)
         direct = np.asarray(model(xv))  # the user's own module, called as after Keras' fit
-        np.testing.assert_allclose(direct, trainer.predict(xv, batch_size=50), rtol=1e-5,
-                                   atol=1e-5)
+        np.testing.assert_allclose(direct, trainer.predict(xv, batch_size=50), rtol=1e-5, atol=1e-5)
     trained = np.asarray(model.out.kernel[...])
     assert np.abs(trained - before).max() > 1e-3  # trained, not the initial weights
     np.testing.assert_array_equal(trained, np.asarray(trainer.params["out"]["kernel"][...]))
@@ -232,10 +248,10 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def _example(path, *args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH",
-                                                                                     "")])}
-    return subprocess.run([sys.executable, str(path), *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, str(path), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -249,8 +265,7 @@ def test_example_help_shows_defaults(path):
 @pytest.mark.slow
 def test_arrays_example_takes_a_folder_easyfit_reads(tmp_path):
     root = ef.datasets.sample_folder(tmp_path / "sample", limit=(300, 100))
-    proc = _example(ROOT / "examples" / "arrays.py", "--data", root, "--epochs", "1",
-                    cwd=tmp_path)
+    proc = _example(ROOT / "examples" / "arrays.py", "--data", root, "--epochs", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     labels = json.loads(re.search(r"labels:\s+(\[.*\])", proc.stdout).group(1))
     assert len(labels) == 10 and labels == sorted(labels)  # val/0/* first, in file order

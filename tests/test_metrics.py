@@ -35,17 +35,18 @@ def _log_softmax(z):
 
 
 def _fit(outputs, loss, metrics, x, y):
-    trainer = ef.Trainer(Dense(outputs), optimizer=optax.adam(1e-2), loss=loss, metrics=metrics,
-                         seed=0)
+    trainer = ef.Trainer(Dense(outputs), optimizer=optax.adam(1e-2), loss=loss, metrics=metrics, seed=0)
     trainer.fit(x, y, epochs=2, batch_size=32, verbose=0)
     return trainer, trainer.evaluate(x, y, batch_size=32), trainer.predict(x, batch_size=32)
 
 
 def test_sparse_and_categorical_crossentropy_accuracy_and_top_k(data):
     x, labels, _ = data
-    for loss, y in (("sparse_categorical_crossentropy", labels),
-                    ("categorical_crossentropy", np.eye(10, dtype=np.float32)[labels]),
-                    ("categorical_crossentropy", labels)):  # integer labels are one-hot encoded
+    for loss, y in (
+        ("sparse_categorical_crossentropy", labels),
+        ("categorical_crossentropy", np.eye(10, dtype=np.float32)[labels]),
+        ("categorical_crossentropy", labels),
+    ):  # integer labels are one-hot encoded
         _, result, logits = _fit(10, loss, ["accuracy", "top_k_accuracy"], x, y)
         expected_loss = -_log_softmax(logits.astype(np.float64))[np.arange(250), labels].mean()
         assert result["loss"] == pytest.approx(expected_loss, rel=1e-4)
@@ -70,7 +71,7 @@ def test_regression_mse_and_mae(data):
     for loss in ("mse", "mae"):
         _, result, out = _fit(10, loss, ["mse", "mae"], x, targets)
         err = out.astype(np.float64) - targets
-        assert result["mse"] == pytest.approx((err ** 2).mean(), rel=1e-4)
+        assert result["mse"] == pytest.approx((err**2).mean(), rel=1e-4)
         assert result["mae"] == pytest.approx(np.abs(err).mean(), rel=1e-4)
         assert result["loss"] == pytest.approx(result[loss], rel=1e-5)
 
@@ -96,8 +97,6 @@ def test_callable_loss_and_metric_and_clu_metric(data):
 
 def test_unknown_names_are_refused():
     with pytest.raises(ValueError, match="loss='hinge'"):
-        ef.Trainer(Dense(2), loss="hinge").fit(np.zeros((4, 2)), np.zeros(4, np.int32),
-                                                verbose=0)
+        ef.Trainer(Dense(2), loss="hinge").fit(np.zeros((4, 2)), np.zeros(4, np.int32), verbose=0)
     with pytest.raises(ValueError, match="unknown metric 'f1'"):
-        ef.Trainer(Dense(2), metrics=["f1"]).fit(np.zeros((4, 2)), np.zeros(4, np.int32),
-                                                  verbose=0)
+        ef.Trainer(Dense(2), metrics=["f1"]).fit(np.zeros((4, 2)), np.zeros(4, np.int32), verbose=0)

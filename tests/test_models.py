@@ -25,9 +25,13 @@ class NormedMLP(nnx.Module):
 def test_batch_norm_statistics_are_learned_and_used():
     (x, y), (xv, yv) = ef.datasets.sample()["train"], ef.datasets.sample()["val"]
     trainer = ef.Trainer(NormedMLP(nnx.Rngs(0)), optimizer=optax.adam(1e-3))
-    history = trainer.fit(ef.data.Arrays(x[:2000], y[:2000], scale=1 / 255), epochs=2,
-                          batch_size=100, validation_data=ef.data.Arrays(xv, yv, scale=1 / 255),
-                          verbose=0)
+    history = trainer.fit(
+        ef.data.Arrays(x[:2000], y[:2000], scale=1 / 255),
+        epochs=2,
+        batch_size=100,
+        validation_data=ef.data.Arrays(xv, yv, scale=1 / 255),
+        verbose=0,
+    )
     assert history.history["val_accuracy"][-1] > 0.8
     model = trainer.model
     assert not np.allclose(np.asarray(model.norm.mean[...]), 0.0)  # statistics were updated

@@ -22,16 +22,16 @@ def test_the_version_is_written_once_and_everything_reports_it(pyproject, capsys
     project = pyproject["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "easyfit.__version__"}
-    assert metadata.version("easyfit") == easyfit.__version__, \
+    assert metadata.version("easyfit") == easyfit.__version__, (
         "the installed metadata is stale: reinstall with pip install -e '.[dev]'"
+    )
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out == f"easyfit {easyfit.__version__}\n"
 
 
 def test_the_changelog_has_the_current_version_and_an_unreleased_section():
-    headings = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines()
-                if line.startswith("## ")]
+    headings = [line for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## ")]
     assert headings[0] == "## [Unreleased]"
     assert any(h.startswith(f"## [{easyfit.__version__}] - ") for h in headings), headings
 
@@ -39,8 +39,10 @@ def test_the_changelog_has_the_current_version_and_an_unreleased_section():
 def test_the_licences_are_shipped(pyproject):
     project = pyproject["project"]
     assert project["license"] == "Apache-2.0"
-    assert "Apache License\n                           Version 2.0, January 2004" in \
-        (ROOT / "LICENSE").read_text()
+    assert (
+        "Apache License\n                           Version 2.0, January 2004"
+        in (ROOT / "LICENSE").read_text()
+    )
     for name in project["license-files"]:
         assert (ROOT / name).is_file(), name
     assert "easyfit/_sample/LICENSE-MNIST.txt" in project["license-files"]

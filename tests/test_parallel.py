@@ -20,11 +20,9 @@ def by_devices(mnist_dir, tmp_path_factory):
     results = {}
     for n in (1, 4, 8):
         path = out / f"{n}.npz"
-        results[n] = last_json(run_program("train_devices.py", mnist_dir, "--save", str(path),
-                                           devices=n))
+        results[n] = last_json(run_program("train_devices.py", mnist_dir, "--save", str(path), devices=n))
         with np.load(path) as saved:
-            results[n]["params"] = [saved[k] for k in sorted(saved.files,
-                                                             key=lambda k: int(k[4:]))]
+            results[n]["params"] = [saved[k] for k in sorted(saved.files, key=lambda k: int(k[4:]))]
     return results
 
 
@@ -52,6 +50,5 @@ def test_batch_size_not_divisible_by_the_devices(mnist_dir):
 
 
 def test_steps_per_execution_on_several_devices(mnist_dir):
-    r = last_json(run_program("train_devices.py", mnist_dir, "--steps-per-execution", "4",
-                              devices=4))
+    r = last_json(run_program("train_devices.py", mnist_dir, "--steps-per-execution", "4", devices=4))
     assert r["replicas_identical"] and r["val_accuracy"] > 0.85

@@ -34,13 +34,14 @@ class NNXNet(nnx.Module):
 def data():
     sample = ef.datasets.sample()
     (x, y), (xv, yv) = sample["train"], sample["val"]
-    return (ef.data.Arrays(x[:2000], y[:2000], scale=1 / 255),
-            ef.data.Arrays(xv[:500], yv[:500], scale=1 / 255))
+    return (
+        ef.data.Arrays(x[:2000], y[:2000], scale=1 / 255),
+        ef.data.Arrays(xv[:500], yv[:500], scale=1 / 255),
+    )
 
 
 def _dtypes(tree) -> set[str]:
-    return {str(a.dtype) for a in jax.tree_util.tree_leaves(tree)
-            if jnp.issubdtype(a.dtype, jnp.floating)}
+    return {str(a.dtype) for a in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(a.dtype, jnp.floating)}
 
 
 def test_names_and_refusal():
@@ -98,12 +99,20 @@ def test_float16_skips_a_step_with_infinite_gradients():
     precision = get_precision("float16")
     params, model_state = adapter.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
     tx = optax.sgd(0.1)
-    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
-                       model_state=model_state, rng=jax.random.PRNGKey(1),
-                       dynamic_scale=precision.initial_scale())
+    state = TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=tx.init(params),
+        model_state=model_state,
+        rng=jax.random.PRNGKey(1),
+        dynamic_scale=precision.initial_scale(),
+    )
     mse = ef.losses.get_loss("mse")
-    step = jax.jit(steps.make_train_step(adapter, tx, lambda out, batch: mse(out, batch["y"]),
-                                         build_collection([]), None, precision))
+    step = jax.jit(
+        steps.make_train_step(
+            adapter, tx, lambda out, batch: mse(out, batch["y"]), build_collection([]), None, precision
+        )
+    )
     labels = jnp.zeros((2, 3))
     mask = jnp.ones((2,), bool)
     bad = {"x": jnp.full((2, 4), 7e4), "y": labels, "mask": mask}
@@ -127,8 +136,9 @@ def test_float16_trains_and_logs_the_scale(data):
     assert _dtypes(trainer.state.params) == {"float32"}
 
 
-@pytest.mark.parametrize("first, second", [("bfloat16", "float32"), ("float32", "float16"),
-                                           ("float16", "float32")])
+@pytest.mark.parametrize(
+    "first, second", [("bfloat16", "float32"), ("float32", "float16"), ("float16", "float32")]
+)
 def test_checkpoints_load_across_precisions(data, tmp_path, first, second):
     train, val = data
     trainer = ef.Trainer(NormedCNN(), optimizer=optax.adam(1e-3), precision=first)
@@ -136,8 +146,9 @@ def test_checkpoints_load_across_precisions(data, tmp_path, first, second):
     path = trainer.save(tmp_path / "ckpt")
     again = ef.Trainer(NormedCNN(), optimizer=optax.adam(1e-3), precision=second)
     again.load(path)
-    for a, b in zip(jax.tree_util.tree_leaves(trainer.state.params),
-                    jax.tree_util.tree_leaves(again.state.params)):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(trainer.state.params), jax.tree_util.tree_leaves(again.state.params)
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # exact: both float32
     assert (again.state.dynamic_scale is None) == (second != "float16")
     if first == second == "float16":

@@ -43,9 +43,11 @@ def test_one_easyfit_step_equals_one_plain_optax_step():
     updates, _ = tx.update(grads, tx.init(params), params)
     want = optax.apply_updates(params, updates)
     got = jax.device_get(trainer.params)
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(got),
-                            jax.tree_util.tree_leaves(want), strict=True):
-        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL,
-                                   err_msg=jax.tree_util.keystr(path))
-    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(params),
-                                                        jax.tree_util.tree_leaves(got)))
+    for (path, a), b in zip(
+        jax.tree_util.tree_leaves_with_path(got), jax.tree_util.tree_leaves(want), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=jax.tree_util.keystr(path))
+    assert not all(
+        np.array_equal(a, b)
+        for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(got))
+    )

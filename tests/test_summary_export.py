@@ -60,16 +60,19 @@ def test_exported_model_runs_without_easyfit_and_matches_predict(trained, tmp_pa
     path = trainer.export(tmp_path / "exported")
     images = ef.datasets.sample()["val"][0][:7]  # uint8 (n, 28, 28, 1), as the folder delivers
     np.save(tmp_path / "x.npy", images)
-    proc = subprocess.run([sys.executable, "-I", "-c", PLAIN_JAX, path, str(tmp_path / "x.npy")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", PLAIN_JAX, path, str(tmp_path / "x.npy")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "easyfit" not in proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["classes"] == [str(d) for d in range(10)]
     expected = trainer.predict(ef.data.Arrays(images, np.zeros(7, np.int32), scale=1 / 255))
     for n in ("3", "7"):  # batch sizes never traced: the batch dimension is symbolic
-        np.testing.assert_allclose(np.asarray(got["out"][n]), expected[:int(n)], rtol=0,
-                                   atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got["out"][n]), expected[: int(n)], rtol=0, atol=1e-5)
     fn, meta = ef.export.load_exported(path)
     assert meta["input_shape"] == [None, 28, 28, 1] and meta["input_dtype"] == "uint8"
     np.testing.assert_allclose(np.asarray(fn(images[:5])), expected[:5], rtol=0, atol=1e-5)

@@ -73,8 +73,9 @@ def test_predict_rows_follow_the_file_order(mnist_dir, mnist_arrays):
     predictions = trainer.predict(val, batch_size=96)
     x_val, _ = mnist_arrays["val"]
     index = [int(os.path.basename(f).split(".")[0]) for f in val.files]
-    direct = SmallMLP().apply({"params": jax.device_get(trainer.params)},
-                              x_val[index].astype(np.float32) / 255.0)
+    direct = SmallMLP().apply(
+        {"params": jax.device_get(trainer.params)}, x_val[index].astype(np.float32) / 255.0
+    )
     np.testing.assert_allclose(predictions, np.asarray(direct), rtol=1e-4, atol=1e-4)
 
 
@@ -84,10 +85,17 @@ def epoch_samples(source, batch_size, epochs, steps_per_execution=1, shuffle=Tru
     from easyfit.parallel import Placement
 
     placement = Placement.create()
-    plan = ef.data.Plan(len(source), batch_size, shuffle=shuffle, seed=0,
-                        steps_per_execution=steps_per_execution, num_shards=placement.num_shards)
-    loader = Loader(source, plan, placement, pipelines_per_device=pipelines,
-                    threaded=pipelines is not None)  # as on GPUs: a thread per pipeline
+    plan = ef.data.Plan(
+        len(source),
+        batch_size,
+        shuffle=shuffle,
+        seed=0,
+        steps_per_execution=steps_per_execution,
+        num_shards=placement.num_shards,
+    )
+    loader = Loader(
+        source, plan, placement, pipelines_per_device=pipelines, threaded=pipelines is not None
+    )  # as on GPUs: a thread per pipeline
     seen = []
     for _ in range(epochs):
         ids = []
@@ -121,8 +129,7 @@ def test_loader_shuffles_the_whole_dataset_every_epoch():
 def test_validation_data_overrides_the_folder(mnist_dir, mnist_arrays):
     x, y = mnist_arrays["val"]
     trainer = _trainer()
-    history = trainer.fit(mnist_dir, epochs=1, batch_size=100, verbose=0,
-                          validation_data=(x[:300], y[:300]))
+    history = trainer.fit(mnist_dir, epochs=1, batch_size=100, verbose=0, validation_data=(x[:300], y[:300]))
     again = trainer.evaluate(x[:300], y[:300])  # the same arrays, the same final parameters
     assert again["accuracy"] == history.history["val_accuracy"][0]
     assert again["loss"] == history.history["val_loss"][0]
@@ -151,8 +158,9 @@ def test_progress_verbose_levels(mnist_dir, capsys):
     _trainer().fit(mnist_dir, epochs=2, batch_size=100, verbose=1)  # stdout is not a terminal
     note, loss, *lines = capsys.readouterr().out.strip().splitlines()
     assert note.startswith("easyfit: caching the decoded dataset")  # what cache="auto" chose
-    assert loss == ("easyfit: loss='sparse_categorical_crossentropy' (none given; integer labels "
-                    "(class indices))")  # the loss the labels chose
+    assert loss == (
+        "easyfit: loss='sparse_categorical_crossentropy' (none given; integer labels (class indices))"
+    )  # the loss the labels chose
     assert [ln.split(" - ")[0] for ln in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert "val_accuracy:" in lines[-1]
 
@@ -161,8 +169,15 @@ def test_each_step_function_compiles_once(mnist_arrays):
     x, y = mnist_arrays["train"]
     trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), steps_per_execution=3)
     # 1000 samples at batch 96: 11 steps, 4 chunks, the last one padded and masked
-    trainer.fit(x[:1000], y[:1000], batch_size=96, epochs=2, verbose=0,
-                validation_data=(x[1000:1500], y[1000:1500]), cache=False)
+    trainer.fit(
+        x[:1000],
+        y[:1000],
+        batch_size=96,
+        epochs=2,
+        verbose=0,
+        validation_data=(x[1000:1500], y[1000:1500]),
+        cache=False,
+    )
     trainer.evaluate(x[1000:1500], y[1000:1500], batch_size=96)
     (fns,) = trainer._compiled.values()
     assert fns.train._cache_size() == 1  # not again for the second chunk, epoch or last chunk
@@ -203,8 +218,13 @@ _PROGRAM = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_twenty_trainers_closed_leave_memory_and_threads_flat():
-    proc = subprocess.run([sys.executable, "-c", _PROGRAM], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "XLA_FLAGS": ""})
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROGRAM],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "XLA_FLAGS": ""},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rss_10, threads_10), (rss_20, threads_20) = json.loads(proc.stdout.strip().splitlines()[-1])
     assert rss_20 - rss_10 < 10 * 4.0, (rss_10, rss_20)

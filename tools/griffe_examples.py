@@ -17,8 +17,10 @@ from typing import Any
 import griffe
 
 _EXAMPLE = re.compile(r"^([ \t]*)Example:[ \t]*$", re.M)
-_ROLE = re.compile(r":(?:py:)?(?:meth|func|class|attr|mod|data|exc|obj):`(~?)([^`<]*?)"
-                   r"(?:\s*<([^>]+)>)?`")
+_ROLE = re.compile(
+    r":(?:py:)?(?:meth|func|class|attr|mod|data|exc|obj):`(~?)([^`<]*?)"
+    r"(?:\s*<([^>]+)>)?`"
+)
 
 
 def _code(match: re.Match) -> str:

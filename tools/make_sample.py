@@ -25,19 +25,23 @@ from easyfit.datasets import mnist_arrays  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mnist", default=None,
-                    help="folder with MNIST's four gzipped IDX files (default: download once)")
+    ap.add_argument(
+        "--mnist", default=None, help="folder with MNIST's four gzipped IDX files (default: download once)"
+    )
     ap.add_argument("--train", type=int, default=6000)
     ap.add_argument("--val", type=int, default=1000)
     ap.add_argument("--out", default=os.path.join(ROOT, "easyfit", "_sample", "mnist_sample.npz"))
     args = ap.parse_args()
     data = mnist_arrays(args.mnist)
     (x, y), (xv, yv) = data["train"], data["val"]
-    np.savez_compressed(args.out, x_train=x[:args.train], y_train=y[:args.train],
-                        x_val=xv[:args.val], y_val=yv[:args.val])
-    counts = np.bincount(y[:args.train], minlength=10).tolist()
-    print(f"{args.out}: {os.path.getsize(args.out) / 1e6:.2f} MB, "
-          f"{args.train} + {args.val} images, training images per digit {counts}")
+    np.savez_compressed(
+        args.out, x_train=x[: args.train], y_train=y[: args.train], x_val=xv[: args.val], y_val=yv[: args.val]
+    )
+    counts = np.bincount(y[: args.train], minlength=10).tolist()
+    print(
+        f"{args.out}: {os.path.getsize(args.out) / 1e6:.2f} MB, "
+        f"{args.train} + {args.val} images, training images per digit {counts}"
+    )
 
 
 if __name__ == "__main__":

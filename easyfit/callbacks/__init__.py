@@ -14,6 +14,18 @@ from .reduce_lr_on_plateau import ReduceLROnPlateau
 from .tensorboard import TensorBoard
 from .terminate_on_nan import TerminateOnNaN
 
-__all__ = ["BackupAndRestore", "CSVLogger", "Callback", "CallbackList", "EarlyStopping",
-           "History", "LambdaCallback", "LearningRateScheduler", "ModelCheckpoint",
-           "ProgbarLogger", "ReduceLROnPlateau", "TensorBoard", "TerminateOnNaN"]
+__all__ = [
+    "BackupAndRestore",
+    "CSVLogger",
+    "Callback",
+    "CallbackList",
+    "EarlyStopping",
+    "History",
+    "LambdaCallback",
+    "LearningRateScheduler",
+    "ModelCheckpoint",
+    "ProgbarLogger",
+    "ReduceLROnPlateau",
+    "TensorBoard",
+    "TerminateOnNaN",
+]

@@ -55,9 +55,12 @@ class Monitor:
         """The monitored value in ``logs``; warns (naming ``owner``) and returns None if absent."""
         value = (logs or {}).get(self.monitor)
         if value is None:
-            warnings.warn(f"{owner}: {self.monitor!r} is not in the logs (available: "
-                          f"{', '.join(sorted(logs or {}))}); it does nothing this time",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{owner}: {self.monitor!r} is not in the logs (available: "
+                f"{', '.join(sorted(logs or {}))}); it does nothing this time",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return None
         return float(value)
 

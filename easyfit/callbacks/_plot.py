@@ -13,12 +13,13 @@ _VAL = "val_"
 
 def _panels(history: Mapping[str, Sequence[float]]) -> list[str]:
     """Quantities to draw, one panel each: loss first, then the metrics in the logs' order."""
-    names = list(dict.fromkeys(k[len(_VAL):] if k.startswith(_VAL) else k for k in history))
+    names = list(dict.fromkeys(k[len(_VAL) :] if k.startswith(_VAL) else k for k in history))
     return sorted(names, key=lambda n: n != "loss")
 
 
-def plot_history(history: Mapping[str, Sequence[float]], epochs: Sequence[int],
-                 path: str | os.PathLike | None = None) -> Any:
+def plot_history(
+    history: Mapping[str, Sequence[float]], epochs: Sequence[int], path: str | os.PathLike | None = None
+) -> Any:
     """Draws ``History.history`` as one panel per quantity, training and validation together.
 
     Args:
@@ -57,8 +58,7 @@ def plot_history(history: Mapping[str, Sequence[float]], epochs: Sequence[int],
             values = history.get(key)
             if not values:
                 continue
-            x = ([e + 1 for e in epochs] if len(epochs) == len(values)
-                 else list(range(1, len(values) + 1)))
+            x = [e + 1 for e in epochs] if len(epochs) == len(values) else list(range(1, len(values) + 1))
             ax.plot(x, values, style, label=label, linewidth=2, markersize=5)
         ax.set_title(name, fontsize=13)
         ax.set_xlabel("epoch", fontsize=11)

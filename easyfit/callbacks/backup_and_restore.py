@@ -55,8 +55,9 @@ class BackupAndRestore(Callback):
         True
     """
 
-    def __init__(self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch",
-                 delete_checkpoint: bool = True):
+    def __init__(
+        self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch", delete_checkpoint: bool = True
+    ):
         super().__init__()
         self.backup_dir = os.path.abspath(os.fspath(backup_dir))
         self.save_freq = check_freq(save_freq, "save_freq")
@@ -73,8 +74,7 @@ class BackupAndRestore(Callback):
     def _open(self) -> ocp.CheckpointManager:
         if self._manager is None:
             self._lock.acquire()  # before Orbax cleans temporary directories up
-            options = ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
-                                                   cleanup_tmp_directories=True)
+            options = ocp.CheckpointManagerOptions(max_to_keep=2, create=True, cleanup_tmp_directories=True)
             self._manager = ocp.CheckpointManager(self.backup_dir, options=options)
         return self._manager
 
@@ -110,9 +110,14 @@ class BackupAndRestore(Callback):
                     print(message, flush=True)
                 continue
             self._saved = step
-            return ResumePoint(epoch=meta["epoch"], batch=meta["batch"],
-                               position=meta["position"], meta=meta, read=reader(where),
-                               source=f"{self.backup_dir} (backup {step})")
+            return ResumePoint(
+                epoch=meta["epoch"],
+                batch=meta["batch"],
+                position=meta["position"],
+                meta=meta,
+                read=reader(where),
+                source=f"{self.backup_dir} (backup {step})",
+            )
         return None
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
@@ -151,8 +156,11 @@ class BackupAndRestore(Callback):
             self._manager = None
         trainer = self._trainer  # None when fit stopped before attaching it (a refused lock)
         progress = None if trainer is None else trainer.progress
-        finished = trainer is not None and progress is not None and (trainer.stop_training or (
-            progress.batch == 0 and progress.epoch >= self.params["epochs"]))
+        finished = (
+            trainer is not None
+            and progress is not None
+            and (trainer.stop_training or (progress.batch == 0 and progress.epoch >= self.params["epochs"]))
+        )
         if self.delete_checkpoint and finished and not self._interrupted:
             self._saved = None
             if jax.process_index() == 0:

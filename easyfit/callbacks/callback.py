@@ -49,8 +49,10 @@ class Callback:
     def trainer(self) -> Trainer:
         """The Trainer running this callback (set by ``fit``, ``evaluate`` and ``predict``)."""
         if self._trainer is None:
-            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer yet: pass it "
-                               "to fit, evaluate or predict in callbacks=[...]")
+            raise RuntimeError(
+                f"{type(self).__name__} is not attached to a Trainer yet: pass it "
+                "to fit, evaluate or predict in callbacks=[...]"
+            )
         return self._trainer
 
     @trainer.setter

@@ -47,8 +47,7 @@ class CSVLogger(Callback):
     def on_train_begin(self, logs: Logs | None = None) -> None:
         if jax.process_index() != 0:
             return
-        has_rows = self.append and os.path.isfile(self.filename) and os.path.getsize(
-            self.filename) > 0
+        has_rows = self.append and os.path.isfile(self.filename) and os.path.getsize(self.filename) > 0
         folder = os.path.dirname(self.filename)
         if folder:
             os.makedirs(folder, exist_ok=True)
@@ -61,9 +60,13 @@ class CSVLogger(Callback):
             return
         logs = dict(logs or {})
         if self._writer is None:
-            self._writer = csv.DictWriter(self._file, fieldnames=["epoch", *sorted(logs)],
-                                          delimiter=self.sep, restval="NA",
-                                          extrasaction="ignore")
+            self._writer = csv.DictWriter(
+                self._file,
+                fieldnames=["epoch", *sorted(logs)],
+                delimiter=self.sep,
+                restval="NA",
+                extrasaction="ignore",
+            )
             if self._header:
                 self._writer.writeheader()
         self._writer.writerow({"epoch": epoch, **logs})

@@ -39,9 +39,17 @@ class EarlyStopping(Callback):
         'max'
     """
 
-    def __init__(self, monitor: str = "val_loss", min_delta: float = 0.0, patience: int = 0,
-                 verbose: int = 0, mode: str = "auto", baseline: float | None = None,
-                 restore_best_weights: bool = False, start_from_epoch: int = 0):
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        min_delta: float = 0.0,
+        patience: int = 0,
+        verbose: int = 0,
+        mode: str = "auto",
+        baseline: float | None = None,
+        restore_best_weights: bool = False,
+        start_from_epoch: int = 0,
+    ):
         super().__init__()
         self._monitor = Monitor(monitor, mode, min_delta)
         self.monitor = monitor
@@ -90,8 +98,10 @@ class EarlyStopping(Callback):
             print(f"Epoch {self.stopped_epoch + 1}: early stopping", flush=True)
         if self.restore_best_weights and self.best_weights is not None:
             if self.verbose > 0:
-                print(f"Restoring model weights from the end of the best epoch: "
-                      f"{self.best_epoch + 1}.", flush=True)
+                print(
+                    f"Restoring model weights from the end of the best epoch: {self.best_epoch + 1}.",
+                    flush=True,
+                )
             params, model_state = self.best_weights
             state = self.trainer.state
             assert state is not None

@@ -37,16 +37,26 @@ class LambdaCallback(Callback):
         TypeError: LambdaCallback: on_epoch_ending is not a callback hook
     """
 
-    def __init__(self, on_epoch_begin: Callable | None = None,
-                 on_epoch_end: Callable | None = None, on_train_begin: Callable | None = None,
-                 on_train_end: Callable | None = None,
-                 on_train_batch_begin: Callable | None = None,
-                 on_train_batch_end: Callable | None = None, **kwargs: Callable):
+    def __init__(
+        self,
+        on_epoch_begin: Callable | None = None,
+        on_epoch_end: Callable | None = None,
+        on_train_begin: Callable | None = None,
+        on_train_end: Callable | None = None,
+        on_train_batch_begin: Callable | None = None,
+        on_train_batch_end: Callable | None = None,
+        **kwargs: Callable,
+    ):
         super().__init__()
-        given: dict[str, Any] = {"on_epoch_begin": on_epoch_begin, "on_epoch_end": on_epoch_end,
-                                 "on_train_begin": on_train_begin, "on_train_end": on_train_end,
-                                 "on_train_batch_begin": on_train_batch_begin,
-                                 "on_train_batch_end": on_train_batch_end, **kwargs}
+        given: dict[str, Any] = {
+            "on_epoch_begin": on_epoch_begin,
+            "on_epoch_end": on_epoch_end,
+            "on_train_begin": on_train_begin,
+            "on_train_end": on_train_end,
+            "on_train_batch_begin": on_train_batch_begin,
+            "on_train_batch_end": on_train_batch_end,
+            **kwargs,
+        }
         hooks = _hooks()
         for name, fn in given.items():
             if name not in hooks:

@@ -53,9 +53,10 @@ class LearningRateScheduler(Callback):
         except TypeError:  # a schedule of the epoch alone, as Keras accepts
             value = self.schedule(epoch)
         if not isinstance(value, (float, int)) and not hasattr(value, "__float__"):
-            raise ValueError(f"LearningRateScheduler: the schedule returned {value!r}, "
-                             "not a number")
+            raise ValueError(f"LearningRateScheduler: the schedule returned {value!r}, not a number")
         apply_learning_rate(self.trainer, float(value))
         if self.verbose > 0:
-            print(f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to "
-                  f"{float(value)}.", flush=True)
+            print(
+                f"Epoch {epoch + 1}: LearningRateScheduler setting learning rate to {float(value)}.",
+                flush=True,
+            )

@@ -46,10 +46,18 @@ class ModelCheckpoint(Callback):
         'max'
     """
 
-    def __init__(self, filepath: str | os.PathLike, monitor: str = "val_loss", verbose: int = 0,
-                 save_best_only: bool = False, save_weights_only: bool = False,
-                 mode: str = "auto", save_freq: str | int = "epoch",
-                 initial_value_threshold: float | None = None, max_to_keep: int | None = None):
+    def __init__(
+        self,
+        filepath: str | os.PathLike,
+        monitor: str = "val_loss",
+        verbose: int = 0,
+        save_best_only: bool = False,
+        save_weights_only: bool = False,
+        mode: str = "auto",
+        save_freq: str | int = "epoch",
+        initial_value_threshold: float | None = None,
+        max_to_keep: int | None = None,
+    ):
         super().__init__()
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"max_to_keep={max_to_keep!r}: expected None or an integer >= 1")
@@ -93,9 +101,11 @@ class ModelCheckpoint(Callback):
         try:
             return self.filepath.format(**names)
         except KeyError as e:
-            raise ValueError(f"ModelCheckpoint: filepath {self.filepath!r} names {e}, which is "
-                             f"neither epoch, batch nor a key of the logs "
-                             f"({', '.join(sorted(logs))})") from None
+            raise ValueError(
+                f"ModelCheckpoint: filepath {self.filepath!r} names {e}, which is "
+                f"neither epoch, batch nor a key of the logs "
+                f"({', '.join(sorted(logs))})"
+            ) from None
 
     def _save(self, epoch: int, batch: int | None, logs: Logs | None) -> None:
         logs = logs or {}
@@ -107,8 +117,7 @@ class ModelCheckpoint(Callback):
             best = f"{self.best:.5f}" if self.best is not None else str(self._monitor.worst)
             if not self._monitor.improved(current, self.best):
                 if self.verbose > 0:
-                    print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {best}",
-                          flush=True)
+                    print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {best}", flush=True)
                 return
             what = f"{self.monitor} improved from {best} to {current:.5f}, saving"
             self.best = current

@@ -67,8 +67,14 @@ class ProgbarLogger(Callback):
             from tqdm.auto import tqdm
 
             steps = self.params.get("steps") or None
-            self._bar = tqdm(total=steps, desc=f"Epoch {epoch + 1}/{self.params.get('epochs')}",
-                             unit="batch", file=sys.stdout, dynamic_ncols=True, leave=True)
+            self._bar = tqdm(
+                total=steps,
+                desc=f"Epoch {epoch + 1}/{self.params.get('epochs')}",
+                unit="batch",
+                file=sys.stdout,
+                dynamic_ncols=True,
+                leave=True,
+            )
 
     def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
         if self._bar is None:
@@ -86,8 +92,9 @@ class ProgbarLogger(Callback):
             self._bar.close()
             self._bar = None
             return
-        print(f"Epoch {epoch + 1}/{self.params.get('epochs')} - {seconds:.1f}s - "
-              f"{_fmt(logs or {})}", flush=True)
+        print(
+            f"Epoch {epoch + 1}/{self.params.get('epochs')} - {seconds:.1f}s - {_fmt(logs or {})}", flush=True
+        )
 
     def on_train_end(self, logs: Logs | None = None) -> None:
         if self._bar is not None:

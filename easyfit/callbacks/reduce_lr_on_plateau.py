@@ -35,9 +35,17 @@ class ReduceLROnPlateau(Callback):
         'min'
     """
 
-    def __init__(self, monitor: str = "val_loss", factor: float = 0.1, patience: int = 10,
-                 verbose: int = 0, mode: str = "auto", min_delta: float = 1e-4,
-                 cooldown: int = 0, min_lr: float = 0.0):
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        factor: float = 0.1,
+        patience: int = 10,
+        verbose: int = 0,
+        mode: str = "auto",
+        min_delta: float = 1e-4,
+        cooldown: int = 0,
+        min_lr: float = 0.0,
+    ):
         super().__init__()
         if factor >= 1.0:
             raise ValueError(f"ReduceLROnPlateau: factor={factor} must be below 1")
@@ -83,7 +91,6 @@ class ReduceLROnPlateau(Callback):
             new = max(old * self.factor, self.min_lr)
             apply_learning_rate(self.trainer, new)
             if self.verbose > 0:
-                print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.",
-                      flush=True)
+                print(f"Epoch {epoch + 1}: ReduceLROnPlateau reducing learning rate to {new}.", flush=True)
             self.cooldown_counter = self.cooldown
             self.wait = 0

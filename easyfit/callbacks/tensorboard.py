@@ -49,8 +49,7 @@ class TensorBoard(Callback):
             try:
                 from tensorboardX import SummaryWriter
             except ImportError as e:
-                raise ImportError('TensorBoard needs tensorboardX: pip install '
-                                  '"easyfit[tensorboard]"') from e
+                raise ImportError('TensorBoard needs tensorboardX: pip install "easyfit[tensorboard]"') from e
             self._writers[split] = SummaryWriter(os.path.join(self.log_dir, split))
         return self._writers[split]
 

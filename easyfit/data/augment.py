@@ -44,8 +44,7 @@ def uniforms(seed: int, epoch: int, indices: np.ndarray, count: int) -> np.ndarr
         True
     """
     with np.errstate(over="ignore"):
-        key = _mix(np.uint64(seed & int(_M)) * np.uint64(0x9E3779B97F4A7C15)
-                   + np.uint64(epoch & int(_M)))
+        key = _mix(np.uint64(seed & int(_M)) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(epoch & int(_M)))
         x = _mix(key ^ (np.asarray(indices, np.uint64) * np.uint64(0xD1B54A32D192ED03)))
         cols = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
         bits = _mix(x[:, None] + cols[None, :])
@@ -63,8 +62,10 @@ def refuse_random_crop(augment: Any, where: str) -> None:
     """ValueError when ``augment`` crops at random: the crop is fused into decoding, so it
     needs encoded images (JPEG, PNG, ...), not arrays."""
     if getattr(augment, "random_resized_crop", None):
-        raise ValueError(f"{where}: augment=Augment(random_resized_crop=...) applies to encoded "
-                         "images (it is decoded into the crop); use crop_padding for arrays")
+        raise ValueError(
+            f"{where}: augment=Augment(random_resized_crop=...) applies to encoded "
+            "images (it is decoded into the crop); use crop_padding for arrays"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,13 +125,16 @@ class Augment:
             raise ValueError(f"{self}: crop_padding and rotation must be >= 0")
         for name in ("brightness", "contrast"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"Augment({name}={getattr(self, name)}): expected a value in "
-                                 "[0, 1)")
-        for name, (lo, hi), top in (("random_resized_crop", self.random_resized_crop or (1, 1),
-                                     1.0), ("aspect_ratio", self.aspect_ratio, math.inf)):
+                raise ValueError(f"Augment({name}={getattr(self, name)}): expected a value in [0, 1)")
+        for name, (lo, hi), top in (
+            ("random_resized_crop", self.random_resized_crop or (1, 1), 1.0),
+            ("aspect_ratio", self.aspect_ratio, math.inf),
+        ):
             if not 0 < lo <= hi <= top:
-                raise ValueError(f"Augment({name}={getattr(self, name)}): expected (min, max) "
-                                 f"with 0 < min <= max{' <= 1' if top == 1 else ''}")
+                raise ValueError(
+                    f"Augment({name}={getattr(self, name)}): expected (min, max) "
+                    f"with 0 < min <= max{' <= 1' if top == 1 else ''}"
+                )
 
     # ------------------------------------------------------------------------------- draws
     def names(self) -> list[str]:
@@ -151,11 +155,17 @@ class Augment:
     def _ranges(self) -> dict[str, tuple[float, float]]:
         lo, hi = self.random_resized_crop or (1.0, 1.0)
         p, r, b, c = float(self.crop_padding), float(self.rotation), self.brightness, self.contrast
-        return {"area": (lo, hi), "log_ratio": (math.log(self.aspect_ratio[0]),
-                                                math.log(self.aspect_ratio[1])),
-                "crop_x": (0.0, 1.0), "crop_y": (0.0, 1.0), "pad_y": (-p, p + 1),
-                "pad_x": (-p, p + 1), "angle": (-r, r), "brightness": (1 - b, 1 + b),
-                "contrast": (1 - c, 1 + c)}
+        return {
+            "area": (lo, hi),
+            "log_ratio": (math.log(self.aspect_ratio[0]), math.log(self.aspect_ratio[1])),
+            "crop_x": (0.0, 1.0),
+            "crop_y": (0.0, 1.0),
+            "pad_y": (-p, p + 1),
+            "pad_x": (-p, p + 1),
+            "angle": (-r, r),
+            "brightness": (1 - b, 1 + b),
+            "contrast": (1 - c, 1 + c),
+        }
 
     def sample(self, seed: int, epoch: int, indices: np.ndarray) -> list[np.ndarray]:
         """The draws of samples ``indices`` in ``epoch`` (one array per name, fed to DALI)."""
@@ -214,15 +224,25 @@ class Augment:
 
         if self.crop_padding:
             offset = fn.stack(draws["pad_y"], draws["pad_x"])
-            images = fn.slice(images, start=offset, shape=images.shape(dtype=types.DALIDataType.INT32)[0:2],
-                              axis_names="HW", out_of_bounds_policy="pad", fill_values=0)
+            images = fn.slice(
+                images,
+                start=offset,
+                shape=images.shape(dtype=types.DALIDataType.INT32)[0:2],
+                axis_names="HW",
+                out_of_bounds_policy="pad",
+                fill_values=0,
+            )
         if self.flip and flip:
             images = fn.flip(images, horizontal=draws["flip"])
         if self.rotation:
             images = fn.rotate(images, angle=draws["angle"], keep_size=True, fill_value=0)
         if self.brightness or self.contrast:
-            images = fn.brightness_contrast(images, brightness=draws["brightness"],
-                                            contrast=draws["contrast"], dtype=types.DALIDataType.UINT8)
+            images = fn.brightness_contrast(
+                images,
+                brightness=draws["brightness"],
+                contrast=draws["contrast"],
+                dtype=types.DALIDataType.UINT8,
+            )
         return images
 
     def __call__(self, images: Any) -> Any:

@@ -55,13 +55,17 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         return False, "cache=False: streaming from DALI every epoch"
     if isinstance(source, ReaderSource):
         if cache is True:
-            raise ValueError(f"cache=True: {source.describe()} is read by a DALI reader in its "
-                             "own order, which the device cache cannot replay; use cache=False")
+            raise ValueError(
+                f"cache=True: {source.describe()} is read by a DALI reader in its "
+                "own order, which the device cache cannot replay; use cache=False"
+            )
         return False, "a DALI reader keeps its own order: streaming from DALI every epoch"
     if source.random:
         if cache is True:
-            raise ValueError("cache=True: the training source applies random augmentation, "
-                             "which must run every epoch; use cache=False or 'auto'")
+            raise ValueError(
+                "cache=True: the training source applies random augmentation, "
+                "which must run every epoch; use cache=False or 'auto'"
+            )
         return False, "random augmentation must run every epoch: streaming from DALI"
     if source.sample_nbytes is None:
         if cache is True:
@@ -71,8 +75,9 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
     budget = _agreed(cache_budget(placement))
     size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
     if need > budget:
-        return False, (f"the decoded dataset would not fit in device memory ({size}): "
-                       "streaming from DALI every epoch")
+        return False, (
+            f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
+        )
     return True, f"caching the decoded dataset on the device after the first epoch ({size})"
 
 
@@ -131,11 +136,14 @@ class CachedLoader:
             batch = next(self.loader)
             if self.iteration >= self._record_from:
                 if self._recorded is None:
-                    shapes = tuple((k, (self.plan.chunks_per_epoch, *batch[k].shape),
-                                    str(batch[k].dtype)) for k in ("x", "y"))
+                    shapes = tuple(
+                        (k, (self.plan.chunks_per_epoch, *batch[k].shape), str(batch[k].dtype))
+                        for k in ("x", "y")
+                    )
                     self._recorded = self._allocate(shapes)
-                self._recorded = self._record(self._recorded, {k: batch[k] for k in ("x", "y")},
-                                              np.int32(len(self._orders)))
+                self._recorded = self._record(
+                    self._recorded, {k: batch[k] for k in ("x", "y")}, np.int32(len(self._orders))
+                )
                 self._orders.append(self.plan.chunk(self.iteration))
                 if len(self._orders) == self.plan.chunks_per_epoch:
                     self._fill()
@@ -172,8 +180,9 @@ def _zeros(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, ja
     return {key: jnp.zeros(shape, dtype) for key, shape, dtype in shapes}
 
 
-def _record(recorded: dict[str, jax.Array], chunk: dict[str, jax.Array],
-            i: jax.Array) -> dict[str, jax.Array]:
+def _record(
+    recorded: dict[str, jax.Array], chunk: dict[str, jax.Array], i: jax.Array
+) -> dict[str, jax.Array]:
     """``recorded`` with chunk ``i`` written in place (one compilation for the whole epoch)."""
     return {key: value.at[i].set(chunk[key]) for key, value in recorded.items()}
 

@@ -28,8 +28,9 @@ def _origin(source: Source) -> str:
     return "y" if isinstance(base, Arrays) else source.describe()
 
 
-def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.ndarray,
-                 batch_mask: np.ndarray) -> None:
+def check_labels(
+    source: Source, loss: Any, num_outputs: int, batch_labels: np.ndarray, batch_mask: np.ndarray
+) -> None:
     """Raises DataError if ``source``'s labels do not fit ``loss`` and ``num_outputs``.
 
     Args:
@@ -52,9 +53,11 @@ def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.n
         return
     integer = np.issubdtype(source.label_dtype, np.integer)
     if loss in _SPARSE and not integer:
-        raise DataError(f"{_origin(source)}: {source.label_dtype} labels given to loss={loss!r}, "
-                        "which takes integer class indices; pass integer labels (e.g. "
-                        "y.astype('int32')), or choose a loss for float targets such as 'mse'")
+        raise DataError(
+            f"{_origin(source)}: {source.label_dtype} labels given to loss={loss!r}, "
+            "which takes integer class indices; pass integer labels (e.g. "
+            "y.astype('int32')), or choose a loss for float targets such as 'mse'"
+        )
     if loss not in _CLASS_INDICES or not integer:
         return
     labels = source.known_labels()
@@ -69,6 +72,8 @@ def check_labels(source: Source, loss: Any, num_outputs: int, batch_labels: np.n
     if len(bad):
         i = int(bad[0])
         where = f" (at {source.locate(i)})" if known else " (in the first batch)"
-        raise DataError(f"{_origin(source)}: label {int(labels[i])}{where} is outside the "
-                        f"model's {num_outputs} outputs; class indices must be in "
-                        f"0..{num_outputs - 1}")
+        raise DataError(
+            f"{_origin(source)}: label {int(labels[i])}{where} is outside the "
+            f"model's {num_outputs} outputs; class indices must be in "
+            f"0..{num_outputs - 1}"
+        )

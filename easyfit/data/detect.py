@@ -16,7 +16,10 @@ from .sources.webdataset import WebDataset
 __all__ = ["detect"]
 
 _BY_SUFFIX: tuple[tuple[tuple[str, ...], type[Source]], ...] = (
-    ((".rec",), RecordIO), ((".tar",), WebDataset), (TFRECORD_SUFFIXES, TFRecord))
+    ((".rec",), RecordIO),
+    ((".tar",), WebDataset),
+    (TFRECORD_SUFFIXES, TFRecord),
+)
 
 
 def _class_folder_kind(root: str) -> type[Source]:
@@ -57,8 +60,9 @@ def detect(path: str | os.PathLike) -> type[Source]:
         for suffixes, kind in _BY_SUFFIX:
             if path.lower().endswith(suffixes):
                 return kind
-        raise DataError(f"{path}: a file easyfit cannot read; expected a directory, or a .rec, "
-                        ".tar or .tfrecord file")
+        raise DataError(
+            f"{path}: a file easyfit cannot read; expected a directory, or a .rec, .tar or .tfrecord file"
+        )
     if not os.path.isdir(path):
         raise DataError(f"{path}: no such directory")
     if is_lmdb(path):
@@ -66,7 +70,9 @@ def detect(path: str | os.PathLike) -> type[Source]:
     names = [e.name.lower() for e in entries(path)]
     found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
     if len(found) > 1:
-        raise DataError(f"{path}: holds files of several formats "
-                        f"({', '.join(k.__name__ for k in found)}); give one source explicitly, "
-                        "e.g. ef.data.RecordIO(path)")
+        raise DataError(
+            f"{path}: holds files of several formats "
+            f"({', '.join(k.__name__ for k in found)}); give one source explicitly, "
+            "e.g. ef.data.RecordIO(path)"
+        )
     return found[0] if found else _class_folder_kind(path)

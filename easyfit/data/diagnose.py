@@ -68,11 +68,16 @@ def _first_failing(source: IndexedSource, order: list[int]) -> str | None:
         return tuple(source.feed(np.array([order[min(info.iteration, len(order) - 1)]])))
 
     # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
-                  exec_async=False, exec_pipelined=False)
+    @pipeline_def(
+        batch_size=1,
+        num_threads=1,
+        device_id=None,
+        prefetch_queue_depth=1,  # type: ignore[call-overload]
+        exec_async=False,
+        exec_pipelined=False,
+    )
     def pipeline():
-        nodes = fn.external_source(source=one, batch=True, batch_info=True,
-                                   num_outputs=source.num_feeds)
+        nodes = fn.external_source(source=one, batch=True, batch_info=True, num_outputs=source.num_feeds)
         return source.graph(*nodes, device="cpu")
 
     pipe = pipeline()
@@ -96,8 +101,14 @@ def scan_for_bad_record(source: ReaderSource, limit: int = 100_000) -> str | Non
     from nvidia.dali import pipeline_def
 
     # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-    @pipeline_def(batch_size=1, num_threads=1, device_id=None, prefetch_queue_depth=1,  # type: ignore[call-overload]
-                  exec_async=False, exec_pipelined=False)
+    @pipeline_def(
+        batch_size=1,
+        num_threads=1,
+        device_id=None,
+        prefetch_queue_depth=1,  # type: ignore[call-overload]
+        exec_async=False,
+        exec_pipelined=False,
+    )
     def pipeline():
         return source.read(shard_id=0, num_shards=1, shuffle=False, device="cpu")
 

@@ -69,9 +69,13 @@ class DataDoor:
         >>> door.close()
     """
 
-    def __init__(self, placement: Placement, seed: int = 0,
-                 steps_per_execution: int | str = "auto",
-                 loader_options: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        placement: Placement,
+        seed: int = 0,
+        steps_per_execution: int | str = "auto",
+        loader_options: dict[str, Any] | None = None,
+    ):
         self.placement = placement
         self.seed = seed
         self.steps_per_execution = steps_per_execution
@@ -83,8 +87,9 @@ class DataDoor:
         self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
 
     # ------------------------------------------------------------------------------ sources
-    def fit_sources(self, x: Any, y: Any = None, validation_data: Any = None,
-                    validation_split: float = 0.0) -> tuple[Source, Source | None]:
+    def fit_sources(
+        self, x: Any, y: Any = None, validation_data: Any = None, validation_split: float = 0.0
+    ) -> tuple[Source, Source | None]:
         """``(train, validation or None)`` from fit's arguments: a ``root/train`` + ``root/val``
         layout, ``validation_split`` held out, or ``validation_data``."""
         if x is None:
@@ -119,14 +124,28 @@ class DataDoor:
     def plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
         """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``)."""
         self.placement.check_batch_size(batch_size)
-        k = per_dispatch(self.steps_per_execution, source.num_samples, batch_size,
-                         self.placement.platform, cached)
-        return Plan(source.num_samples, batch_size, shuffle=shuffle, seed=self.seed,
-                    steps_per_execution=k, num_shards=self.placement.num_shards)
+        k = per_dispatch(
+            self.steps_per_execution, source.num_samples, batch_size, self.placement.platform, cached
+        )
+        return Plan(
+            source.num_samples,
+            batch_size,
+            shuffle=shuffle,
+            seed=self.seed,
+            steps_per_execution=k,
+            num_shards=self.placement.num_shards,
+        )
 
-    def train_loader(self, source: Source, batch_size: int, *, shuffle: bool = True,
-                     cache: bool | str = "auto", initial_epoch: int = 0,
-                     resume: _Resume | None = None) -> tuple[Loader | CachedLoader, str]:
+    def train_loader(
+        self,
+        source: Source,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        cache: bool | str = "auto",
+        initial_epoch: int = 0,
+        resume: _Resume | None = None,
+    ) -> tuple[Loader | CachedLoader, str]:
         """The training loader, and a sentence saying whether it caches and why.
 
         With ``resume``, its plan is checked against the saved one and the loader starts at
@@ -139,28 +158,38 @@ class DataDoor:
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
-        loader = Loader(source, plan, self.placement, training=True,
-                        start=initial_epoch * plan.chunks_per_epoch,
-                        position=resume.position if resume is not None else None,
-                        **self.loader_options)
+        loader = Loader(
+            source,
+            plan,
+            self.placement,
+            training=True,
+            start=initial_epoch * plan.chunks_per_epoch,
+            position=resume.position if resume is not None else None,
+            **self.loader_options,
+        )
         return (CachedLoader(loader) if use_cache else loader), why
 
     def lease(self, source: Source, batch_size: int) -> Lease:
         """A loader for one pass over ``source`` in order (evaluation, prediction), kept for
         the next pass; use it as a context manager."""
-        return self._passes.lease(source, self.plan(source, batch_size, shuffle=False),
-                                  self.cache)
+        return self._passes.lease(source, self.plan(source, batch_size, shuffle=False), self.cache)
 
     # ------------------------------------------------------------------------------- checks
-    def check_labels(self, source: Source, loss: Any, num_outputs: Callable[[], int],
-                     chunk: Mapping[str, Any]) -> None:
+    def check_labels(
+        self, source: Source, loss: Any, num_outputs: Callable[[], int], chunk: Mapping[str, Any]
+    ) -> None:
         """Checks ``source``'s labels against ``loss`` and the model's ``num_outputs()``, once
         per source (``easyfit.data.checks``); ``chunk`` gives a first batch's labels."""
         if source in self._checked:
             return
         self._checked.add(source)
-        check_labels(source, loss, num_outputs(), np.asarray(local_rows(chunk["y"])),
-                     np.asarray(local_rows(chunk["mask"])))
+        check_labels(
+            source,
+            loss,
+            num_outputs(),
+            np.asarray(local_rows(chunk["y"])),
+            np.asarray(local_rows(chunk["mask"])),
+        )
 
     @staticmethod
     def labels(source: Source, chunk: Mapping[str, Any]) -> np.ndarray:

@@ -17,10 +17,18 @@ import numpy as np
 from ..errors import DataError
 from .integrity import structure_problem
 
-__all__ = ["MAX_IMAGE_PIXELS", "EncodedImages", "encoded_problem", "file_problem", "first_line",
-           "header_size", "image_problem", "peek_shapes"]
+__all__ = [
+    "MAX_IMAGE_PIXELS",
+    "EncodedImages",
+    "encoded_problem",
+    "file_problem",
+    "first_line",
+    "header_size",
+    "image_problem",
+    "peek_shapes",
+]
 
-SAMPLED = 64             # images read to infer color mode and size
+SAMPLED = 64  # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
 #: Share of JPEG decoding given to the GPU's hardware decoder (nvJPEG's A100/H100/H200 engine)
 #: when decoding on the GPU; the rest runs on CUDA cores. Measured on an H200 for ~90 KiB photos
@@ -50,11 +58,14 @@ def normalization(normalize: Any, channels: int) -> tuple[tuple[float, ...], tup
             raise ValueError(f"normalize={normalize!r}: expected 'imagenet', (mean, std) or None")
         normalize = IMAGENET
     try:
-        mean, std = (tuple(float(v) for v in np.broadcast_to(np.asarray(a, float), (channels,)))
-                     for a in normalize)
+        mean, std = (
+            tuple(float(v) for v in np.broadcast_to(np.asarray(a, float), (channels,))) for a in normalize
+        )
     except (TypeError, ValueError):
-        raise ValueError(f"normalize={normalize!r}: expected 'imagenet', or (mean, std) with "
-                         f"one value or {channels} per channel, on the [0, 1] scale") from None
+        raise ValueError(
+            f"normalize={normalize!r}: expected 'imagenet', or (mean, std) with "
+            f"one value or {channels} per channel, on the [0, 1] scale"
+        ) from None
     if min(std) <= 0:
         raise ValueError(f"normalize={normalize!r}: std must be > 0")
     return mean, std
@@ -94,8 +105,7 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
         (out,) = pipe.run()
     except RuntimeError as e:
         if len(samples) == 1:
-            raise DataError(f"{samples[0][0]}: cannot be decoded as an image "
-                            f"({first_line(e)})") from None
+            raise DataError(f"{samples[0][0]}: cannot be decoded as an image ({first_line(e)})") from None
         return [s for sample in samples for s in peek_shapes([sample])]
     finally:
         del pipe
@@ -123,10 +133,17 @@ class EncodedImages:
     eval_crop: float | None = None
     scale: float | None = 1.0 / 255.0
 
-    def _init_images(self, sample: Callable[[], Sequence[tuple[str, bytes]]],
-                     image_size: tuple[int, int] | None, color_mode: str | None, decoder: str,
-                     transform: Callable[[Any], Any] | None, where: str,
-                     normalize: Any = None, eval_crop: float | None = None) -> None:
+    def _init_images(
+        self,
+        sample: Callable[[], Sequence[tuple[str, bytes]]],
+        image_size: tuple[int, int] | None,
+        color_mode: str | None,
+        decoder: str,
+        transform: Callable[[Any], Any] | None,
+        where: str,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ) -> None:
         """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs).
 
         ``normalize``: ``"imagenet"`` or ``(mean, std)`` on the [0, 1] scale: images leave DALI
@@ -146,8 +163,10 @@ class EncodedImages:
         self.transform = transform
         self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
         if self.random_crop and not self.resize:
-            raise ValueError("augment: random_resized_crop needs image_size=(height, width), "
-                             "the size the crops are resized to")
+            raise ValueError(
+                "augment: random_resized_crop needs image_size=(height, width), "
+                "the size the crops are resized to"
+            )
         if color_mode is None or image_size is None:
             sampled = list(sample())
             shapes = peek_shapes(sampled)
@@ -162,8 +181,7 @@ class EncodedImages:
         if eval_crop is None and self.random_crop:
             eval_crop = EVAL_CROP
         if eval_crop is not None and not (0 < eval_crop <= 1 and self.resize):
-            raise ValueError(f"eval_crop={eval_crop!r}: expected a fraction in (0, 1], with "
-                             "image_size given")
+            raise ValueError(f"eval_crop={eval_crop!r}: expected a fraction in (0, 1], with image_size given")
         self.eval_crop = eval_crop
 
     @property
@@ -172,15 +190,16 @@ class EncodedImages:
         return bool(getattr(self.augment, "random_resized_crop", None))
 
     @staticmethod
-    def _common_size(names: list[str], shapes: list[tuple[int, ...]],
-                     where: str) -> tuple[int, int]:
+    def _common_size(names: list[str], shapes: list[tuple[int, ...]], where: str) -> tuple[int, int]:
         sizes = {(s[0], s[1]) for s in shapes}
         if len(sizes) > 1:
             a, sa = names[0], shapes[0][:2]
             b, sb = next((n, s[:2]) for n, s in zip(names, shapes, strict=True) if s[:2] != sa)
-            raise DataError(f"{where}: images differ in size ({a} is {sa[0]}x{sa[1]}, {b} is "
-                            f"{sb[0]}x{sb[1]}); pass image_size=(height, width) to resize them "
-                            "all")
+            raise DataError(
+                f"{where}: images differ in size ({a} is {sa[0]}x{sa[1]}, {b} is "
+                f"{sb[0]}x{sb[1]}); pass image_size=(height, width) to resize them "
+                "all"
+            )
         return sizes.pop()
 
     @property
@@ -200,17 +219,23 @@ class EncodedImages:
     def image_settings(self) -> dict[str, Any]:
         """The keyword arguments that give another split the same images (size, color,
         normalisation, and evaluation's center crop when this one trains on random crops)."""
-        return {"image_size": self.image_size if self.resize else None,
-                "color_mode": self.color_mode, "decoder": self.decoder,
-                "transform": self.transform, "normalize": self.normalize,
-                "eval_crop": self.eval_crop}
+        return {
+            "image_size": self.image_size if self.resize else None,
+            "color_mode": self.color_mode,
+            "decoder": self.decoder,
+            "transform": self.transform,
+            "normalize": self.normalize,
+            "eval_crop": self.eval_crop,
+        }
 
     def check_same_images(self, other: EncodedImages, name: str, other_name: str) -> None:
         """DataError unless ``other`` delivers images of this source's size."""
         if other.image_size != self.image_size:
             (h, w), (oh, ow) = other.image_size, self.image_size
-            raise DataError(f"{other_name}: images are {h}x{w} but those of {name} are "
-                            f"{oh}x{ow}; pass image_size=(height, width) to resize them")
+            raise DataError(
+                f"{other_name}: images are {h}x{w} but those of {name} are "
+                f"{oh}x{ow}; pass image_size=(height, width) to resize them"
+            )
 
     def decode_device(self, device: str) -> str:
         """Where images are decoded when the pipeline's outputs are wanted on ``device``."""
@@ -246,8 +271,9 @@ class EncodedImages:
         gpu: dict[str, Any] = {"hw_decoder_load": HW_DECODER_LOAD} if where == "mixed" else {}
         if augment is not None and draws is not None and augment.random_resized_crop:
             start, size = Augment.window(draws, fn.peek_image_shape(encoded))
-            images = fn.decoders.image_slice(encoded, start, size, axis_names="HW", device=where,
-                                             output_type=kind, **gpu)
+            images = fn.decoders.image_slice(
+                encoded, start, size, axis_names="HW", device=where, output_type=kind, **gpu
+            )
         else:
             images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
         if device == "gpu" and where == "cpu":
@@ -267,11 +293,15 @@ class EncodedImages:
         if self.normalize is not None:
             mean, std = self.normalize
             crop: dict[str, Any] = {"crop": list(self.image_size)} if center else {}
-            images = fn.crop_mirror_normalize(images, mirror=mirror,
-                                              dtype=types.DALIDataType.FLOAT16,
-                                              mean=[255 * m for m in mean],
-                                              std=[255 * s for s in std], output_layout="HWC",
-                                              **crop)
+            images = fn.crop_mirror_normalize(
+                images,
+                mirror=mirror,
+                dtype=types.DALIDataType.FLOAT16,
+                mean=[255 * m for m in mean],
+                std=[255 * s for s in std],
+                output_layout="HWC",
+                **crop,
+            )
         elif center:
             images = fn.crop(images, crop=list(self.image_size))
         return images
@@ -296,13 +326,18 @@ MAX_IMAGE_PIXELS: int | None = 1024 * 1024 * 1024 // 4 // 3
 TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
 WHOLE = 1 << 20  # images up to this size are read whole to check their structure
 _PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
-_SIGNATURES = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"BM": "BMP",
-               b"II*\0": "TIFF", b"MM\0*": "TIFF", b"\0\0\0\x0cjP  \r\n\x87\n": "JPEG 2000",
-               b"\xffO\xffQ": "JPEG 2000"}
+_SIGNATURES = {
+    b"\xff\xd8\xff": "JPEG",
+    b"\x89PNG\r\n\x1a\n": "PNG",
+    b"BM": "BMP",
+    b"II*\0": "TIFF",
+    b"MM\0*": "TIFF",
+    b"\0\0\0\x0cjP  \r\n\x87\n": "JPEG 2000",
+    b"\xffO\xffQ": "JPEG 2000",
+}
 
 
-def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None
-                    ) -> str | None:
+def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None) -> str | None:
     """Why bytes cannot be a whole encoded image, from their first :data:`HEAD` and last
     :data:`TAIL` bytes and their size, and from all of them (``data``) when given; None when
     they look sound.
@@ -340,8 +375,10 @@ def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = No
         return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
     dims = header_size(kind, head)
     if MAX_IMAGE_PIXELS is not None and dims and dims[0] * dims[1] > MAX_IMAGE_PIXELS:
-        return (f"{kind} of {dims[0]}x{dims[1]} pixels, more than MAX_IMAGE_PIXELS "
-                f"({MAX_IMAGE_PIXELS}; see easyfit.data.images.MAX_IMAGE_PIXELS)")
+        return (
+            f"{kind} of {dims[0]}x{dims[1]} pixels, more than MAX_IMAGE_PIXELS "
+            f"({MAX_IMAGE_PIXELS}; see easyfit.data.images.MAX_IMAGE_PIXELS)"
+        )
     return structure_problem(kind, head if data is None else data, size)
 
 
@@ -360,35 +397,41 @@ def header_size(kind: str, head: bytes) -> tuple[int, int] | None:
     if kind == "BMP" and len(head) >= 26:
         if int.from_bytes(head[14:18], "little") == 12:  # BITMAPCOREHEADER: 16-bit sizes
             return int.from_bytes(head[18:20], "little"), int.from_bytes(head[20:22], "little")
-        return (abs(int.from_bytes(head[18:22], "little", signed=True)),
-                abs(int.from_bytes(head[22:26], "little", signed=True)))
+        return (
+            abs(int.from_bytes(head[18:22], "little", signed=True)),
+            abs(int.from_bytes(head[22:26], "little", signed=True)),
+        )
     if kind == "WebP" and len(head) >= 30:
         chunk = head[12:16]
         if chunk == b"VP8 ":
-            return (int.from_bytes(head[26:28], "little") & 0x3FFF,
-                    int.from_bytes(head[28:30], "little") & 0x3FFF)
+            return (
+                int.from_bytes(head[26:28], "little") & 0x3FFF,
+                int.from_bytes(head[28:30], "little") & 0x3FFF,
+            )
         if chunk == b"VP8L":
             bits = int.from_bytes(head[21:25], "little")
             return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
         if chunk == b"VP8X":
-            return (int.from_bytes(head[24:27], "little") + 1,
-                    int.from_bytes(head[27:30], "little") + 1)
+            return (int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1)
     if kind == "JPEG":
         i = 2
         while i + 9 <= len(head) and head[i] == 0xFF:
             marker = head[i + 1]
             if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                return (int.from_bytes(head[i + 7:i + 9], "big"),
-                        int.from_bytes(head[i + 5:i + 7], "big"))
-            i += 2 + int.from_bytes(head[i + 2:i + 4], "big")
+                return (
+                    int.from_bytes(head[i + 7 : i + 9], "big"),
+                    int.from_bytes(head[i + 5 : i + 7], "big"),
+                )
+            i += 2 + int.from_bytes(head[i + 2 : i + 4], "big")
     return None
 
 
 def image_problem(data: bytes, whole: bool = True) -> str | None:
     """:func:`encoded_problem` of an encoded image held in memory; its whole structure is
     checked when ``whole`` and it is at most :data:`WHOLE` bytes."""
-    return encoded_problem(data[:HEAD], data[-TAIL:], len(data),
-                           data if whole and len(data) <= WHOLE else None)
+    return encoded_problem(
+        data[:HEAD], data[-TAIL:], len(data), data if whole and len(data) <= WHOLE else None
+    )
 
 
 def file_problem(path: str, check: Callable[..., str | None] | None = None) -> str | None:

@@ -38,11 +38,11 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _u16(b: bytes, i: int, order: Literal["big", "little"] = "big") -> int:
-    return int.from_bytes(b[i:i + 2], order)
+    return int.from_bytes(b[i : i + 2], order)
 
 
 def _u32(b: bytes, i: int, order: Literal["big", "little"] = "big") -> int:
-    return int.from_bytes(b[i:i + 4], order)
+    return int.from_bytes(b[i : i + 4], order)
 
 
 def structure_problem(kind: str, data: bytes, size: int | None = None) -> str | None:
@@ -79,7 +79,7 @@ class _Frame:
 
     def __init__(self) -> None:
         self.marker = 0
-        self.size = (0, 0)                         # height, width
+        self.size = (0, 0)  # height, width
         self.components: dict[int, tuple[int, int, int]] = {}  # id: (h, v, quant table)
         self.quant: set[int] = set()
         self.restart = 0
@@ -118,9 +118,11 @@ def jpeg_problem(data: bytes) -> str | None:
             return f"illegal marker FF{marker:02X} at byte {at}"
         length = _u16(data, i)
         if length < 2 or i + length > n:
-            return (f"JPEG segment FF{marker:02X} at byte {at} has length {length}, past the "
-                    f"end of the file ({n} bytes)")
-        body = data[i + 2:i + length]
+            return (
+                f"JPEG segment FF{marker:02X} at byte {at} has length {length}, past the "
+                f"end of the file ({n} bytes)"
+            )
+        body = data[i + 2 : i + length]
         i += length
         problem = _segment_problem(marker, body, frame)
         if problem:
@@ -156,12 +158,10 @@ def _sof_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
         return "frame header of a wrong length"
     precision, height, width, count = body[0], _u16(body, 1), _u16(body, 3), body[5]
     if not 2 <= precision <= 16 or width == 0 or height == 0 or not 1 <= count <= 10:
-        return (f"frame header with precision {precision}, size {width}x{height}, "
-                f"{count} components")
+        return f"frame header with precision {precision}, size {width}x{height}, {count} components"
     for k in range(count):
-        ident, hv, quant = body[6 + 3 * k:9 + 3 * k]
-        if ident in frame.components or not (1 <= hv >> 4 <= 4 and 1 <= hv & 15 <= 4) \
-                or quant > 3:
+        ident, hv, quant = body[6 + 3 * k : 9 + 3 * k]
+        if ident in frame.components or not (1 <= hv >> 4 <= 4 and 1 <= hv & 15 <= 4) or quant > 3:
             return f"frame header: component {k} is invalid"
         frame.components[ident] = (hv >> 4, hv & 15, quant)
     frame.marker, frame.size = marker, (height, width)
@@ -172,10 +172,15 @@ def _sof_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
 def _dht_problem(body: bytes) -> str | None:
     i = 0
     while i < len(body):
-        kind, counts = body[i], body[i + 1:i + 17]
-        values = body[i + 17:i + 17 + sum(counts)]
-        if kind >> 4 > 1 or kind & 15 > 3 or len(counts) < 16 or len(values) < sum(counts) \
-                or sum(counts) > 256:
+        kind, counts = body[i], body[i + 1 : i + 17]
+        values = body[i + 17 : i + 17 + sum(counts)]
+        if (
+            kind >> 4 > 1
+            or kind & 15 > 3
+            or len(counts) < 16
+            or len(values) < sum(counts)
+            or sum(counts) > 256
+        ):
             return "Huffman table segment of a wrong length or table id"
         code, left = 0, sum(counts)
         for bits, count in enumerate(counts, 1):
@@ -196,11 +201,10 @@ def _dqt_problem(body: bytes, frame: _Frame) -> str | None:
     while i < len(body):
         wide, table = body[i] >> 4, body[i] & 15
         size = 128 if wide else 64
-        values = body[i + 1:i + 1 + size]
+        values = body[i + 1 : i + 1 + size]
         if wide > 1 or table > 3 or len(values) < size:
             return "quantization table segment of a wrong length or table id"
-        if 0 in (values if not wide else [values[k] << 8 | values[k + 1]
-                                           for k in range(0, size, 2)]):
+        if 0 in (values if not wide else [values[k] << 8 | values[k + 1] for k in range(0, size, 2)]):
             return f"quantization table {table} holds a zero"
         frame.quant.add(table)
         i += 1 + size
@@ -212,7 +216,7 @@ def _sos_problem(body: bytes, frame: _Frame) -> str | None:
         return "scan before the frame header"
     if not body or not 1 <= body[0] <= 4 or len(body) != 4 + 2 * body[0]:
         return "scan header of a wrong length"
-    ids = body[1:1 + 2 * body[0]:2]
+    ids = body[1 : 1 + 2 * body[0] : 2]
     if any(c not in frame.components for c in ids) or len(set(ids)) != len(ids):
         return "scan header names a component the frame does not have"
     missing = {frame.components[c][2] for c in ids} - frame.quant
@@ -243,8 +247,10 @@ def _scan_problem(data: bytes, i: int, frame: _Frame, header: bytes) -> int | st
         if marker not in _RST:
             expected = _restarts(frame, header)
             if expected is not None and restarts != expected:
-                return (f"{restarts} restart markers in the scan ending at byte {p}, the "
-                        f"restart interval implies {expected}")
+                return (
+                    f"{restarts} restart markers in the scan ending at byte {p}, the "
+                    f"restart interval implies {expected}"
+                )
             return p
         if not frame.restart:
             return f"restart marker FF{marker:02X} at byte {p} without a restart interval"
@@ -261,7 +267,7 @@ def _restarts(frame: _Frame, header: bytes) -> int | None:
     (height, width), comps = frame.size, frame.components
     hmax = max(h for h, _, _ in comps.values())
     vmax = max(v for _, v, _ in comps.values())
-    ids = header[1:1 + 2 * header[0]:2]
+    ids = header[1 : 1 + 2 * header[0] : 2]
     if len(ids) == 1:  # one component: its blocks, not MCUs
         h, v, _ = comps[ids[0]]
         cols, rows = _ceil(_ceil(width * h, hmax), 8), _ceil(_ceil(height * v, vmax), 8)
@@ -291,17 +297,17 @@ def png_problem(data: bytes) -> str | None:
             return f"PNG chunk {kind!r} at byte {i} runs past the end of the file"
         if not kind.isalpha():
             return f"not a PNG chunk at byte {i} ({kind!r})"
-        if zlib.crc32(view[i + 4:i + 8 + length]) != _CRC.unpack_from(data, i + 8 + length)[0]:
+        if zlib.crc32(view[i + 4 : i + 8 + length]) != _CRC.unpack_from(data, i + 8 + length)[0]:
             return f"PNG chunk {kind.decode()} at byte {i} fails its CRC check"
         if header is None and kind != b"IHDR":
             return "PNG without an IHDR chunk first"
         if kind == b"IHDR":
-            header = data[i + 8:i + 8 + length]
+            header = data[i + 8 : i + 8 + length]
             problem = _ihdr_problem(header)
             if problem:
                 return problem
         elif kind == b"IDAT":
-            idat.append(view[i + 8:i + 8 + length])
+            idat.append(view[i + 8 : i + 8 + length])
         ended = kind == b"IEND"
         i += 12 + length
     if not ended:
@@ -316,10 +322,17 @@ def _ihdr_problem(header: bytes) -> str | None:
     if len(header) != 13:
         return "PNG IHDR chunk of a wrong length"
     width, height, depth, color = _IHDR.unpack_from(header)
-    if not (0 < width < 1 << 31 and 0 < height < 1 << 31) or depth not in _PNG_DEPTHS.get(
-            color, ()) or header[10] or header[11] or header[12] > 1:
-        return (f"PNG IHDR invalid ({width}x{height}, bit depth {depth}, color type {color}, "
-                f"methods {header[10]}/{header[11]}/{header[12]})")
+    if (
+        not (0 < width < 1 << 31 and 0 < height < 1 << 31)
+        or depth not in _PNG_DEPTHS.get(color, ())
+        or header[10]
+        or header[11]
+        or header[12] > 1
+    ):
+        return (
+            f"PNG IHDR invalid ({width}x{height}, bit depth {depth}, color type {color}, "
+            f"methods {header[10]}/{header[11]}/{header[12]})"
+        )
     return None
 
 
@@ -327,9 +340,19 @@ def _passes(header: bytes) -> list[tuple[int, int]]:
     """``(rows, bytes per row with its filter byte)`` of each non-empty (interlace) pass."""
     width, height, depth, color = _IHDR.unpack_from(header)
     bits = depth * _PNG_CHANNELS[color]
-    grid = [(0, 0, 1, 1)] if not header[12] else [
-        (0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
-        (0, 1, 1, 2)]
+    grid = (
+        [(0, 0, 1, 1)]
+        if not header[12]
+        else [
+            (0, 0, 8, 8),
+            (4, 0, 8, 8),
+            (0, 4, 4, 8),
+            (2, 0, 4, 4),
+            (0, 2, 2, 4),
+            (1, 0, 2, 2),
+            (0, 1, 1, 2),
+        ]
+    )
     out = []
     for x0, y0, dx, dy in grid:
         w, h = _ceil(width - x0, dx), _ceil(height - y0, dy)
@@ -343,8 +366,10 @@ def _idat_problem(header: bytes, idat: list[memoryview]) -> str | None:
     expected = sum(h * row for h, row in passes)
     compressed = sum(len(part) for part in idat)
     if expected > compressed * _DEFLATE_RATIO + 64:
-        return (f"PNG IHDR says {_u32(header, 0)}x{_u32(header, 4)}, more than its "
-                f"{compressed} bytes of IDAT data can hold")
+        return (
+            f"PNG IHDR says {_u32(header, 0)}x{_u32(header, 4)}, more than its "
+            f"{compressed} bytes of IDAT data can hold"
+        )
     stride = passes[0][1] if len(passes) == 1 else 0  # filter bytes checked without interlace
     inflate, got = zlib.decompressobj(), 0
     try:
@@ -353,7 +378,7 @@ def _idat_problem(header: bytes, idat: list[memoryview]) -> str | None:
             while pending and got <= expected and not inflate.eof:
                 out = inflate.decompress(pending, _PIECE)
                 pending = inflate.unconsumed_tail
-                if stride and max(out[(-got) % stride:expected - got:stride], default=0) > 4:
+                if stride and max(out[(-got) % stride : expected - got : stride], default=0) > 4:
                     return "PNG row with an unknown filter type"
                 got += len(out)
     except zlib.error as e:
@@ -389,11 +414,20 @@ def bmp_problem(data: bytes, size: int | None = None) -> str | None:
         planes, bits = _u16(data, 26, "little"), _u16(data, 28, "little")
         compression = _u32(data, 30, "little") if info >= 20 else 0
         colors = _u32(data, 46, "little") if info >= 40 else 0
-    if width <= 0 or height == 0 or planes != 1 or bits not in _BMP_BITS \
-            or compression not in _BMP_COMPRESSIONS or (compression == 1 and bits != 8) \
-            or (compression == 2 and bits != 4) or (bits <= 8 and colors > 1 << bits):
-        return (f"BMP header invalid ({width}x{height}, {planes} planes, {bits} bits per pixel, "
-                f"compression {compression}, {colors} colors)")
+    if (
+        width <= 0
+        or height == 0
+        or planes != 1
+        or bits not in _BMP_BITS
+        or compression not in _BMP_COMPRESSIONS
+        or (compression == 1 and bits != 8)
+        or (compression == 2 and bits != 4)
+        or (bits <= 8 and colors > 1 << bits)
+    ):
+        return (
+            f"BMP header invalid ({width}x{height}, {planes} planes, {bits} bits per pixel, "
+            f"compression {compression}, {colors} colors)"
+        )
     if not 14 + info <= offset <= size:
         return f"BMP pixel data offset {offset} outside the file ({size} bytes)"
     if compression in (0, 3, 6) and offset + (width * bits + 31) // 32 * 4 * abs(height) > size:
@@ -435,10 +469,10 @@ def webp_problem(data: bytes, size: int | None = None) -> str | None:
     end = min(_u32(data, 4, "little") + 8, len(data))
     i = 12
     while i + 8 <= end:
-        kind, size = data[i:i + 4], _u32(data, i + 4, "little")
+        kind, size = data[i : i + 4], _u32(data, i + 4, "little")
         if whole and i + 8 + size > end:
             return f"WebP chunk {kind!r} at byte {i} runs past the end of the file"
-        problem = _frame_problem(kind, data[i + 8:i + 8 + min(size, 16)])
+        problem = _frame_problem(kind, data[i + 8 : i + 8 + min(size, 16)])
         if problem:
             return f"{problem} (WebP chunk at byte {i})"
         i += 8 + size + (size & 1)
@@ -449,9 +483,16 @@ def _frame_problem(kind: bytes, head: bytes) -> str | None:
     """What is wrong with the first bytes of a VP8 or VP8L frame (other chunks: None)."""
     if not all(c == 0x20 or chr(c).isalnum() for c in kind):
         return f"not a RIFF chunk ({kind!r})"
-    if kind == b"VP8 " and len(head) >= 10 and (
-            head[0] & 1 or head[3:6] != b"\x9d\x01\x2a" or not _u16(head, 6, "little") & 0x3FFF
-            or not _u16(head, 8, "little") & 0x3FFF):
+    if (
+        kind == b"VP8 "
+        and len(head) >= 10
+        and (
+            head[0] & 1
+            or head[3:6] != b"\x9d\x01\x2a"
+            or not _u16(head, 6, "little") & 0x3FFF
+            or not _u16(head, 8, "little") & 0x3FFF
+        )
+    ):
         return "VP8 frame that is not a key frame with its start code and a size"
     if kind == b"VP8L" and len(head) >= 5 and (head[0] != 0x2F or _u32(head, 1, "little") >> 29):
         return "VP8L frame without its signature"

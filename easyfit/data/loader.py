@@ -63,41 +63,68 @@ class Loader:
             ``input_wait``).
     """
 
-    def __init__(self, source: Source, plan: Plan, placement: Placement, *, start: int = 0,
-                 position: Mapping[str, Any] | None = None, num_threads: int | None = None,
-                 prefetch: int = 2, pipelines_per_device: int | None = None,
-                 pipelines: int | None = None, threaded: bool | None = None,
-                 ahead: int | None = None, training: bool = False):
+    def __init__(
+        self,
+        source: Source,
+        plan: Plan,
+        placement: Placement,
+        *,
+        start: int = 0,
+        position: Mapping[str, Any] | None = None,
+        num_threads: int | None = None,
+        prefetch: int = 2,
+        pipelines_per_device: int | None = None,
+        pipelines: int | None = None,
+        threaded: bool | None = None,
+        ahead: int | None = None,
+        training: bool = False,
+    ):
         source.check()
         self.source = source
         self.placement = placement
         reader = isinstance(source, ReaderSource)
         if position is not None:
             start = int(position["chunk"])
-        self._threaded = (placement.platform == "gpu" and not reader) if threaded is None \
-            else threaded and not reader  # a reader's position is read between chunks
+        self._threaded = (
+            (placement.platform == "gpu" and not reader) if threaded is None else threaded and not reader
+        )  # a reader's position is read between chunks
         self._pipelines: FedPipelines | ReaderPipelines
         if isinstance(source, ReaderSource):
             self._pipelines = ReaderPipelines(
-                source, plan, placement, start=start, position=position, num_threads=num_threads,
-                prefetch=prefetch, training=training, pipelines=pipelines)
+                source,
+                plan,
+                placement,
+                start=start,
+                position=position,
+                num_threads=num_threads,
+                prefetch=prefetch,
+                training=training,
+                pipelines=pipelines,
+            )
         elif isinstance(source, IndexedSource):
             self._pipelines = FedPipelines(
-                source, plan, placement, start=start, num_threads=num_threads, prefetch=prefetch,
-                pipelines_per_device=pipelines_per_device, training=training,
-                pool=self._threaded)
+                source,
+                plan,
+                placement,
+                start=start,
+                num_threads=num_threads,
+                prefetch=prefetch,
+                pipelines_per_device=pipelines_per_device,
+                training=training,
+                pool=self._threaded,
+            )
         else:
-            raise TypeError(f"source: {source.describe()} is neither an IndexedSource nor a "
-                            "ReaderSource (see easyfit.data.sources.base)")
+            raise TypeError(
+                f"source: {source.describe()} is neither an IndexedSource nor a "
+                "ReaderSource (see easyfit.data.sources.base)"
+            )
         self.plan = self._pipelines.plan
-        self.iteration = (self._pipelines.next if isinstance(self._pipelines, ReaderPipelines)
-                          else start)
+        self.iteration = self._pipelines.next if isinstance(self._pipelines, ReaderPipelines) else start
         self._peeked: dict[str, jax.Array] | None = None
         self.waited = 0.0
         chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
         self._ahead = ahead or 2
-        self._ahead_at_start = max(self._ahead,
-                                   min(self.plan.chunks_per_epoch, 2**28 // chunk_bytes))
+        self._ahead_at_start = max(self._ahead, min(self.plan.chunks_per_epoch, 2**28 // chunk_bytes))
         self._thread: threading.Thread | None = None
 
     #: Epochs before input comes as in every later one (none: every epoch streams alike).
@@ -182,8 +209,9 @@ class Loader:
                     return
                 iteration += 1
 
-        self._thread = threading.Thread(target=work, args=(self.iteration,), daemon=True,
-                                        name="easyfit-loader")
+        self._thread = threading.Thread(
+            target=work, args=(self.iteration,), daemon=True, name="easyfit-loader"
+        )
         self._thread.start()
 
     def close(self) -> None:

@@ -33,8 +33,15 @@ from .diagnose import batch_error
 from .order import Plan
 from .sources.base import IndexedSource, Source
 
-__all__ = ["RUN_ROWS", "FedPipelines", "PipelineRunner", "default_num_threads", "on_gpu_pipelines",
-           "run_rows", "shard_sizes"]
+__all__ = [
+    "RUN_ROWS",
+    "FedPipelines",
+    "PipelineRunner",
+    "default_num_threads",
+    "on_gpu_pipelines",
+    "run_rows",
+    "shard_sizes",
+]
 
 
 def _cores() -> int:
@@ -141,9 +148,11 @@ class PipelineRunner:
     def convert(self, pipe: Any, out: Any, name: str) -> Any:
         if not out.is_dense_tensor():
             shapes = sorted({tuple(out[i].shape()) for i in range(len(out))})
-            raise DataError(f"{self.source.describe()}: samples of {name} differ in shape "
-                            f"({shapes[0]} and {shapes[-1]}); for images pass "
-                            "image_size=(height, width) to resize them all")
+            raise DataError(
+                f"{self.source.describe()}: samples of {name} differ in shape "
+                f"({shapes[0]} and {shapes[-1]}); for images pass "
+                "image_size=(height, width) to resize them all"
+            )
         if not self.on_gpu:
             return out.as_array()
         array = jax.dlpack.from_dlpack(out.as_tensor())
@@ -164,8 +173,9 @@ class _Feeder:
     ``len(parts)`` runs (run ``j`` feeds part ``j % len(parts)`` of chunk ``start + j // len(parts)``).
     """
 
-    def __init__(self, source: IndexedSource, plan: Plan, rows: np.ndarray, start: int,
-                 augment: Augment | None):
+    def __init__(
+        self, source: IndexedSource, plan: Plan, rows: np.ndarray, start: int, augment: Augment | None
+    ):
         self.source = source
         self.augment = augment
         self.plan = plan
@@ -191,17 +201,26 @@ class _Feeder:
         fed = tuple(self.source.feed(rows))
         if self.augment is None:
             return fed
-        return fed + tuple(self.augment.sample(self.plan.seed, self.plan.epoch_of(iteration),
-                                               rows))
+        return fed + tuple(self.augment.sample(self.plan.seed, self.plan.epoch_of(iteration), rows))
 
 
 class FedPipelines:
     """Pipelines fed by easyfit's sampler (an :class:`IndexedSource`), starting at chunk
     ``start``. ``pool``: wait for and refeed each pipeline in its own thread."""
 
-    def __init__(self, source: IndexedSource, plan: Plan, placement: Placement, *, start: int,
-                 num_threads: int | None, prefetch: int, pipelines_per_device: int | None,
-                 training: bool, pool: bool):
+    def __init__(
+        self,
+        source: IndexedSource,
+        plan: Plan,
+        placement: Placement,
+        *,
+        start: int,
+        num_threads: int | None,
+        prefetch: int,
+        pipelines_per_device: int | None,
+        training: bool,
+        pool: bool,
+    ):
         self.source = source
         self.plan = plan
         self.placement = placement
@@ -214,8 +233,11 @@ class FedPipelines:
         if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
             cores = _cores() // len(local)
             parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
-            specs = [(rows, d if self.on_gpu else None) for s, d in local
-                     for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)]
+            specs = [
+                (rows, d if self.on_gpu else None)
+                for s, d in local
+                for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)
+            ]
         else:  # host pipelines for all local rows (default one: training needs the cores)
             rows = np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local])
             specs = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
@@ -223,15 +245,23 @@ class FedPipelines:
         threads = num_threads or default_num_threads(placement.platform, len(specs))
         augment = draws_of(source, training)
         self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in specs]
-        self._pipes = [self._build(f, len(f.parts[0]), threads,
-                                   d.local_hardware_id if d is not None else None,
-                                   pipeline_seed(plan.seed, jax.process_index(), k))
-                       for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))]
-        self._pool = (concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
-                      if pool and len(self._pipes) > 1 else None)
+        self._pipes = [
+            self._build(
+                f,
+                len(f.parts[0]),
+                threads,
+                d.local_hardware_id if d is not None else None,
+                pipeline_seed(plan.seed, jax.process_index(), k),
+            )
+            for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))
+        ]
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
+            if pool and len(self._pipes) > 1
+            else None
+        )
 
-    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None,
-               seed: int) -> Any:
+    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None, seed: int) -> Any:
         from nvidia.dali import fn, pipeline_def
 
         source = self.source
@@ -240,13 +270,19 @@ class FedPipelines:
         names = feeder.augment.names() if feeder.augment is not None else []
 
         # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
-                      seed=seed, prefetch_queue_depth=self.prefetch)
+        @pipeline_def(
+            batch_size=batch,
+            num_threads=threads,
+            device_id=device_id,  # type: ignore[arg-type]
+            seed=seed,
+            prefetch_queue_depth=self.prefetch,
+        )
         def pipeline():
-            nodes = fn.external_source(source=feeder, batch=True, batch_info=True,
-                                       num_outputs=source.num_feeds + len(names))
+            nodes = fn.external_source(
+                source=feeder, batch=True, batch_info=True, num_outputs=source.num_feeds + len(names)
+            )
             nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
-            fed, drawn = nodes[:source.num_feeds], nodes[source.num_feeds:]
+            fed, drawn = nodes[: source.num_feeds], nodes[source.num_feeds :]
             draws = {"draws": dict(zip(names, drawn, strict=True))} if names else {}
             return augmented(source, source.graph(*fed, device=where, **draws), training)
 
@@ -261,26 +297,26 @@ class FedPipelines:
     def produce(self, iteration: int) -> dict[str, jax.Array]:
         """Chunk ``iteration`` of the stream."""
         if self._pool is not None:
-            outputs = list(self._pool.map(lambda i: self._share(i, iteration),
-                                          range(len(self._pipes))))
+            outputs = list(self._pool.map(lambda i: self._share(i, iteration), range(len(self._pipes))))
         else:
             outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
         _, mask = self._feeders[0].chunk(iteration)
         if self.on_gpu:
-            x, y = (self.placement.shard_device_rows(self._per_device(arrays))
-                    for arrays in zip(*outputs))
+            x, y = (self.placement.shard_device_rows(self._per_device(arrays)) for arrays in zip(*outputs))
         else:  # host pipelines, in local row order: one copy of the whole chunk to the devices
-            x, y = (self.placement.shard_host_rows(parts[0] if len(parts) == 1
-                                                   else np.concatenate(parts))
-                    for parts in zip(*outputs))
+            x, y = (
+                self.placement.shard_host_rows(parts[0] if len(parts) == 1 else np.concatenate(parts))
+                for parts in zip(*outputs)
+            )
         return {"x": x, "y": y, "mask": self.placement.shard_global_rows(mask)}
 
     def _share(self, index: int, iteration: int) -> tuple[Any, Any]:
         """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
         pipe = self._pipes[index]
         count = len(self._feeders[index].parts)
-        return self._runner.join([self._runner.run(pipe, lambda: self._suspects(iteration))
-                                  for _ in range(count)])
+        return self._runner.join(
+            [self._runner.run(pipe, lambda: self._suspects(iteration)) for _ in range(count)]
+        )
 
     def _suspects(self, iteration: int) -> list[int]:
         """The samples DALI may have been reading: this chunk's and those prefetched after it."""
@@ -292,8 +328,7 @@ class FedPipelines:
         joined: dict[Any, list[jax.Array]] = {}
         for device, array in zip(self._devices, arrays):
             joined.setdefault(device, []).append(array)
-        return [parts[0] if len(parts) == 1 else jnp.concatenate(parts)
-                for parts in joined.values()]
+        return [parts[0] if len(parts) == 1 else jnp.concatenate(parts) for parts in joined.values()]
 
     def close(self) -> None:
         if self._pool is not None:

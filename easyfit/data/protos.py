@@ -23,8 +23,13 @@ __all__ = ["build_messages", "caffe2_messages", "tf_example"]
 Field = tuple[str, int, str, str, "str | None"]
 
 
-def build_messages(file_name: str, package: str, messages: Mapping[str, Sequence[Field]],
-                   syntax: str = "proto2", oneofs: Mapping[str, str] | None = None) -> dict:
+def build_messages(
+    file_name: str,
+    package: str,
+    messages: Mapping[str, Sequence[Field]],
+    syntax: str = "proto2",
+    oneofs: Mapping[str, str] | None = None,
+) -> dict:
     """Message classes for ``messages`` (``{name: fields}``), by name.
 
     Args:
@@ -57,20 +62,25 @@ def build_messages(file_name: str, package: str, messages: Mapping[str, Sequence
                 entry = msg.nested_type.add(name=fname.capitalize() + "Entry")
                 entry.options.map_entry = True
                 entry.field.add(name="key", number=1, type=fd.TYPE_STRING, label=fd.LABEL_OPTIONAL)
-                entry.field.add(name="value", number=2, type=kind, label=fd.LABEL_OPTIONAL,
-                                type_name=ref)
+                entry.field.add(name="value", number=2, type=kind, label=fd.LABEL_OPTIONAL, type_name=ref)
                 kind, ref = fd.TYPE_MESSAGE, f".{package}.{name}.{entry.name}"
-            field = msg.field.add(name=fname, number=number, type=kind, type_name=ref,
-                                  label=fd.LABEL_OPTIONAL if label == "optional"
-                                  else fd.LABEL_REPEATED)
+            field = msg.field.add(
+                name=fname,
+                number=number,
+                type=kind,
+                type_name=ref,
+                label=fd.LABEL_OPTIONAL if label == "optional" else fd.LABEL_REPEATED,
+            )
             if label == "packed":
                 field.options.packed = True
             if oneof:
                 field.oneof_index = 0
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-            for name in messages}
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+        for name in messages
+    }
 
 
 @functools.cache
@@ -85,16 +95,24 @@ def tf_example() -> type[Message]:
         >>> Example.FromString(ex.SerializeToString()).features.feature["label"].int64_list.value[0]
         7
     """
-    messages = build_messages("easyfit/tf_example.proto", "tensorflow", {
-        "BytesList": [("value", 1, "BYTES", "repeated", None)],
-        "FloatList": [("value", 1, "FLOAT", "packed", None)],
-        "Int64List": [("value", 1, "INT64", "packed", None)],
-        "Feature": [("bytes_list", 1, "MESSAGE", "optional", "BytesList"),
-                    ("float_list", 2, "MESSAGE", "optional", "FloatList"),
-                    ("int64_list", 3, "MESSAGE", "optional", "Int64List")],
-        "Features": [("feature", 1, "MESSAGE", "map", "Feature")],
-        "Example": [("features", 1, "MESSAGE", "optional", "Features")],
-    }, syntax="proto3", oneofs={"Feature": "kind"})
+    messages = build_messages(
+        "easyfit/tf_example.proto",
+        "tensorflow",
+        {
+            "BytesList": [("value", 1, "BYTES", "repeated", None)],
+            "FloatList": [("value", 1, "FLOAT", "packed", None)],
+            "Int64List": [("value", 1, "INT64", "packed", None)],
+            "Feature": [
+                ("bytes_list", 1, "MESSAGE", "optional", "BytesList"),
+                ("float_list", 2, "MESSAGE", "optional", "FloatList"),
+                ("int64_list", 3, "MESSAGE", "optional", "Int64List"),
+            ],
+            "Features": [("feature", 1, "MESSAGE", "map", "Feature")],
+            "Example": [("features", 1, "MESSAGE", "optional", "Features")],
+        },
+        syntax="proto3",
+        oneofs={"Feature": "kind"},
+    )
     return messages["Example"]
 
 
@@ -110,12 +128,18 @@ def caffe2_messages() -> dict:
         ...                              ).protos[0].int32_data[0]
         7
     """
-    return build_messages("easyfit/caffe2.proto", "caffe2", {
-        "TensorProto": [("dims", 1, "INT64", "repeated", None),
-                        ("data_type", 2, "INT32", "optional", None),
-                        ("float_data", 3, "FLOAT", "packed", None),
-                        ("int32_data", 4, "INT32", "packed", None),
-                        ("byte_data", 5, "BYTES", "optional", None),
-                        ("string_data", 6, "BYTES", "repeated", None)],
-        "TensorProtos": [("protos", 1, "MESSAGE", "repeated", "TensorProto")],
-    })
+    return build_messages(
+        "easyfit/caffe2.proto",
+        "caffe2",
+        {
+            "TensorProto": [
+                ("dims", 1, "INT64", "repeated", None),
+                ("data_type", 2, "INT32", "optional", None),
+                ("float_data", 3, "FLOAT", "packed", None),
+                ("int32_data", 4, "INT32", "packed", None),
+                ("byte_data", 5, "BYTES", "optional", None),
+                ("string_data", 6, "BYTES", "repeated", None),
+            ],
+            "TensorProtos": [("protos", 1, "MESSAGE", "repeated", "TensorProto")],
+        },
+    )

@@ -59,9 +59,19 @@ class ReaderPipelines:
     dropped, since DALI's readers cannot seek.
     """
 
-    def __init__(self, source: ReaderSource, plan: Plan, placement: Placement, *, start: int,
-                 position: Mapping[str, Any] | None, num_threads: int | None, prefetch: int,
-                 training: bool, pipelines: int | None):
+    def __init__(
+        self,
+        source: ReaderSource,
+        plan: Plan,
+        placement: Placement,
+        *,
+        start: int,
+        position: Mapping[str, Any] | None,
+        num_threads: int | None,
+        prefetch: int,
+        training: bool,
+        pipelines: int | None,
+    ):
         self.source = source
         self.placement = placement
         self.training = training
@@ -81,13 +91,24 @@ class ReaderPipelines:
         threads = num_threads or default_num_threads(placement.platform, len(groups))
         saved = list((position or {}).get("dali") or [])
         if saved and len(saved) != len(ids):
-            raise ValueError(f"position: saved for {len(saved)} reader pipelines, but this "
-                             f"placement has {len(ids)}; {source.describe()} cannot resume "
-                             "exactly on another number of pipelines")
-        self._pipes = [self._build(shard, readers, plan, run, threads,
-                                   local[g[0]][1].local_hardware_id if self.on_gpu else None,
-                                   prefetch, base64.b64decode(saved[k]) if saved else None)
-                       for k, (shard, g) in enumerate(zip(ids, groups, strict=True))]
+            raise ValueError(
+                f"position: saved for {len(saved)} reader pipelines, but this "
+                f"placement has {len(ids)}; {source.describe()} cannot resume "
+                "exactly on another number of pipelines"
+            )
+        self._pipes = [
+            self._build(
+                shard,
+                readers,
+                plan,
+                run,
+                threads,
+                local[g[0]][1].local_hardware_id if self.on_gpu else None,
+                prefetch,
+                base64.b64decode(saved[k]) if saved else None,
+            )
+            for k, (shard, g) in enumerate(zip(ids, groups, strict=True))
+        ]
         meta = self._pipes[0].reader_meta(READER)
         # each shard, padded to whole runs; a chunk holds batch // run of them, the epoch's last
         # chunk fewer (its other rows are masked copies)
@@ -115,8 +136,17 @@ class ReaderPipelines:
                     p.run()
             self.next += 1
 
-    def _build(self, shard: int, readers: int, plan: Plan, batch: int, threads: int,
-               device_id: int | None, prefetch: int, checkpoint: bytes | None) -> Any:
+    def _build(
+        self,
+        shard: int,
+        readers: int,
+        plan: Plan,
+        batch: int,
+        threads: int,
+        device_id: int | None,
+        prefetch: int,
+        checkpoint: bytes | None,
+    ) -> Any:
         from nvidia.dali import pipeline_def
 
         source = self.source
@@ -124,14 +154,18 @@ class ReaderPipelines:
         where = "gpu" if device_id is not None else "cpu"
 
         # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id,  # type: ignore[arg-type]
-                      seed=pipeline_seed(plan.seed, shard), prefetch_queue_depth=prefetch,
-                      enable_checkpointing=True)
+        @pipeline_def(
+            batch_size=batch,
+            num_threads=threads,
+            device_id=device_id,  # type: ignore[arg-type]
+            seed=pipeline_seed(plan.seed, shard),
+            prefetch_queue_depth=prefetch,
+            enable_checkpointing=True,
+        )
         def pipeline():
             augment = draws_of(source, training)
             draws = {"draws": augment.dali_draws()} if augment is not None else {}
-            xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle,
-                             device=where, **draws)
+            xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle, device=where, **draws)
             return augmented(source, xy, training)
 
         pipe = pipeline(checkpoint=checkpoint) if checkpoint is not None else pipeline()
@@ -195,11 +229,11 @@ class ReaderPipelines:
             x = self.placement.shard_device_rows(xs)
             y = self.placement.shard_device_rows(ys)
         else:
-            x, y = (self.placement.shard_host_rows(np.concatenate([self._layout(o[j])
-                                                                   for o in outputs]))
-                    for j in (0, 1))
-        return {"x": x, "y": y,
-                "mask": self.placement.shard_host_rows(np.concatenate(masks))}
+            x, y = (
+                self.placement.shard_host_rows(np.concatenate([self._layout(o[j]) for o in outputs]))
+                for j in (0, 1)
+            )
+        return {"x": x, "y": y, "mask": self.placement.shard_host_rows(np.concatenate(masks))}
 
     def close(self) -> None:
         self._pipes.clear()

@@ -34,13 +34,13 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     train = os.path.join(root, "train")
     if not os.path.isdir(train):
         return None
-    val = next((os.path.join(root, v) for v in VALIDATION_NAMES
-                if os.path.isdir(os.path.join(root, v))), None)
+    val = next(
+        (os.path.join(root, v) for v in VALIDATION_NAMES if os.path.isdir(os.path.join(root, v))), None
+    )
     return train, val
 
 
-def to_source(data: Any, y: Any = None, *, like: Source | None = None,
-              argument: str = "x") -> Source:
+def to_source(data: Any, y: Any = None, *, like: Source | None = None, argument: str = "x") -> Source:
     """A Source from a path, arrays, an ``(x, y)`` tuple or a Source.
 
     Args:
@@ -55,8 +55,7 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
     base = like.source if isinstance(like, Subset) else like
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
-            raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from "
-                             "the data")
+            raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from the data")
         kind = detect(data)
         if type(base) is kind:
             sibling = base.sibling(data)
@@ -68,5 +67,6 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None,
         return Arrays(*data, scale=scale)
     if hasattr(data, "__array__") or isinstance(data, list):
         return Arrays(data, y, scale=scale)
-    raise TypeError(f"{argument}: expected a path, arrays or an easyfit.data source, got "
-                    f"{type(data).__name__}")
+    raise TypeError(
+        f"{argument}: expected a path, arrays or an easyfit.data source, got {type(data).__name__}"
+    )

@@ -32,13 +32,17 @@ def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Su
     if not 0.0 < float(fraction) < 1.0:
         raise ValueError(f"validation_split={fraction!r}: expected a fraction in (0, 1)")
     if not isinstance(source, IndexedSource):
-        raise ValueError(f"validation_split: {source.describe()} is read by DALI's reader in its "
-                         "own order, so easyfit cannot hold samples out of it; give validation "
-                         "data instead (validation_data=..., or a root/val beside root/train)")
+        raise ValueError(
+            f"validation_split: {source.describe()} is read by DALI's reader in its "
+            "own order, so easyfit cannot hold samples out of it; give validation "
+            "data instead (validation_data=..., or a root/val beside root/train)"
+        )
     n = source.num_samples
     held = int(round(n * float(fraction)))
     if held < 1 or held >= n:
-        raise ValueError(f"validation_split={fraction}: of {n} samples that leaves {n - held} "
-                         f"for training and {held} for validation; both need at least one")
+        raise ValueError(
+            f"validation_split={fraction}: of {n} samples that leaves {n - held} "
+            f"for training and {held} for validation; both need at least one"
+        )
     order = np.random.default_rng([seed, 0x5A11D]).permutation(n)
     return Subset(source, np.sort(order[held:])), Subset(source, np.sort(order[:held]))

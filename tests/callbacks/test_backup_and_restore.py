@@ -25,15 +25,17 @@ def _npz(path) -> list[np.ndarray]:
 
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_restart_gives_the_same_parameters(tmp_path, mnist_idx):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONUNBUFFERED": "1"}
     program = [sys.executable, str(PROGRAMS / "train_resume.py"), mnist_idx]
-    never_killed = subprocess.Popen(program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
-                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
+    never_killed = subprocess.Popen(
+        program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     cmd = program + [str(tmp_path / "backup"), str(tmp_path / "resumed.npz"), "--delay", "0.15"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         for line in proc.stdout:  # 15 batches an epoch, a backup every 3: kill in epoch 1
             if line.split()[:3] == ["batch", "1", "7"]:
@@ -73,8 +75,9 @@ def _trainer():
 
 def _fit(trainer, data, callbacks=(), epochs=2, batch_size=100):
     train, val = data
-    return trainer.fit(train, epochs=epochs, batch_size=batch_size, verbose=0,
-                       validation_data=val, callbacks=list(callbacks))
+    return trainer.fit(
+        train, epochs=epochs, batch_size=batch_size, verbose=0, validation_data=val, callbacks=list(callbacks)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +99,11 @@ def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
             raise Crash
 
     with pytest.raises(Crash):
-        _fit(trainer, data, [BackupAndRestore(tmp_path / "b", save_freq=3),
-                             LambdaCallback(on_train_batch_end=crash)])
+        _fit(
+            trainer,
+            data,
+            [BackupAndRestore(tmp_path / "b", save_freq=3), LambdaCallback(on_train_batch_end=crash)],
+        )
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (1, 2)  # the backup of dispatch 6 of 8
     # a half-written backup (a save killed before its rename) is ignored:
@@ -106,7 +112,8 @@ def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
     history = _fit(resumed, data, [BackupAndRestore(tmp_path / "b", save_freq=3)])
     assert history.epoch == [1]
     assert {k: v[-1] for k, v in history.history.items() if k != "input_wait"} == {
-        k: v[-1] for k, v in ref_history.history.items() if k != "input_wait"}  # not a timing
+        k: v[-1] for k, v in ref_history.history.items() if k != "input_wait"
+    }  # not a timing
     assert int(resumed.state.step) == int(ref.state.step)
     assert np.array_equal(flat_params(resumed.params), flat_params(ref.params))
     assert np.array_equal(flat_params(resumed.state.opt_state), flat_params(ref.state.opt_state))
@@ -121,9 +128,10 @@ def test_ctrl_c_backs_up_runs_on_train_end_and_reraises(tmp_path, data, referenc
         if trainer.progress.epoch == 0 and batch == 1:
             os.kill(os.getpid(), signal.SIGINT)
 
-    callbacks = [BackupAndRestore(tmp_path / "b"),  # backs up at epoch ends, and on Ctrl-C
-                 LambdaCallback(on_train_batch_end=press_ctrl_c,
-                                on_train_end=lambda logs: ended.append(True))]
+    callbacks = [
+        BackupAndRestore(tmp_path / "b"),  # backs up at epoch ends, and on Ctrl-C
+        LambdaCallback(on_train_batch_end=press_ctrl_c, on_train_end=lambda logs: ended.append(True)),
+    ]
     with pytest.raises(KeyboardInterrupt):
         _fit(trainer, data, callbacks)
     assert ended == [True]

@@ -30,14 +30,19 @@ def data(mnist_arrays):
 @pytest.fixture(scope="module")
 def trainer():
     """One trainer (compiled once) reused by the tests: each fit goes on training it."""
-    return ef.Trainer(SmallMLP(), optimizer=optax.inject_hyperparams(optax.adam)(
-        learning_rate=1e-3), seed=0, steps_per_execution=1)  # batch hooks at every step
+    return ef.Trainer(
+        SmallMLP(),
+        optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=1e-3),
+        seed=0,
+        steps_per_execution=1,
+    )  # batch hooks at every step
 
 
 def _fit(trainer, data, callbacks, epochs=4):
     train, val = data
-    return trainer.fit(train, epochs=epochs, batch_size=100, verbose=0, validation_data=val,
-                       callbacks=callbacks)
+    return trainer.fit(
+        train, epochs=epochs, batch_size=100, verbose=0, validation_data=val, callbacks=callbacks
+    )
 
 
 def _stopped(trainer, data, **kw):
@@ -61,8 +66,9 @@ def test_early_stopping_patience_baseline_start_and_min_delta(trainer, data):
 
 def test_early_stopping_restores_the_best_weights(trainer, data):
     seen = []
-    keep = LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(
-        flat_params(jax.device_get(trainer.params))))
+    keep = LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append(flat_params(jax.device_get(trainer.params)))
+    )
     stop = EarlyStopping(monitor="loss", mode="max", patience=2, restore_best_weights=True)
     _fit(trainer, data, [keep, stop])
     assert stop.best_epoch == 0 and len(seen) == 3
@@ -71,10 +77,8 @@ def test_early_stopping_restores_the_best_weights(trainer, data):
 
 
 def test_learning_rate_scheduler_sets_the_optimizer_rate(trainer, data):
-    history = _fit(trainer, data, [LearningRateScheduler(lambda epoch, lr: 1e-3 / (epoch + 1))],
-                   epochs=3)
-    np.testing.assert_allclose(history.history["learning_rate"], [1e-3, 5e-4, 1e-3 / 3],
-                               rtol=1e-6)
+    history = _fit(trainer, data, [LearningRateScheduler(lambda epoch, lr: 1e-3 / (epoch + 1))], epochs=3)
+    np.testing.assert_allclose(history.history["learning_rate"], [1e-3, 5e-4, 1e-3 / 3], rtol=1e-6)
     before = flat_params(trainer.params)
     _fit(trainer, data, [LearningRateScheduler(lambda epoch: 0.0)], epochs=1)  # one argument
     assert np.array_equal(flat_params(trainer.params), before)  # a zero rate moves nothing
@@ -86,8 +90,7 @@ def test_reduce_lr_on_plateau(trainer, data):
     lrs = _fit(trainer, data, [reduce]).history["learning_rate"]
     np.testing.assert_allclose(lrs, [1e-3, 1e-3, 5e-4, 2.5e-4], rtol=1e-6)
     _fit(trainer, data, [LearningRateScheduler(lambda epoch: 1e-3)], epochs=1)
-    reduce = ReduceLROnPlateau(monitor="loss", mode="max", factor=0.5, patience=1, cooldown=2,
-                               min_lr=3e-4)
+    reduce = ReduceLROnPlateau(monitor="loss", mode="max", factor=0.5, patience=1, cooldown=2, min_lr=3e-4)
     lrs = _fit(trainer, data, [reduce], epochs=6).history["learning_rate"]
     np.testing.assert_allclose(lrs, [1e-3, 1e-3, 5e-4, 5e-4, 3e-4, 3e-4], rtol=1e-6)
     with pytest.raises(ValueError, match="factor"):
@@ -113,17 +116,17 @@ def test_terminate_on_nan_stops_after_the_first_bad_batch(data):
 
 def test_lambda_callback_calls_what_it_is_given_and_nothing_else(trainer, data):
     calls = []
-    cb = LambdaCallback(on_train_begin=lambda logs: calls.append("begin"),
-                        on_epoch_end=lambda epoch, logs: calls.append(("epoch", epoch,
-                                                                       "loss" in logs)),
-                        on_test_end=lambda logs: calls.append("test"))
+    cb = LambdaCallback(
+        on_train_begin=lambda logs: calls.append("begin"),
+        on_epoch_end=lambda epoch, logs: calls.append(("epoch", epoch, "loss" in logs)),
+        on_test_end=lambda logs: calls.append("test"),
+    )
     cbs = CallbackList([cb], trainer, {})
     assert not cbs.wants("on_train_batch_end")  # no batch logs built for it
     _fit(trainer, data, [cb], epochs=2)
     assert calls == ["begin", "test", ("epoch", 0, True), "test", ("epoch", 1, True)]
     batches = []
-    _fit(trainer, data, [LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b))],
-         epochs=1)
+    _fit(trainer, data, [LambdaCallback(on_train_batch_end=lambda b, logs: batches.append(b))], epochs=1)
     assert batches == list(range(6))
 
 
@@ -139,13 +142,23 @@ def test_no_batch_hook_unless_asked(tmp_path):
     def wants_batches(*callbacks):
         return CallbackList(list(callbacks), None, {}).wants("on_train_batch_end")
 
-    per_epoch = [History(), CSVLogger(tmp_path / "a.csv"), EarlyStopping(), ReduceLROnPlateau(),
-                 LearningRateScheduler(lambda epoch: 0.1), ModelCheckpoint(tmp_path / "m"),
-                 BackupAndRestore(tmp_path / "b"), TensorBoard(tmp_path / "t")]
+    per_epoch = [
+        History(),
+        CSVLogger(tmp_path / "a.csv"),
+        EarlyStopping(),
+        ReduceLROnPlateau(),
+        LearningRateScheduler(lambda epoch: 0.1),
+        ModelCheckpoint(tmp_path / "m"),
+        BackupAndRestore(tmp_path / "b"),
+        TensorBoard(tmp_path / "t"),
+    ]
     assert not wants_batches(*per_epoch)
-    for every_n in (ModelCheckpoint(tmp_path / "m", save_freq=5),
-                    BackupAndRestore(tmp_path / "b", save_freq=5),
-                    TensorBoard(tmp_path / "t", update_freq=5), TerminateOnNaN()):
+    for every_n in (
+        ModelCheckpoint(tmp_path / "m", save_freq=5),
+        BackupAndRestore(tmp_path / "b", save_freq=5),
+        TensorBoard(tmp_path / "t", update_freq=5),
+        TerminateOnNaN(),
+    ):
         assert wants_batches(*per_epoch, every_n)
     with pytest.raises(ValueError, match="save_freq=0"):
         ModelCheckpoint(tmp_path / "m", save_freq=0)

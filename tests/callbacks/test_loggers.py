@@ -15,15 +15,24 @@ from tests.helpers.models import SmallMLP
 
 @pytest.fixture(scope="module")
 def trainer():
-    return ef.Trainer(SmallMLP(), optimizer=optax.inject_hyperparams(optax.adam)(
-        learning_rate=1e-3), seed=0, steps_per_execution=1)  # batch hooks at every step
+    return ef.Trainer(
+        SmallMLP(),
+        optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=1e-3),
+        seed=0,
+        steps_per_execution=1,
+    )  # batch hooks at every step
 
 
 def _fit(trainer, mnist_arrays, callbacks, epochs=2):
     (x, y), (xv, yv) = mnist_arrays["train"], mnist_arrays["val"]
-    return trainer.fit(ef.data.Arrays(x[:600], y[:600], scale=1 / 255), epochs=epochs,
-                       batch_size=100, verbose=0, validation_data=(xv[:200], yv[:200]),
-                       callbacks=callbacks)
+    return trainer.fit(
+        ef.data.Arrays(x[:600], y[:600], scale=1 / 255),
+        epochs=epochs,
+        batch_size=100,
+        verbose=0,
+        validation_data=(xv[:200], yv[:200]),
+        callbacks=callbacks,
+    )
 
 
 def test_csv_logger_rows_and_append(tmp_path, trainer, mnist_arrays):
@@ -35,8 +44,9 @@ def test_csv_logger_rows_and_append(tmp_path, trainer, mnist_arrays):
     keys = sorted(first.history)
     assert list(rows[0]) == ["epoch", *keys]
     assert "learning_rate" in keys  # the optimizer injects it
-    expected = [(e, {k: v[i] for k, v in h.history.items()})
-                for h in (first, second) for i, e in enumerate(h.epoch)]
+    expected = [
+        (e, {k: v[i] for k, v in h.history.items()}) for h in (first, second) for i, e in enumerate(h.epoch)
+    ]
     assert [int(r["epoch"]) for r in rows] == [e for e, _ in expected]
     for row, (_, logs) in zip(rows, expected, strict=True):
         assert {k: float(row[k]) for k in keys} == logs
@@ -53,8 +63,7 @@ def test_tensorboard_event_files_read_by_tensorboard(tmp_path, trainer, mnist_ar
         assert len(files) == 1
         acc = accumulator.EventAccumulator(files[0])
         acc.Reload()
-        return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
-                for tag in acc.Tags()["scalars"]}
+        return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
     train, val = scalars("train"), scalars("validation")
     for key, values in history.history.items():
@@ -63,5 +72,11 @@ def test_tensorboard_event_files_read_by_tensorboard(tmp_path, trainer, mnist_ar
     steps = [s for s, _ in train["batch_loss"]]
     first_step = steps[0] - 4  # the trainer had trained before this fit
     assert steps == [first_step + 4, first_step + 8, first_step + 12]  # 12 batches, every 4
-    assert set(train) == {"epoch_loss", "epoch_accuracy", "epoch_learning_rate",
-                          "epoch_input_wait", "batch_loss", "batch_accuracy"}
+    assert set(train) == {
+        "epoch_loss",
+        "epoch_accuracy",
+        "epoch_learning_rate",
+        "epoch_input_wait",
+        "batch_loss",
+        "batch_accuracy",
+    }

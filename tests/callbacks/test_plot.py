@@ -43,10 +43,13 @@ def test_plot_without_validation_or_without_epochs(tmp_path):
 
 @pytest.mark.slow
 def test_missing_matplotlib_says_how_to_install_it():
-    code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from easyfit.callbacks import History\n"
-            "h = History(); h.on_epoch_end(0, {'loss': 1.0})\n"
-            "try:\n    h.plot()\nexcept ImportError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from easyfit.callbacks import History\n"
+        "h = History(); h.on_epoch_end(0, {'loss': 1.0})\n"
+        "try:\n    h.plot()\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     assert 'pip install "easyfit[plot]"' in out

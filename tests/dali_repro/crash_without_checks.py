@@ -30,13 +30,13 @@ def _encode(image: np.ndarray, fmt: str, **kw) -> bytes:
 
 
 def _put(data: bytes, at: int, new: bytes) -> bytes:
-    return data[:at] + new + data[at + len(new):]
+    return data[:at] + new + data[at + len(new) :]
 
 
 def _jpeg_segment(jpeg: bytes, marker: int) -> int:
     i = 2
     while jpeg[i + 1] != marker:
-        i += 2 + int.from_bytes(jpeg[i + 2:i + 4], "big")
+        i += 2 + int.from_bytes(jpeg[i + 2 : i + 4], "big")
     return i
 
 
@@ -47,8 +47,10 @@ def _rgb(image: np.ndarray) -> np.ndarray:
 # case: (extension, encoder, corruption)
 CASES = {
     "jpeg-segment-length-past-end": (
-        "jpg", lambda a: _encode(a, "JPEG", quality=90),
-        lambda b: _put(b, _jpeg_segment(b, 0xDB) + 2, b"\xf0\x00")),
+        "jpg",
+        lambda a: _encode(a, "JPEG", quality=90),
+        lambda b: _put(b, _jpeg_segment(b, 0xDB) + 2, b"\xf0\x00"),
+    ),
     "bmp-bit-count-7": ("bmp", lambda a: _encode(a, "BMP"), lambda b: _put(b, 28, b"\x07\0")),
 }
 BROKEN = 34  # the file broken, in folder order

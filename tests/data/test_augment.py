@@ -31,7 +31,7 @@ def _shifted(image, dy, dx):
     h, w = image.shape[:2]
     out = np.zeros_like(image)
     ys, xs = slice(max(0, -dy), min(h, h - dy)), slice(max(0, -dx), min(w, w - dx))
-    out[ys, xs] = image[max(0, dy):min(h, h + dy), max(0, dx):min(w, w + dx)]
+    out[ys, xs] = image[max(0, dy) : min(h, h + dy), max(0, dx) : min(w, w + dx)]
     return out
 
 
@@ -51,8 +51,12 @@ def test_random_crop_with_padding_is_a_shift_filled_with_zeros(images):
     out = _batch(ef.data.Arrays(images, augment=aug), training=True)
     shifts = set()
     for original, got in zip(images, out, strict=True):
-        match = [(dy, dx) for dy in range(-3, 4) for dx in range(-3, 4)
-                 if np.array_equal(_shifted(original, dy, dx), got)]
+        match = [
+            (dy, dx)
+            for dy in range(-3, 4)
+            for dx in range(-3, 4)
+            if np.array_equal(_shifted(original, dy, dx), got)
+        ]
         assert len(match) == 1
         shifts.add(match[0])
     assert len(shifts) > 10  # offsets vary from image to image
@@ -67,12 +71,13 @@ def test_flip_mirrors_about_half_of_the_images(images):
 
 
 def test_rotation_and_brightness_contrast(images):
-    rotated = _batch(ef.data.Arrays(images, augment=ef.data.Augment(flip=False, rotation=30)),
-                     training=True)
+    rotated = _batch(ef.data.Arrays(images, augment=ef.data.Augment(flip=False, rotation=30)), training=True)
     assert rotated.shape == images.shape
     assert (rotated != images).any(axis=(1, 2, 3)).mean() > 0.9  # (a tiny angle changes nothing)
-    lit = _batch(ef.data.Arrays(images, augment=ef.data.Augment(flip=False, brightness=0.3,
-                                                                  contrast=0.3)), training=True)
+    lit = _batch(
+        ef.data.Arrays(images, augment=ef.data.Augment(flip=False, brightness=0.3, contrast=0.3)),
+        training=True,
+    )
     assert (lit != images).any(axis=(1, 2, 3)).all()
     for original, got in zip(images, lit, strict=True):  # a positive affine map: order kept
         order = np.argsort(original.ravel())
@@ -85,8 +90,11 @@ def test_user_hooks_transform_every_split_and_augment_training(tmp_path, images)
     for i, image in enumerate(images[:8]):
         (tmp_path / str(i % 2)).mkdir(exist_ok=True)
         (tmp_path / str(i % 2) / f"{i}.png").write_bytes(encode(image))
-    folder = ef.data.ImageFolder(tmp_path, transform=lambda x: fn.flip(x, horizontal=0, vertical=1),
-                                 augment=lambda x: fn.flip(x, horizontal=1))
+    folder = ef.data.ImageFolder(
+        tmp_path,
+        transform=lambda x: fn.flip(x, horizontal=0, vertical=1),
+        augment=lambda x: fn.flip(x, horizontal=1),
+    )
     order = [int(f.rsplit("/", 1)[1].split(".")[0]) for f in folder.files]
     np.testing.assert_array_equal(_batch(folder, training=False), images[order][:, ::-1])
     np.testing.assert_array_equal(_batch(folder, training=True), images[order][:, ::-1, ::-1])

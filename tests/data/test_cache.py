@@ -14,8 +14,7 @@ from tests.helpers.models import SmallMLP
 
 
 def _fit(root, cache, epochs=3):
-    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
-                         steps_per_execution=5)
+    trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0, steps_per_execution=5)
     history = trainer.fit(root, epochs=epochs, batch_size=100, verbose=0, cache=cache)
     return trainer, history
 

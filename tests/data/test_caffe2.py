@@ -21,8 +21,12 @@ from tests.helpers.models import SmallMLP
 
 N = 200
 MIDDLE = N // 2  # past the first SAMPLED records, which building the source reads
-CRASHING = ["jpeg segment length past its end", "png bit depth 3", "bmp bit count 7",
-            "webp VP8 start code"]  # each crashed DALI 2.4's CPU decoder
+CRASHING = [
+    "jpeg segment length past its end",
+    "png bit depth 3",
+    "bmp bit count 7",
+    "webp VP8 start code",
+]  # each crashed DALI 2.4's CPU decoder
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +55,7 @@ def test_the_broken_record_is_past_those_read_up_front():
 def test_a_broken_record_is_named_by_fit_before_any_decode(tmp_path, digits, kind):
     db, message = _broken_lmdb(tmp_path / "db", digits, kind)
     trainer = _fresh_trainer()
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{db}: record {MIDDLE} .in key order.: {message}"):
+    with pytest.raises(ef.errors.DataError, match=f"^{db}: record {MIDDLE} .in key order.: {message}"):
         trainer.fit(db, epochs=1, batch_size=N, verbose=0)
     assert trainer.state is None  # no batch was produced
 
@@ -60,8 +63,7 @@ def test_a_broken_record_is_named_by_fit_before_any_decode(tmp_path, digits, kin
 @pytest.mark.parametrize("kind", CRASHING[:2])
 def test_a_broken_record_is_named_by_evaluate_before_any_decode(tmp_path, digits, trainer, kind):
     db, message = _broken_lmdb(tmp_path / "db", digits, kind)
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{db}: record {MIDDLE} .in key order.: {message}"):
+    with pytest.raises(ef.errors.DataError, match=f"^{db}: record {MIDDLE} .in key order.: {message}"):
         trainer.evaluate(db, batch_size=N)
 
 
@@ -75,7 +77,7 @@ def test_a_good_lmdb_trains_and_is_checked_once(tmp_path, digits, trainer):
     assert np.isfinite(history.history["loss"]).all()
     np.testing.assert_array_equal(source.known_labels(), digits[1])
     # Once per source object: after the record is broken in place, only a new source sees it.
-    write_lmdb(db, images[:MIDDLE] + [corrupt(images[MIDDLE])] + images[MIDDLE + 1:], digits[1])
+    write_lmdb(db, images[:MIDDLE] + [corrupt(images[MIDDLE])] + images[MIDDLE + 1 :], digits[1])
     source.check()
     with pytest.raises(ef.errors.DataError, match=f"^{db}: record {MIDDLE} "):
         ef.data.Caffe2LMDB(db).check()
@@ -85,8 +87,9 @@ def test_a_label_outside_the_outputs_is_named_with_its_record(tmp_path, digits, 
     labels = digits[1].copy()
     labels[MIDDLE] = 10
     db = write_lmdb(tmp_path / "db", [encode(a) for a in digits[0]], labels)
-    with pytest.raises(ef.errors.DataError,
-                       match=f"label 10 .at {db}: record {MIDDLE} .in key order.. is outside"):
+    with pytest.raises(
+        ef.errors.DataError, match=f"label 10 .at {db}: record {MIDDLE} .in key order.. is outside"
+    ):
         trainer.fit(db, epochs=1, batch_size=N, verbose=0)
 
 
@@ -117,9 +120,9 @@ def _damaged(path, digits, how: str) -> str:
     data = os.path.join(db, "data.mdb")
     raw = bytearray(open(data, "rb").read())
     if how == "smashed page":
-        raw[3 * 4096:3 * 4096 + 64] = b"\xff" * 64  # the header of a leaf page
+        raw[3 * 4096 : 3 * 4096 + 64] = b"\xff" * 64  # the header of a leaf page
     else:
-        raw = raw[:len(raw) // 2]
+        raw = raw[: len(raw) // 2]
     with open(data, "wb") as f:
         f.write(raw)
     return db
@@ -130,11 +133,15 @@ def test_a_damaged_database_raises_data_error_and_never_kills_the_process(tmp_pa
     """DALI's reader died here with SIGSEGV (smashed page) or SIGBUS (file cut in half); the
     program runs in a subprocess so that a crash fails the test instead of killing pytest."""
     db = _damaged(tmp_path / "db", digits, how)
-    run = subprocess.run([sys.executable, "-c", _OPEN_AND_CHECK, db], capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", _OPEN_AND_CHECK, db], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 3, (run.returncode, run.stdout, run.stderr[-2000:])
-    expected = (r"record \d+ \(in key order\): damaged LMDB \(CorruptedError" if how ==
-                "smashed page" else r"data.mdb is truncated \(\d+ of \d+ bytes\)")
+    expected = (
+        r"record \d+ \(in key order\): damaged LMDB \(CorruptedError"
+        if how == "smashed page"
+        else r"data.mdb is truncated \(\d+ of \d+ bytes\)"
+    )
     assert re.match(f"^{re.escape(db)}: {expected}", run.stdout), run.stdout
 
 
@@ -146,6 +153,7 @@ def test_an_unparsable_record_is_named(tmp_path, digits):
     with env.begin(write=True) as txn:
         txn.put(f"{MIDDLE:08d}".encode(), b"\xff\xff\xff not a protobuf")
     env.close()
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{db}: record {MIDDLE} .in key order.: not a Caffe2 TensorProtos"):
+    with pytest.raises(
+        ef.errors.DataError, match=f"^{db}: record {MIDDLE} .in key order.: not a Caffe2 TensorProtos"
+    ):
         ef.data.Caffe2LMDB(db)

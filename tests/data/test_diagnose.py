@@ -43,7 +43,7 @@ def _fit(trainer, data, **kw):
 
 BROKEN = {
     "corrupt": lambda raw: bytes(b ^ 0x5A for b in raw),
-    "truncated": lambda raw: raw[:len(raw) // 2],
+    "truncated": lambda raw: raw[: len(raw) // 2],
     "not an image": lambda raw: b"these are notes, not pixels\n",
     "empty": lambda raw: b"",
 }
@@ -79,8 +79,12 @@ def test_an_unreadable_file_is_named(tmp_path, xy):
         bad_early = _folder(early, (xy[0][:3], xy[1][:3]))[1]
         os.chmod(bad, 0)
         os.chmod(bad_early, 0)
-        proc = subprocess.run([sys.executable, str(PROGRAMS / "unreadable.py"), late, early, bad],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, str(PROGRAMS / "unreadable.py"), late, early, bad],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         errors = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:
@@ -119,8 +123,11 @@ def test_labels_outside_the_models_outputs(tmp_path, trainer, xy):
     x, y = xy
     y = y.copy()
     y[42] = 10
-    with pytest.raises(ef.errors.DataError, match=r"^y: label 10 \(at x\[42\]\) is outside the "
-                                                  "model's 10 outputs"):
+    with pytest.raises(
+        ef.errors.DataError,
+        match=r"^y: label 10 \(at x\[42\]\) is outside the "
+        "model's 10 outputs",
+    ):
         _fit(trainer, x, y=y)
     with pytest.raises(ef.errors.DataError, match=r"^y: label -1"):
         trainer.evaluate(x, np.where(y == 10, -1, y))
@@ -137,14 +144,18 @@ def test_labels_outside_the_models_outputs(tmp_path, trainer, xy):
 def test_broken_records_are_named(tmp_path, xy):
     x, y = xy
     pngs = [encode(a) for a in x[:20]]
-    rec = write_recordio(tmp_path / "r" / "d.rec", pngs, y[:20]) if os.makedirs(
-        tmp_path / "r") is None else None
+    rec = (
+        write_recordio(tmp_path / "r" / "d.rec", pngs, y[:20])
+        if os.makedirs(tmp_path / "r") is None
+        else None
+    )
     offsets = [int(line.split()[1]) for line in open(tmp_path / "r" / "d.idx")]
     with open(rec, "r+b") as f:
         f.seek(offsets[5])
         f.write(b"\0\0\0\0")
-    with pytest.raises(ef.errors.DataError, match=f"^{rec}: not a RecordIO record at byte "
-                                                  f"offset {offsets[5]}"):
+    with pytest.raises(
+        ef.errors.DataError, match=f"^{rec}: not a RecordIO record at byte offset {offsets[5]}"
+    ):
         ef.data.RecordIO(rec)
     tf = write_tfrecord(tmp_path / "t.tfrecord", pngs, y[:20], index=False)
     with open(tf, "r+b") as f:
@@ -163,8 +174,7 @@ def test_a_broken_lmdb_record_is_named(tmp_path, xy, trainer):
     pngs[-1] = b"\xff\xd8 not a JPEG"  # past the records probed up front
     db = write_lmdb(tmp_path / "db", pngs, xy[1])
     # Every record is checked on the host before a pipeline decodes any (test_lmdb_integrity.py).
-    with pytest.raises(ef.errors.DataError, match=f"^{db}: record {N - 1} .in key order.: "
-                                                  "not an image"):
+    with pytest.raises(ef.errors.DataError, match=f"^{db}: record {N - 1} .in key order.: not an image"):
         trainer.evaluate(db, batch_size=N)
 
 
@@ -184,8 +194,7 @@ def _snapshot(root):
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
             st = os.lstat(os.path.join(folder, name))
-            seen[os.path.join(folder, name)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                                st.st_mode)
+            seen[os.path.join(folder, name)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
     return seen
 
 

@@ -27,8 +27,12 @@ def huge_png(side: int = 32000) -> bytes:
         parts.append(z.compress(row))
     parts.append(z.flush())
     header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
-            + _png_chunk(b"IDAT", b"".join(parts)) + _png_chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", b"".join(parts))
+        + _png_chunk(b"IEND", b"")
+    )
 
 
 @pytest.fixture
@@ -44,10 +48,10 @@ def test_an_image_beyond_the_pixel_limit_is_named_before_dali_decodes_it(folder,
     root, y = folder
     big = root / str(y[5]) / "005-big.png"
     big.write_bytes(huge_png())
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{big}: PNG of 32000x32000 pixels, more than MAX_IMAGE_PIXELS"):
-        trainer.fit(ef.data.ImageFolder(root, image_size=(28, 28)), epochs=1, batch_size=13,
-                    verbose=0)
+    with pytest.raises(
+        ef.errors.DataError, match=f"^{big}: PNG of 32000x32000 pixels, more than MAX_IMAGE_PIXELS"
+    ):
+        trainer.fit(ef.data.ImageFolder(root, image_size=(28, 28)), epochs=1, batch_size=13, verbose=0)
 
 
 def test_the_pixel_limit_can_be_changed(monkeypatch):
@@ -71,6 +75,7 @@ def test_a_self_referencing_symlink_is_named(folder, trainer, where):
     root, y = folder
     loop = root / str(y[0]) / "loop.png" if where == "in a class folder" else root / "loop"
     os.symlink(loop.name, loop)
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{loop}: cannot be followed .Too many levels of symbolic links"):
+    with pytest.raises(
+        ef.errors.DataError, match=f"^{loop}: cannot be followed .Too many levels of symbolic links"
+    ):
         trainer.fit(str(root), epochs=1, batch_size=12, verbose=0)

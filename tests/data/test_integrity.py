@@ -42,20 +42,20 @@ def _rgb(image: np.ndarray) -> np.ndarray:
 
 
 def _put(data: bytes, at: int, new: bytes) -> bytes:
-    return data[:at] + new + data[at + len(new):]
+    return data[:at] + new + data[at + len(new) :]
 
 
 def _segment(jpeg: bytes, marker: int) -> int:
     """The offset of the first JPEG marker segment ``FF marker`` before the scan."""
     i = 2
     while jpeg[i + 1] != marker:
-        i += 2 + int.from_bytes(jpeg[i + 2:i + 4], "big")
+        i += 2 + int.from_bytes(jpeg[i + 2 : i + 4], "big")
     return i
 
 
 def _mid_scan(jpeg: bytes) -> int:
     sos = _segment(jpeg, 0xDA)
-    start = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
+    start = sos + 2 + int.from_bytes(jpeg[sos + 2 : sos + 4], "big")
     return (start + jpeg.rindex(b"\xff\xd9")) // 2
 
 
@@ -68,29 +68,48 @@ def _fix_crcs(png: bytes) -> bytes:
     """``png`` with every chunk's CRC made right again (the corruption is then only inside)."""
     out, i = bytearray(png), 8
     while i < len(out):
-        length = int.from_bytes(out[i:i + 4], "big")
-        out[i + 8 + length:i + 12 + length] = struct.pack(">I", zlib.crc32(out[i + 4:i + 8 + length]))
+        length = int.from_bytes(out[i : i + 4], "big")
+        out[i + 8 + length : i + 12 + length] = struct.pack(">I", zlib.crc32(out[i + 4 : i + 8 + length]))
         i += 12 + length
     return bytes(out)
 
 
-def _png(raw_rows: bytes, width: int, height: int, depth: int = 8, color: int = 0,
-         interlace: int = 0, palette: bytes = b"") -> bytes:
+def _png(
+    raw_rows: bytes,
+    width: int,
+    height: int,
+    depth: int = 8,
+    color: int = 0,
+    interlace: int = 0,
+    palette: bytes = b"",
+) -> bytes:
     """A PNG of already filtered rows (each with its filter byte), written by hand."""
+
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, interlace)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + (chunk(b"PLTE", palette) if palette else b"") + chunk(b"IDAT", zlib.compress(raw_rows))
-            + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + (chunk(b"PLTE", palette) if palette else b"")
+        + chunk(b"IDAT", zlib.compress(raw_rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _adam7(image: np.ndarray, depth: int = 8, color: int = 0) -> bytes:
     """An interlaced (Adam7) PNG of uint8/uint16 ``image`` (HxW or HxWxC)."""
     raw = b""
-    for x0, y0, dx, dy in [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
-                           (1, 0, 2, 2), (0, 1, 1, 2)]:
+    for x0, y0, dx, dy in [
+        (0, 0, 8, 8),
+        (4, 0, 8, 8),
+        (0, 4, 4, 8),
+        (2, 0, 4, 4),
+        (0, 2, 2, 4),
+        (1, 0, 2, 2),
+        (0, 1, 1, 2),
+    ]:
         part = image[y0::dy, x0::dx]
         if part.size:
             rows = part.astype(">u2" if depth == 16 else np.uint8).reshape(part.shape[0], -1)
@@ -101,10 +120,11 @@ def _adam7(image: np.ndarray, depth: int = 8, color: int = 0) -> bytes:
 def _png_rows(png: bytes, change) -> bytes:
     """``png`` with its inflated rows changed by ``change`` and deflated again (CRCs right)."""
     at = _chunk(png, b"IDAT")
-    length = int.from_bytes(png[at:at + 4], "big")
-    data = zlib.compress(change(zlib.decompress(png[at + 8:at + 8 + length])))
-    return _fix_crcs(png[:at] + struct.pack(">I", len(data)) + b"IDAT" + data + b"0000"
-                     + png[at + 12 + length:])
+    length = int.from_bytes(png[at : at + 4], "big")
+    data = zlib.compress(change(zlib.decompress(png[at + 8 : at + 8 + length])))
+    return _fix_crcs(
+        png[:at] + struct.pack(">I", len(data)) + b"IDAT" + data + b"0000" + png[at + 12 + length :]
+    )
 
 
 def _rle8_bmp(image: np.ndarray) -> bytes:
@@ -113,8 +133,9 @@ def _rle8_bmp(image: np.ndarray) -> bytes:
     rle += b"\0\1"
     palette = b"".join(bytes([v, v, v, 0]) for v in range(256))
     offset = 14 + 40 + len(palette)
-    info = struct.pack("<IiiHHIIiiII", 40, image.shape[1], image.shape[0], 1, 8, 1, len(rle),
-                       2835, 2835, 256, 0)
+    info = struct.pack(
+        "<IiiHHIIiiII", 40, image.shape[1], image.shape[0], 1, 8, 1, len(rle), 2835, 2835, 256, 0
+    )
     return b"BM" + struct.pack("<IHHI", offset + len(rle), 0, 0, offset) + info + palette + rle
 
 
@@ -127,45 +148,100 @@ _WEBP_LOSSLESS = ("webp", lambda a: _save(_rgb(a), "WEBP", lossless=True))
 # name: (extension and encoder, corruption, message). Comments: what DALI 2.4 does with it.
 CORRUPTIONS = {
     "jpeg segment length past its end": (  # crashes (SIGSEGV)
-        _JPEG, lambda b: _put(b, _segment(b, 0xDB) + 2, b"\xf0\x00"),
-        "JPEG segment FFDB at byte 20 has length 61440, past the end"),
+        _JPEG,
+        lambda b: _put(b, _segment(b, 0xDB) + 2, b"\xf0\x00"),
+        "JPEG segment FFDB at byte 20 has length 61440, past the end",
+    ),
     "jpeg frame header gone": (  # crashes
-        _JPEG, lambda b: _put(b, _segment(b, 0xC0) + 1, b"\xe5"), "scan before the frame header"),
+        _JPEG,
+        lambda b: _put(b, _segment(b, 0xC0) + 1, b"\xe5"),
+        "scan before the frame header",
+    ),
     "jpeg quantization table of zeros": (  # decodes silently to wrong pixels
-        _JPEG, lambda b: _put(b, _segment(b, 0xDB) + 5, bytes(64)), "quantization table 0 holds a zero"),
+        _JPEG,
+        lambda b: _put(b, _segment(b, 0xDB) + 5, bytes(64)),
+        "quantization table 0 holds a zero",
+    ),
     "jpeg Huffman table counts": (  # raises
-        _JPEG, lambda b: _put(b, _segment(b, 0xC4) + 5, b"\xff" * 16), "Huffman table segment"),
+        _JPEG,
+        lambda b: _put(b, _segment(b, 0xC4) + 5, b"\xff" * 16),
+        "Huffman table segment",
+    ),
     "jpeg stray marker in the scan": (  # decodes silently to wrong pixels
-        _JPEG, lambda b: _put(b, _mid_scan(b), b"\xff\x01"), "JPEG data where a marker should be"),
+        _JPEG,
+        lambda b: _put(b, _mid_scan(b), b"\xff\x01"),
+        "JPEG data where a marker should be",
+    ),
     "jpeg frame header in the scan": (  # decodes silently to wrong pixels
-        _JPEG, lambda b: _put(b, _mid_scan(b), b"\xff\xc0"), "JPEG segment FFC0 .* past the end"),
+        _JPEG,
+        lambda b: _put(b, _mid_scan(b), b"\xff\xc0"),
+        "JPEG segment FFC0 .* past the end",
+    ),
     "jpeg restart marker without interval": (  # decodes silently to wrong pixels
-        _JPEG, lambda b: _put(b, _mid_scan(b), b"\xff\xd3"), "restart marker FFD3 at byte \\d+ without"),
+        _JPEG,
+        lambda b: _put(b, _mid_scan(b), b"\xff\xd3"),
+        "restart marker FFD3 at byte \\d+ without",
+    ),
     "png bit depth 3": (  # crashes
-        _PNG, lambda b: _fix_crcs(_put(b, _chunk(b, b"IHDR") + 16, b"\x03")), "PNG IHDR invalid"),
+        _PNG,
+        lambda b: _fix_crcs(_put(b, _chunk(b, b"IHDR") + 16, b"\x03")),
+        "PNG IHDR invalid",
+    ),
     "png chunk length past the end": (  # crashes
-        _PNG, lambda b: _put(b, _chunk(b, b"IDAT"), b"\0\0\x7f\0"), "PNG chunk b'IDAT' .* runs past"),
+        _PNG,
+        lambda b: _put(b, _chunk(b, b"IDAT"), b"\0\0\x7f\0"),
+        "PNG chunk b'IDAT' .* runs past",
+    ),
     "png IDAT bytes changed": (  # raises
-        _PNG, lambda b: _put(b, _chunk(b, b"IDAT") + 30, b"\x5a" * 8), "PNG chunk IDAT .* fails its CRC"),
+        _PNG,
+        lambda b: _put(b, _chunk(b, b"IDAT") + 30, b"\x5a" * 8),
+        "PNG chunk IDAT .* fails its CRC",
+    ),
     "png IDAT bytes changed, CRC made right": (  # raises, or decodes silently to wrong pixels
-        _PNG, lambda b: _fix_crcs(_put(b, _chunk(b, b"IDAT") + 40, bytes(16))),
-        "PNG image data do not inflate"),
+        _PNG,
+        lambda b: _fix_crcs(_put(b, _chunk(b, b"IDAT") + 40, bytes(16))),
+        "PNG image data do not inflate",
+    ),
     "png rows missing, CRC made right": (  # raises
-        _PNG, lambda b: _png_rows(b, lambda raw: raw[:len(raw) // 2]), "PNG image data inflate to"),
+        _PNG,
+        lambda b: _png_rows(b, lambda raw: raw[: len(raw) // 2]),
+        "PNG image data inflate to",
+    ),
     "png unknown row filter": (  # raises
-        _PNG, lambda b: _png_rows(b, lambda raw: b"\x07" + raw[1:]), "PNG row with an unknown filter"),
+        _PNG,
+        lambda b: _png_rows(b, lambda raw: b"\x07" + raw[1:]),
+        "PNG row with an unknown filter",
+    ),
     "bmp bit count 7": (  # crashes
-        _BMP, lambda b: _put(b, 28, b"\x07\0"), "BMP header invalid .* 7 bits per pixel"),
+        _BMP,
+        lambda b: _put(b, 28, b"\x07\0"),
+        "BMP header invalid .* 7 bits per pixel",
+    ),
     "bmp unknown compression": (  # crashes
-        _BMP, lambda b: _put(b, 30, b"\x09\0\0\0"), "BMP header invalid .* compression 9"),
+        _BMP,
+        lambda b: _put(b, 30, b"\x09\0\0\0"),
+        "BMP header invalid .* compression 9",
+    ),
     "bmp info header size": (  # decodes silently to wrong pixels
-        _BMP, lambda b: _put(b, 14, b"\xc8\0\0\0"), "BMP info header of 200 bytes"),
+        _BMP,
+        lambda b: _put(b, 14, b"\xc8\0\0\0"),
+        "BMP info header of 200 bytes",
+    ),
     "bmp RLE8 flag on raw pixels": (  # decodes silently to wrong pixels
-        _BMP, lambda b: _put(b, 30, b"\x01\0\0\0"), "BMP RLE data"),
+        _BMP,
+        lambda b: _put(b, 30, b"\x01\0\0\0"),
+        "BMP RLE data",
+    ),
     "webp VP8 start code": (  # crashes
-        _WEBP, lambda b: _put(b, 23, b"\0\0\0"), "VP8 frame that is not a key frame"),
+        _WEBP,
+        lambda b: _put(b, 23, b"\0\0\0"),
+        "VP8 frame that is not a key frame",
+    ),
     "webp VP8L signature": (  # crashes
-        _WEBP_LOSSLESS, lambda b: _put(b, 20, b"\0"), "VP8L frame without its signature"),
+        _WEBP_LOSSLESS,
+        lambda b: _put(b, 20, b"\0"),
+        "VP8L frame without its signature",
+    ),
 }
 
 
@@ -189,8 +265,7 @@ def test_an_image_broken_inside_is_named_before_dali_decodes_it(tmp_path, digits
     with open(files[LATE], "wb") as f:
         f.write(bad)
     with pytest.raises(ef.errors.DataError, match=f"^{files[LATE]}: {message}"):
-        trainer.fit(ef.data.ImageFolder(tmp_path, color_mode="grayscale"), epochs=1, batch_size=N,
-                    verbose=0)
+        trainer.fit(ef.data.ImageFolder(tmp_path, color_mode="grayscale"), epochs=1, batch_size=N, verbose=0)
 
 
 def _unusual(image: np.ndarray) -> dict[str, bytes]:
@@ -198,8 +273,9 @@ def _unusual(image: np.ndarray) -> dict[str, bytes]:
     from PIL import Image
 
     big = np.kron(image, np.ones((8, 8), np.uint8))  # 224x224: several restart intervals
-    noisy = np.clip(_rgb(big).astype(int) + np.random.default_rng(0).integers(-30, 30, (224, 224, 3)),
-                    0, 255).astype(np.uint8)
+    noisy = np.clip(
+        _rgb(big).astype(int) + np.random.default_rng(0).integers(-30, 30, (224, 224, 3)), 0, 255
+    ).astype(np.uint8)
     exif = Image.Exif()
     exif[0x010F] = "easyfit"
     return {
@@ -207,8 +283,9 @@ def _unusual(image: np.ndarray) -> dict[str, bytes]:
         "restart_blocks.jpg": _save(noisy, "JPEG", restart_marker_blocks=3),
         "restart_rows_gray.jpg": _save(big, "JPEG", restart_marker_rows=1),
         "restart_progressive.jpg": _save(noisy, "JPEG", progressive=True, restart_marker_blocks=2),
-        "exif_icc_comment.jpg": _save(_rgb(image), "JPEG", exif=exif, icc_profile=bytes(3000),
-                                      comment=b"a comment"),
+        "exif_icc_comment.jpg": _save(
+            _rgb(image), "JPEG", exif=exif, icc_profile=bytes(3000), comment=b"a comment"
+        ),
         "subsampling_444.jpg": _save(_rgb(image), "JPEG", subsampling=0, quality=100),
         "interlaced.png": _adam7(image),
         "interlaced_rgb16.png": _adam7(_rgb(image).astype(np.uint16) * 257, depth=16, color=2),
@@ -240,8 +317,12 @@ def test_valid_unusual_images_pass(tmp_path, digits, trainer):
         assert file_problem(str(path), encoded_problem) is None, name
     assert b"\xff\xd3" in files["restart_blocks.jpg"] and b"\xff\xd3" in files["restart_rows_gray.jpg"]
     # and DALI decodes them all in one batch
-    history = trainer.fit(ef.data.ImageFolder(tmp_path, image_size=(28, 28), color_mode="grayscale"),
-                          epochs=1, batch_size=len(files), verbose=0)
+    history = trainer.fit(
+        ef.data.ImageFolder(tmp_path, image_size=(28, 28), color_mode="grayscale"),
+        epochs=1,
+        batch_size=len(files),
+        verbose=0,
+    )
     assert np.isfinite(history.history["loss"]).all()
 
 
@@ -255,8 +336,9 @@ def test_a_record_broken_inside_is_named(tmp_path, digits):
     source = ef.data.WebDataset(tar, color_mode="grayscale", image_size=(28, 28))
     loader = make_loader(source, ef.data.Plan(20, 20, shuffle=False), ef.trainer.Placement.create())
     try:
-        with pytest.raises(ef.errors.DataError,
-                           match=f"^{tar}: {LATE % 20:06d}: PNG image data do not inflate"):
+        with pytest.raises(
+            ef.errors.DataError, match=f"^{tar}: {LATE % 20:06d}: PNG image data do not inflate"
+        ):
             next(loader)
     finally:
         loader.close()
@@ -269,8 +351,13 @@ CASES = ["jpeg-segment-length-past-end", "bmp-bit-count-7"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "XLA_FLAGS": ""})
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "XLA_FLAGS": ""},
+    )
 
 
 @pytest.mark.slow

@@ -19,8 +19,9 @@ def test_a_nan_inside_a_npy_folder_is_named_like_in_arrays(floats, trainer):
     root, x, y = floats
     x[9, 4] = np.nan
     write_npy_folder(root, x, y)
-    with pytest.raises(ef.errors.DataError,
-                       match=rf"^{root}/1/00009.npy: holds NaN or inf \(first at element 4\)"):
+    with pytest.raises(
+        ef.errors.DataError, match=rf"^{root}/1/00009.npy: holds NaN or inf \(first at element 4\)"
+    ):
         trainer.fit(str(root), epochs=1, batch_size=16, verbose=0)
     with pytest.raises(ef.errors.DataError, match=r"^x holds NaN or inf \(first at sample 9\)"):
         ef.data.Arrays(x, y)
@@ -31,6 +32,7 @@ def test_a_fortran_order_npy_file_is_named(floats, trainer):
     x = np.random.default_rng(0).normal(size=(16, 4, 3)).astype(np.float32)
     write_npy_folder(root, x, y)
     np.save(root / "0" / "00004.npy", np.asfortranarray(x[4]))
-    with pytest.raises(ef.errors.DataError,
-                       match=rf"^{root}/0/00004.npy: a Fortran-order array; DALI's numpy decoder"):
+    with pytest.raises(
+        ef.errors.DataError, match=rf"^{root}/0/00004.npy: a Fortran-order array; DALI's numpy decoder"
+    ):
         trainer.fit(str(root), epochs=1, batch_size=16, verbose=0)

@@ -11,8 +11,14 @@ pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpre
 
 @pytest.fixture(scope="module")
 def by_devices(format_roots, mnist_idx):
-    return {n: last_json(run_program("formats_devices.py", mnist_idx, format_roots["lmdb"],
-                                     format_roots["recordio"], devices=n)) for n in (1, 4)}
+    return {
+        n: last_json(
+            run_program(
+                "formats_devices.py", mnist_idx, format_roots["lmdb"], format_roots["recordio"], devices=n
+            )
+        )
+        for n in (1, 4)
+    }
 
 
 def test_validation_split_and_index_driven_training_do_not_depend_on_devices(by_devices):

@@ -50,9 +50,10 @@ def test_a_tfrecord_label_changed_3_to_4_is_refused_by_its_data_crc(tmp_path, sa
     raw = open(path, "rb").read()
     label = raw.index(b"\x1a\x03\x0a\x01\x03", start)  # int64_list { value: 3 }
     _patch(path, label + 4, b"\x04")
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{path}: record {BAD} .byte offset {start}.: the CRC-32C of its "
-                             "data does not match"):
+    with pytest.raises(
+        ef.errors.DataError,
+        match=f"^{path}: record {BAD} .byte offset {start}.: the CRC-32C of its data does not match",
+    ):
         _all_labels(ef.data.TFRecord(path))
 
 
@@ -60,9 +61,9 @@ def test_a_damaged_tfrecord_length_is_refused_by_its_crc(tmp_path, sample):
     path = write_tfrecord(tmp_path / "d.tfrecord", *sample)
     start = _tfrecord_offsets(path)[BAD]
     _patch(path, start + 8, b"\0\0\0\0")  # the CRC of the length field
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{path}: record {BAD} .byte offset {start}.: the CRC of its "
-                             "length field"):
+    with pytest.raises(
+        ef.errors.DataError, match=f"^{path}: record {BAD} .byte offset {start}.: the CRC of its length field"
+    ):
         _all_labels(ef.data.TFRecord(path))
 
 
@@ -70,8 +71,7 @@ def test_a_recordio_record_with_a_damaged_magic_is_named_with_its_offset(tmp_pat
     rec = write_recordio(tmp_path / "d.rec", *sample)
     start = [int(line.split()[1]) for line in open(tmp_path / "d.idx")][BAD]
     _patch(rec, start, b"\0\0\0\0")
-    with pytest.raises(ef.errors.DataError,
-                       match=f"^{rec}: not a RecordIO record at byte offset {start} "):
+    with pytest.raises(ef.errors.DataError, match=f"^{rec}: not a RecordIO record at byte offset {start} "):
         ef.data.RecordIO(rec)
 
 
@@ -88,10 +88,13 @@ def test_a_recordio_length_past_the_next_record_is_named_with_its_offset(tmp_pat
 def test_a_truncated_webdataset_shard_is_reported_as_truncated(tmp_path, sample, cut):
     tar = write_webdataset(tmp_path / "d.tar", *sample)
     with tarfile.open(tar) as t:
-        image, label = t.getmembers()[2 * BAD:2 * BAD + 2]  # the members of record BAD
+        image, label = t.getmembers()[2 * BAD : 2 * BAD + 2]  # the members of record BAD
     raw = open(tar, "rb").read()
-    end = {"inside an image": image.offset_data + 10, "after a label's data":
-           label.offset_data + label.size, "at a member's end": label.offset_data + 512}[cut]
+    end = {
+        "inside an image": image.offset_data + 10,
+        "after a label's data": label.offset_data + label.size,
+        "at a member's end": label.offset_data + 512,
+    }[cut]
     with open(tar, "wb") as f:
         f.write(raw[:end])
     with pytest.raises(ef.errors.DataError, match=f"^{tar}: truncated tar file"):

@@ -86,11 +86,17 @@ def test_tfrecord_and_its_dali_index_read_back_through_dali(tmp_path, sample):
 
     def graph():
         features = fn.readers.tfrecord(
-            path=path, index_path=path + ".idx",
-            features={"image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
-                      "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1)})
-        return (fn.decoders.image(features["image/encoded"], output_type=types.GRAY),
-                features["image/class/label"])
+            path=path,
+            index_path=path + ".idx",
+            features={
+                "image/encoded": tfrec.FixedLenFeature((), tfrec.string, ""),
+                "image/class/label": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+            },
+        )
+        return (
+            fn.decoders.image(features["image/encoded"], output_type=types.GRAY),
+            features["image/class/label"],
+        )
 
     images, labels = _run(graph, len(x))
     np.testing.assert_array_equal(np.concatenate(labels), y)

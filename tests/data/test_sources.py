@@ -15,8 +15,13 @@ from tests.helpers.models import SmallMLP
 
 N_TRAIN, N_VAL = 1000, 300
 INDEXED = ["recordio", "tfrecord", "webdataset"]
-KIND = {"lmdb": "Caffe2LMDB", "recordio": "RecordIO", "tfrecord": "TFRecord",
-        "webdataset": "WebDataset", "npy": "NumpyFolder"}
+KIND = {
+    "lmdb": "Caffe2LMDB",
+    "recordio": "RecordIO",
+    "tfrecord": "TFRecord",
+    "webdataset": "WebDataset",
+    "npy": "NumpyFolder",
+}
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +105,12 @@ def test_lmdb_trains_and_evaluates_every_sample_once(roots, mnist_arrays):
         want = trainer.evaluate(reference, batch_size=batch_size)
         assert got["accuracy"] == pytest.approx(want["accuracy"], abs=1e-6)
         assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
-        np.testing.assert_allclose(trainer.predict(val, batch_size=batch_size),
-                                   trainer.predict(reference, batch_size=batch_size),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            trainer.predict(val, batch_size=batch_size),
+            trainer.predict(reference, batch_size=batch_size),
+            rtol=1e-5,
+            atol=1e-5,
+        )
 
 
 def test_every_format_trains_from_a_train_val_root(roots):
@@ -154,15 +162,16 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
     x, y = train_xy
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
     for shuffle in (False, True):  # 300 rows a chunk: 2 runs of 150; 7 runs an epoch: 4 chunks
-        plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0,
-                            steps_per_execution=3)
+        plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0, steps_per_execution=3)
         loader = make_loader(source, plan, ef.trainer.Placement.create())
         assert loader._pipelines._chunk_runs == 2  # noqa: SLF001
         assert loader.plan.chunks_per_epoch == 4
         try:
             for _ in range(2):
-                chunks = [{k: np.asarray(v) for k, v in next(loader).items()}
-                          for _ in range(loader.plan.chunks_per_epoch)]
+                chunks = [
+                    {k: np.asarray(v) for k, v in next(loader).items()}
+                    for _ in range(loader.plan.chunks_per_epoch)
+                ]
                 got = [np.concatenate([c[k][c["mask"]] for c in chunks]) for k in ("x", "y")]
                 if not shuffle:
                     np.testing.assert_array_equal(got[0], x)  # the LMDB's key order
@@ -194,12 +203,20 @@ def test_an_lmdb_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(roots, tmp_path
 
     crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
     with pytest.raises(Crash):
-        crashing.fit(train, epochs=2, batch_size=100, verbose=0,
-                     callbacks=[BackupAndRestore(tmp_path / "b", save_freq=2),
-                                LambdaCallback(on_train_batch_end=crash)])
+        crashing.fit(
+            train,
+            epochs=2,
+            batch_size=100,
+            verbose=0,
+            callbacks=[
+                BackupAndRestore(tmp_path / "b", save_freq=2),
+                LambdaCallback(on_train_batch_end=crash),
+            ],
+        )
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (1, 4) and point.position["dali"]
     resumed = fit([BackupAndRestore(tmp_path / "b", save_freq=2)])
-    for a, b in zip(jax.tree_util.tree_leaves(resumed.params),
-                    jax.tree_util.tree_leaves(reference.params), strict=True):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(resumed.params), jax.tree_util.tree_leaves(reference.params), strict=True
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

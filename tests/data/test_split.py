@@ -52,8 +52,15 @@ def test_a_split_root_uses_the_split_instead_of_its_val_folder(trainer, format_r
 
 def test_validation_data_wins_over_validation_split(trainer, xy):
     x, y = xy
-    history = trainer.fit(x[:800], y[:800], validation_data=(x[800:], y[800:]),
-                          validation_split=0.5, epochs=1, batch_size=100, verbose=0)
+    history = trainer.fit(
+        x[:800],
+        y[:800],
+        validation_data=(x[800:], y[800:]),
+        validation_split=0.5,
+        epochs=1,
+        batch_size=100,
+        verbose=0,
+    )
     again = trainer.evaluate(x[800:], y[800:], batch_size=100)
     assert again["loss"] == history.history["val_loss"][0]
 

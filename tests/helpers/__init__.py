@@ -14,14 +14,23 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
 
 
-def run_program(name: str, *args: str, devices: int = 1, timeout: float = 600,
-                env: dict | None = None) -> subprocess.CompletedProcess:
+def run_program(
+    name: str, *args: str, devices: int = 1, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Runs tests/programs/<name> in a fresh interpreter with ``devices`` CPU devices."""
-    full_env = {**os.environ, **(env or {}),
-                "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-                "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, str(PROGRAMS / name), *args], env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    full_env = {
+        **os.environ,
+        **(env or {}),
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.run(
+        [sys.executable, str(PROGRAMS / name), *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def last_json(proc: subprocess.CompletedProcess) -> dict:

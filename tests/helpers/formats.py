@@ -34,8 +34,7 @@ def encode(image: np.ndarray, fmt: str = "png") -> bytes:
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[..., 0]
     buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format=fmt.upper(),
-                                **({"lossless": True} if fmt == "webp" else {}))
+    Image.fromarray(image).save(buf, format=fmt.upper(), **({"lossless": True} if fmt == "webp" else {}))
     return buf.getvalue()
 
 
@@ -49,8 +48,7 @@ def caffe2_messages() -> dict:
 STRING, INT32, BYTE, FLOAT = 4, 2, 3, 1
 
 
-def write_lmdb(path: str | os.PathLike, images: Sequence[bytes | np.ndarray],
-               labels: Sequence[int]) -> str:
+def write_lmdb(path: str | os.PathLike, images: Sequence[bytes | np.ndarray], labels: Sequence[int]) -> str:
     """Caffe2 LMDB: ``TensorProtos`` of an encoded image (or raw HWC uint8 array) and a label."""
     import lmdb
 
@@ -62,8 +60,9 @@ def write_lmdb(path: str | os.PathLike, images: Sequence[bytes | np.ndarray],
             if isinstance(image, bytes):
                 img = m["TensorProto"](data_type=STRING, string_data=[image])
             else:
-                img = m["TensorProto"](data_type=BYTE, dims=list(image.shape),
-                                       byte_data=np.ascontiguousarray(image).tobytes())
+                img = m["TensorProto"](
+                    data_type=BYTE, dims=list(image.shape), byte_data=np.ascontiguousarray(image).tobytes()
+                )
             lab = m["TensorProto"](data_type=INT32, int32_data=[int(label)])
             txn.put(f"{i:08d}".encode(), m["TensorProtos"](protos=[img, lab]).SerializeToString())
     env.close()
@@ -74,8 +73,7 @@ def write_lmdb(path: str | os.PathLike, images: Sequence[bytes | np.ndarray],
 def _frame(payload: bytes) -> bytes:
     """dmlc RecordIOWriter::WriteRecord: split at every aligned magic, pad parts to 4 bytes."""
     words = len(payload) // 4
-    cuts = [i * 4 for i in range(words)
-            if struct.unpack_from("<I", payload, i * 4)[0] == MAGIC]
+    cuts = [i * 4 for i in range(words) if struct.unpack_from("<I", payload, i * 4)[0] == MAGIC]
     parts, start = [], 0
     for c in cuts:
         parts.append(payload[start:c])
@@ -89,8 +87,13 @@ def _frame(payload: bytes) -> bytes:
     return out
 
 
-def write_recordio(rec: str | os.PathLike, images: Sequence[bytes], labels: Sequence[float],
-                   ids: Sequence[int] | None = None, index: bool = True) -> str:
+def write_recordio(
+    rec: str | os.PathLike,
+    images: Sequence[bytes],
+    labels: Sequence[float],
+    ids: Sequence[int] | None = None,
+    index: bool = True,
+) -> str:
     """``.rec`` of IRHeader(flag=0, label, id, id2) + image records, and im2rec's ``.idx``."""
     rec = os.fspath(rec)
     offsets = []
@@ -112,9 +115,14 @@ def _masked_crc(data: bytes) -> int:
     return masked_crc(data)
 
 
-def write_tfrecord(path: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int],
-                   image_key: str = "image/encoded", label_key: str = "image/class/label",
-                   index: bool = True) -> str:
+def write_tfrecord(
+    path: str | os.PathLike,
+    images: Sequence[bytes],
+    labels: Sequence[int],
+    image_key: str = "image/encoded",
+    label_key: str = "image/class/label",
+    index: bool = True,
+) -> str:
     """TFRecord of ``tf.train.Example``s; the index (``<path>.idx``) by DALI's tfrecord2idx."""
     from easyfit.data.protos import tf_example
 
@@ -127,24 +135,27 @@ def write_tfrecord(path: str | os.PathLike, images: Sequence[bytes], labels: Seq
             ex.features.feature[label_key].int64_list.value.append(int(label))
             data = ex.SerializeToString()
             length = struct.pack("<Q", len(data))
-            f.write(length + struct.pack("<I", _masked_crc(length)) + data
-                    + struct.pack("<I", _masked_crc(data)))
+            f.write(
+                length + struct.pack("<I", _masked_crc(length)) + data + struct.pack("<I", _masked_crc(data))
+            )
     if index:
         tool = Path(sys.executable).parent / "tfrecord2idx"
-        subprocess.run([sys.executable, str(tool), path, path + ".idx"], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, str(tool), path, path + ".idx"], check=True, capture_output=True)
     return path
 
 
 # ---------------------------------------------------------------------------------- WebDataset
-def write_webdataset(tar: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int],
-                     ext: str = "png", start: int = 0) -> str:
+def write_webdataset(
+    tar: str | os.PathLike, images: Sequence[bytes], labels: Sequence[int], ext: str = "png", start: int = 0
+) -> str:
     """A tar shard of ``<key>.<ext>`` + ``<key>.cls`` members."""
     tar = os.fspath(tar)
     with tarfile.open(tar, "w") as t:
         for i, (image, label) in enumerate(zip(images, labels, strict=True)):
-            for name, data in ((f"{start + i:06d}.{ext}", image),
-                               (f"{start + i:06d}.cls", str(int(label)).encode())):
+            for name, data in (
+                (f"{start + i:06d}.{ext}", image),
+                (f"{start + i:06d}.cls", str(int(label)).encode()),
+            ):
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 t.addfile(info, io.BytesIO(data))
@@ -162,8 +173,7 @@ def write_npy_folder(root: str | os.PathLike, arrays: np.ndarray, labels: Sequen
 
 
 # ---------------------------------------------------------------------------- MNIST in a format
-def mnist_in(fmt: str, root: str | os.PathLike, data: dict, limit: tuple[int, int],
-             shards: int = 2) -> str:
+def mnist_in(fmt: str, root: str | os.PathLike, data: dict, limit: tuple[int, int], shards: int = 2) -> str:
     """MNIST (``data`` from ``ef.datasets.mnist_arrays``) as ``root/{train,val}`` in ``fmt``."""
     root = os.fspath(root)
     for split, n in zip(("train", "val"), limit, strict=True):
@@ -184,8 +194,7 @@ def mnist_in(fmt: str, root: str | os.PathLike, data: dict, limit: tuple[int, in
                 if fmt == "tfrecord":
                     write_tfrecord(os.path.join(out, f"mnist-{s}.tfrecord"), pngs[a:b], y[a:b])
                 else:
-                    write_webdataset(os.path.join(out, f"mnist-{s}.tar"), pngs[a:b], y[a:b],
-                                     start=a)
+                    write_webdataset(os.path.join(out, f"mnist-{s}.tar"), pngs[a:b], y[a:b], start=a)
         else:
             raise ValueError(fmt)
     return root
@@ -195,12 +204,15 @@ def write_idx_mnist(root: str | os.PathLike, data: dict) -> str:
     """``data`` (``{"train": (x, y), "val": (x, y)}``) as MNIST's four gzipped IDX files."""
     import gzip
 
-    names = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-             "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+    names = {
+        "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+        "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+    }
     os.makedirs(root, exist_ok=True)
     for split, (x, y) in data.items():
-        for name, arr in zip(names[split], (np.asarray(x, np.uint8).reshape(len(x), 28, 28),
-                                            np.asarray(y, np.uint8))):
+        for name, arr in zip(
+            names[split], (np.asarray(x, np.uint8).reshape(len(x), 28, 28), np.asarray(y, np.uint8))
+        ):
             head = b"\0\0\x08" + bytes([arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
             with gzip.open(os.path.join(root, name), "wb", compresslevel=1) as f:
                 f.write(head + arr.tobytes())

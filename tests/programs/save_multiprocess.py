@@ -22,8 +22,9 @@ ap.add_argument("port")
 ap.add_argument("out")
 args = ap.parse_args()
 
-ef.distributed.initialize(f"localhost:{args.port}", args.num_processes, args.process_id,
-                          heartbeat_timeout_seconds=10)
+ef.distributed.initialize(
+    f"localhost:{args.port}", args.num_processes, args.process_id, heartbeat_timeout_seconds=10
+)
 
 import optax  # noqa: E402
 
@@ -33,5 +34,10 @@ x, y = ef.datasets.sample()["train"]
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0, steps_per_execution=1)
 latest = ef.callbacks.ModelCheckpoint(str(Path(args.out) / "latest"), save_freq=1)
 print("training", flush=True)
-trainer.fit(ef.data.Arrays(x[:400], y[:400], scale=1 / 255), epochs=10_000, batch_size=100,
-            verbose=0, callbacks=[latest])
+trainer.fit(
+    ef.data.Arrays(x[:400], y[:400], scale=1 / 255),
+    epochs=10_000,
+    batch_size=100,
+    verbose=0,
+    callbacks=[latest],
+)

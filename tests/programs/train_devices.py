@@ -1,6 +1,6 @@
 """Trains the small MLP on an image folder on every (virtual) device; prints JSON figures.
 
-    python train_devices.py ROOT [--batch-size 200] [--epochs 2] [--steps-per-execution 1]
+python train_devices.py ROOT [--batch-size 200] [--epochs 2] [--steps-per-execution 1]
 """
 
 import argparse
@@ -25,8 +25,9 @@ ap.add_argument("--steps-per-execution", type=int, default=1)
 ap.add_argument("--save", default=None, help="write the trained parameters to this .npz")
 args = ap.parse_args()
 
-trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0,
-                     steps_per_execution=args.steps_per_execution)
+trainer = ef.Trainer(
+    SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0, steps_per_execution=args.steps_per_execution
+)
 try:
     history = trainer.fit(args.root, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
 except ValueError as e:  # batch_size not splitting over the devices
@@ -35,16 +36,24 @@ except ValueError as e:  # batch_size not splitting over the devices
 
 leaves = jax.tree_util.tree_leaves(trainer.params)
 replicas_identical = all(
-    all(np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
-        for s in leaf.addressable_shards) for leaf in leaves)
+    all(
+        np.array_equal(np.asarray(s.data), np.asarray(leaf.addressable_shards[0].data))
+        for s in leaf.addressable_shards
+    )
+    for leaf in leaves
+)
 predictions = trainer.predict(args.root + "/val")
 if args.save:
     np.savez(args.save, *jax.tree_util.tree_leaves(jax.device_get(trainer.params)))
-print(json.dumps({
-    "devices": jax.device_count(),
-    "shards_per_leaf": len(leaves[0].addressable_shards),
-    "val_accuracy": history.history["val_accuracy"][-1],
-    "replicas_identical": replicas_identical,
-    "predict_rows": int(predictions.shape[0]),
-    "param_sum": float(sum(np.asarray(leaf, np.float64).sum() for leaf in leaves)),
-}))
+print(
+    json.dumps(
+        {
+            "devices": jax.device_count(),
+            "shards_per_leaf": len(leaves[0].addressable_shards),
+            "val_accuracy": history.history["val_accuracy"][-1],
+            "replicas_identical": replicas_identical,
+            "predict_rows": int(predictions.shape[0]),
+            "param_sum": float(sum(np.asarray(leaf, np.float64).sum() for leaf in leaves)),
+        }
+    )
+)

@@ -25,12 +25,14 @@ ap.add_argument("num_processes", type=int)
 ap.add_argument("port")
 ap.add_argument("out")
 ap.add_argument("--epochs", type=int, default=2)
-ap.add_argument("--die-after-epoch", type=int, default=None,
-                help="process 1 exits (code 3) at the end of this epoch")
+ap.add_argument(
+    "--die-after-epoch", type=int, default=None, help="process 1 exits (code 3) at the end of this epoch"
+)
 args = ap.parse_args()
 
-ef.distributed.initialize(f"localhost:{args.port}", args.num_processes, args.process_id,
-                          heartbeat_timeout_seconds=10)
+ef.distributed.initialize(
+    f"localhost:{args.port}", args.num_processes, args.process_id, heartbeat_timeout_seconds=10
+)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -75,6 +77,14 @@ trainer.save(os.path.join(args.out, "ckpt"))  # every process takes part, as Orb
 if ef.distributed.is_main_process():
     leaves = jax.tree_util.tree_leaves(jax.device_get(trainer.params))
     np.savez(os.path.join(args.out, "params.npz"), *leaves)
-    print(json.dumps({"processes": jax.process_count(), "devices": jax.device_count(),
-                      "val_accuracy": history.history["val_accuracy"][-1],
-                      "evaluate": result, "predict_rows": int(predictions.shape[0])}))
+    print(
+        json.dumps(
+            {
+                "processes": jax.process_count(),
+                "devices": jax.device_count(),
+                "val_accuracy": history.history["val_accuracy"][-1],
+                "evaluate": result,
+                "predict_rows": int(predictions.shape[0]),
+            }
+        )
+    )

@@ -38,11 +38,18 @@ def report(batch, logs):
 
 
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=0)
-history = trainer.fit(train, epochs=2, batch_size=100, verbose=0,
-                      validation_data=(xv[:300], yv[:300]),
-                      callbacks=[ef.callbacks.BackupAndRestore(args.backup, save_freq=3),
-                                 ef.callbacks.LambdaCallback(
-                                     on_train_batch_end=report,
-                                     on_train_end=lambda logs: print("train end", flush=True))])
+history = trainer.fit(
+    train,
+    epochs=2,
+    batch_size=100,
+    verbose=0,
+    validation_data=(xv[:300], yv[:300]),
+    callbacks=[
+        ef.callbacks.BackupAndRestore(args.backup, save_freq=3),
+        ef.callbacks.LambdaCallback(
+            on_train_batch_end=report, on_train_end=lambda logs: print("train end", flush=True)
+        ),
+    ],
+)
 np.savez(args.out, *[np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(trainer.params)])
 print(json.dumps({"epochs": history.epoch, "step": int(trainer.state.step)}))

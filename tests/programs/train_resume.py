@@ -43,16 +43,30 @@ def report(batch, logs):
     time.sleep(args.delay)
 
 
-trainer = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=0,
-                     steps_per_execution=args.steps_per_execution)
-history = trainer.fit(train, epochs=args.epochs, batch_size=100, verbose=0,
-                      validation_data=(xv[:300], yv[:300]),
-                      callbacks=[ef.callbacks.BackupAndRestore(args.backup,
-                                                               save_freq=args.save_freq),
-                                 ef.callbacks.LambdaCallback(on_train_batch_end=report)])
+trainer = ef.Trainer(
+    SmallMLP(), optimizer=optax.adam(1e-3), seed=0, steps_per_execution=args.steps_per_execution
+)
+history = trainer.fit(
+    train,
+    epochs=args.epochs,
+    batch_size=100,
+    verbose=0,
+    validation_data=(xv[:300], yv[:300]),
+    callbacks=[
+        ef.callbacks.BackupAndRestore(args.backup, save_freq=args.save_freq),
+        ef.callbacks.LambdaCallback(on_train_batch_end=report),
+    ],
+)
 leaves = jax.tree_util.tree_leaves(trainer.params)
 np.savez(args.out, *[np.asarray(leaf) for leaf in leaves])
-print(json.dumps({"epochs": history.epoch,
-                  "last": {k: v[-1] for k, v in history.history.items()
-                           if k != "input_wait"},  # a timing, not a result
-                  "step": int(trainer.state.step)}))
+print(
+    json.dumps(
+        {
+            "epochs": history.epoch,
+            "last": {
+                k: v[-1] for k, v in history.history.items() if k != "input_wait"
+            },  # a timing, not a result
+            "step": int(trainer.state.step),
+        }
+    )
+)

@@ -13,5 +13,18 @@ from .recordio import RecordIO
 from .tfrecord import TFRecord
 from .webdataset import WebDataset
 
-__all__ = ["IMAGE_EXTENSIONS", "READER", "Arrays", "Caffe2LMDB", "ImageFolder", "IndexedSource",
-           "NumpyFolder", "ReaderSource", "RecordIO", "Source", "Subset", "TFRecord", "WebDataset"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "READER",
+    "Arrays",
+    "Caffe2LMDB",
+    "ImageFolder",
+    "IndexedSource",
+    "NumpyFolder",
+    "ReaderSource",
+    "RecordIO",
+    "Source",
+    "Subset",
+    "TFRecord",
+    "WebDataset",
+]

@@ -40,9 +40,15 @@ class Arrays(IndexedSource):
         easyfit.errors.DataError: x has 4 samples but y has 3
     """
 
-    def __init__(self, x: Any, y: Any = None, *, scale: float | None = None,
-                 class_names: Sequence[str] | None = None,
-                 augment: Callable[[Any], Any] | None = None):
+    def __init__(
+        self,
+        x: Any,
+        y: Any = None,
+        *,
+        scale: float | None = None,
+        class_names: Sequence[str] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+    ):
         x = np.asarray(x)
         if x.ndim < 1 or len(x) == 0:
             raise DataError(f"x: expected an array with one row per sample, got shape {x.shape}")
@@ -95,8 +101,7 @@ class Arrays(IndexedSource):
     def locate(self, index: int) -> str:
         return f"x[{index}]"
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
-              ) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         x, y = nodes  # as feed() returns them
         if self.x.ndim == 4:  # images: name the layout for DALI's image operators
             from nvidia.dali import fn

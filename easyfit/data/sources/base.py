@@ -134,8 +134,7 @@ class IndexedSource(Source):
         """Host inputs for the samples at ``indices`` (one entry per external source)."""
 
     @abc.abstractmethod
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
-              ) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         """DALI operators turning the fed nodes into ``(x, y)``.
 
         Args:
@@ -164,8 +163,15 @@ class ReaderSource(Source):
     """
 
     @abc.abstractmethod
-    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str,
-             draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    def read(
+        self,
+        *,
+        shard_id: int,
+        num_shards: int,
+        shuffle: bool,
+        device: str,
+        draws: dict[str, Any] | None = None,
+    ) -> tuple[Any, Any]:
         """DALI graph from a reader named :data:`READER` to ``(x, y)`` nodes on ``device``
         (``draws``: as for ``IndexedSource.graph``).
 
@@ -219,8 +225,7 @@ class Subset(IndexedSource):
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
-              ) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         return self.source.graph(*nodes, device=device, draws=draws)
 
     def known_labels(self) -> np.ndarray | None:

@@ -22,6 +22,7 @@ from .base import READER, ReaderSource
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
 
+
 def is_lmdb(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an LMDB environment directory (holds ``data.mdb``)."""
     return os.path.isfile(os.path.join(path, "data.mdb"))
@@ -68,11 +69,17 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         (200, (28, 28, 1), dtype('int32'))
     """
 
-    def __init__(self, path: str | os.PathLike, image_size: tuple[int, int] | None = None,
-                 color_mode: str | None = None, decoder: str = "auto",
-                 transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
-                 eval_crop: float | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
             raise DataError(f"{self.path}: no such directory")
@@ -87,13 +94,23 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         labels = np.concatenate([np.ravel(r[2]) for r in records])
         self._label_dtype = np.dtype(np.int32 if labels.dtype.kind in "iu" else np.float32)
         if self.encoded:
-            self._init_images(lambda: [(name, bytes(a)) for name, a, _ in records], image_size,
-                              color_mode, decoder, transform, self.path, normalize, eval_crop)
+            self._init_images(
+                lambda: [(name, bytes(a)) for name, a, _ in records],
+                image_size,
+                color_mode,
+                decoder,
+                transform,
+                self.path,
+                normalize,
+                eval_crop,
+            )
         else:
             refuse_random_crop(augment, self.path)
             if normalize is not None or eval_crop is not None:
-                raise ValueError(f"{self.path}: normalize and eval_crop apply to encoded images; "
-                                 "these records hold raw pixels")
+                raise ValueError(
+                    f"{self.path}: normalize and eval_crop apply to encoded images; "
+                    "these records hold raw pixels"
+                )
             self._init_raw(records, image_size, color_mode, transform)
 
     def _walk(self) -> int:
@@ -104,16 +121,22 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         with tempfile.NamedTemporaryFile(prefix="easyfit-lmdb-") as progress:
             progress.write(struct.pack("<q", -1))
             progress.flush()
-            run = subprocess.run([sys.executable, walker, self.path, progress.name],
-                                 capture_output=True, text=True, check=False)
+            run = subprocess.run(
+                [sys.executable, walker, self.path, progress.name],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             progress.seek(0)
             reached = struct.unpack("<q", progress.read(8))[0]
         if run.returncode != 0:
-            how = (signal.Signals(-run.returncode).name if run.returncode < 0
-                   else f"exit status {run.returncode}")
+            how = (
+                signal.Signals(-run.returncode).name
+                if run.returncode < 0
+                else f"exit status {run.returncode}"
+            )
             where = f"record {reached} (in key order)" if reached >= 0 else "its meta pages"
-            raise DataError(f"{self.path}: damaged LMDB: reading {where} crashed the reader "
-                            f"({how})")
+            raise DataError(f"{self.path}: damaged LMDB: reading {where} crashed the reader ({how})")
         out = json.loads(run.stdout)
         if "num" not in out:
             where = "" if out["record"] is None else f" record {out['record']} (in key order):"
@@ -138,10 +161,12 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                     if image.string_data:
                         data = np.frombuffer(image.string_data[0], np.uint8)
                     else:
-                        data = np.frombuffer(image.byte_data, np.uint8).reshape(
-                            [int(d) for d in image.dims])
-                    lab = (np.asarray(label.int32_data, np.int32) if label.int32_data
-                           else np.asarray(label.float_data, np.float32))
+                        data = np.frombuffer(image.byte_data, np.uint8).reshape([int(d) for d in image.dims])
+                    lab = (
+                        np.asarray(label.int32_data, np.int32)
+                        if label.int32_data
+                        else np.asarray(label.float_data, np.float32)
+                    )
                     yield data, lab
         finally:
             env.close()
@@ -149,8 +174,9 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def _probe(self) -> tuple[int, list[tuple[str, np.ndarray, np.ndarray]]]:
         """Number of records, and ``(name, image, label)`` of the first few."""
         num = self._walk()
-        return num, [(self.locate(k), image, label)
-                     for k, (image, label) in enumerate(self._records(SAMPLED))]
+        return num, [
+            (self.locate(k), image, label) for k, (image, label) in enumerate(self._records(SAMPLED))
+        ]
 
     def check(self) -> None:
         """Verifies every encoded record once (see the class docstring); raises DataError."""
@@ -178,12 +204,16 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         shapes = [r[1].shape if r[1].ndim == 3 else (*r[1].shape, 1) for r in records]
         stored = "grayscale" if shapes[0][2] == 1 else "rgb"
         if color_mode not in (None, stored):
-            raise DataError(f"{self.path}: color_mode={color_mode!r} but the records hold raw "
-                            f"{stored} pixels")
+            raise DataError(
+                f"{self.path}: color_mode={color_mode!r} but the records hold raw {stored} pixels"
+            )
         self.decoder, self.transform, self.color_mode = "cpu", transform, stored
         self.resize = image_size is not None
-        self.image_size = (tuple(image_size) if image_size is not None else
-                           self._common_size([r[0] for r in records], shapes, self.path))
+        self.image_size = (
+            tuple(image_size)
+            if image_size is not None
+            else self._common_size([r[0] for r in records], shapes, self.path)
+        )
 
     @property
     def num_samples(self) -> int:
@@ -193,22 +223,33 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def label_dtype(self) -> np.dtype:
         return self._label_dtype
 
-    def read(self, *, shard_id: int, num_shards: int, shuffle: bool, device: str,
-             draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    def read(
+        self,
+        *,
+        shard_id: int,
+        num_shards: int,
+        shuffle: bool,
+        device: str,
+        draws: dict[str, Any] | None = None,
+    ) -> tuple[Any, Any]:
         from nvidia.dali import fn, types
 
         # DALI's stub returns "a node, a sequence of nodes or None"; this reader gives two nodes
-        data, labels = fn.readers.caffe2(path=self.path, shard_id=shard_id,  # type: ignore[misc]
-                                         num_shards=num_shards, random_shuffle=shuffle,
-                                         pad_last_batch=True, name=READER)
+        data, labels = fn.readers.caffe2(
+            path=self.path,
+            shard_id=shard_id,  # type: ignore[misc]
+            num_shards=num_shards,
+            random_shuffle=shuffle,
+            pad_last_batch=True,
+            name=READER,
+        )
         if self.encoded:
             images = self.decode(data, device=device, draws=draws)
         else:
             images = fn.reshape(data, layout="HWC")
             images = images.gpu() if device == "gpu" else images
             if self.resize:
-                images = fn.resize(images, size=list(self.image_size),
-                                   dtype=types.DALIDataType.UINT8)
+                images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8)
             if self.transform is not None:
                 images = self.transform(images)
             if draws is not None:

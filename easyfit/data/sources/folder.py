@@ -14,8 +14,20 @@ from .base import IndexedSource
 
 __all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "entries", "scan_classes"]
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".pnm", ".ppm",
-                    ".pgm", ".pbm", ".jp2")
+IMAGE_EXTENSIONS = (
+    ".jpg",
+    ".jpeg",
+    ".png",
+    ".bmp",
+    ".webp",
+    ".tif",
+    ".tiff",
+    ".pnm",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+    ".jp2",
+)
 
 
 def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
@@ -41,9 +53,9 @@ def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
     return found
 
 
-def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
-                 class_names: Sequence[str] | None = None
-                 ) -> tuple[list[str], list[str], np.ndarray]:
+def scan_classes(
+    root: str, extensions: tuple[str, ...], what: str = "images", class_names: Sequence[str] | None = None
+) -> tuple[list[str], list[str], np.ndarray]:
     """``(class names, files, labels)`` of ``root/<class>/<file>`` with one of ``extensions``.
 
     ``class_names`` fixes the class names (and so the labels: their indices), e.g. those of the
@@ -57,26 +69,30 @@ def scan_classes(root: str, extensions: tuple[str, ...], what: str = "images",
     names = list(found if class_names is None else class_names)
     unknown = [c for c in found if c not in names]
     if unknown:
-        raise DataError(f"{os.path.join(root, unknown[0])}: not one of the classes "
-                        f"{names[:10]}{' ...' if len(names) > 10 else ''}")
+        raise DataError(
+            f"{os.path.join(root, unknown[0])}: not one of the classes "
+            f"{names[:10]}{' ...' if len(names) > 10 else ''}"
+        )
     files: list[str] = []
     labels: list[int] = []
     empty = []
     for name in found:
         label = names.index(name)
         folder = os.path.join(root, name)
-        found = sorted(e.path for e in entries(folder)
-                       if e.name.lower().endswith(extensions))
+        found = sorted(e.path for e in entries(folder) if e.name.lower().endswith(extensions))
         if not found and class_names is None:  # another split may lack a training class
             empty.append(folder)
         files += found
         labels += [label] * len(found)
     if not files:
-        raise DataError(f"{root}: no {what} in any class folder "
-                        f"(extensions looked for: {', '.join(extensions)})")
+        raise DataError(
+            f"{root}: no {what} in any class folder (extensions looked for: {', '.join(extensions)})"
+        )
     if empty:
-        raise DataError(f"{empty[0]}: class folder with no {what}"
-                        + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""))
+        raise DataError(
+            f"{empty[0]}: class folder with no {what}"
+            + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
+        )
     return names, files, np.asarray(labels, np.int32)
 
 
@@ -94,16 +110,20 @@ class ClassFiles(IndexedSource):
     files: list[str]
     labels: np.ndarray
 
-    def _init_files(self, root: str | os.PathLike, extensions: tuple[str, ...], what: str,
-                    class_names: Sequence[str] | None) -> None:
+    def _init_files(
+        self,
+        root: str | os.PathLike,
+        extensions: tuple[str, ...],
+        what: str,
+        class_names: Sequence[str] | None,
+    ) -> None:
         self.root = os.fspath(root)
-        self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what,
-                                                                 class_names)
+        self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what, class_names)
         encoded = [os.fsencode(f) for f in self.files]
         self._path_lengths = np.array([[len(e)] for e in encoded], np.int32)
         self._path_table = np.zeros((len(encoded), int(self._path_lengths.max())), np.uint8)
         for row, e in zip(self._path_table, encoded, strict=True):
-            row[:len(e)] = np.frombuffer(e, np.uint8)
+            row[: len(e)] = np.frombuffer(e, np.uint8)
         self._checked = np.zeros(len(self.files), bool)
 
     @property
@@ -191,21 +211,32 @@ class ImageFolder(EncodedImages, ClassFiles):
         (['0', '1', '2'], (28, 28, 1), 200)
     """
 
-    def __init__(self, root: str | os.PathLike, image_size: tuple[int, int] | None = None,
-                 color_mode: str | None = None, decoder: str = "auto",
-                 class_names: Sequence[str] | None = None,
-                 transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
-                 eval_crop: float | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        class_names: Sequence[str] | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ):
         self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
         self.augment = augment
-        self._init_images(lambda: [(self.files[i], read_file(self.files[i]))
-                                   for i in sample_positions(len(self.files))],
-                          image_size, color_mode, decoder, transform, self.root, normalize,
-                          eval_crop)
+        self._init_images(
+            lambda: [(self.files[i], read_file(self.files[i])) for i in sample_positions(len(self.files))],
+            image_size,
+            color_mode,
+            decoder,
+            transform,
+            self.root,
+            normalize,
+            eval_crop,
+        )
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
-              ) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         paths, lengths, labels = nodes  # as feed() returns them
         images = self.decode(self.read(paths, lengths), device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
@@ -219,5 +250,4 @@ class ImageFolder(EncodedImages, ClassFiles):
         return other
 
     def describe(self) -> str:
-        return (f"ImageFolder({self.root!r}: {self.num_samples} images, "
-                f"{len(self.class_names)} classes)")
+        return f"ImageFolder({self.root!r}: {self.num_samples} images, {len(self.class_names)} classes)"

@@ -54,7 +54,8 @@ def size_problem(path: str) -> str | None:
 
 def _tensor_protos() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "_easyfit_protos", os.path.join(os.path.dirname(__file__), os.pardir, "protos.py"))
+        "_easyfit_protos", os.path.join(os.path.dirname(__file__), os.pardir, "protos.py")
+    )
     assert spec is not None and spec.loader is not None
     protos = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(protos)
@@ -86,8 +87,10 @@ def walk(path: str, progress: str) -> dict:
                 except DecodeError:
                     protos = None
                 if protos is None or len(protos) < 2:
-                    return {"record": k, "problem": "not a Caffe2 TensorProtos of an image "
-                            "and a label (unparsable record)"}
+                    return {
+                        "record": k,
+                        "problem": "not a Caffe2 TensorProtos of an image and a label (unparsable record)",
+                    }
                 k += 1
                 more = cursor.next()
         env.close()

@@ -23,8 +23,10 @@ def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
             if version != (1, 0):
-                raise DataError(f"{path}: .npy format version {version[0]}.{version[1]}; DALI "
-                                "reads version 1.0 (what np.save writes)")
+                raise DataError(
+                    f"{path}: .npy format version {version[0]}.{version[1]}; DALI "
+                    "reads version 1.0 (what np.save writes)"
+                )
             shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             end = f.tell()
     except OSError as e:
@@ -34,8 +36,10 @@ def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
     if dtype.kind not in "biuf" or dtype.hasobject:
         raise DataError(f"{path}: dtype {dtype} is not numeric")
     if fortran and len(shape) > 1:
-        raise DataError(f"{path}: a Fortran-order array; DALI's numpy decoder reads C order "
-                        "only: save it with np.save(path, np.ascontiguousarray(a))")
+        raise DataError(
+            f"{path}: a Fortran-order array; DALI's numpy decoder reads C order "
+            "only: save it with np.save(path, np.ascontiguousarray(a))"
+        )
     return tuple(shape), dtype, end
 
 
@@ -73,18 +77,23 @@ class NumpyFolder(ClassFiles):
         (200, (28, 28, 1), dtype('uint8'), True)
     """
 
-    def __init__(self, root: str | os.PathLike, scale: float | None | str = "auto",
-                 augment: Callable[[Any], Any] | None = None,
-                 class_names: Sequence[str] | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        scale: float | None | str = "auto",
+        augment: Callable[[Any], Any] | None = None,
+        class_names: Sequence[str] | None = None,
+    ):
         self._init_files(root, (".npy",), "NumPy files", class_names)
-        headers = [(self.files[i], *_header(self.files[i])[:2])
-                   for i in sample_positions(len(self.files))]
+        headers = [(self.files[i], *_header(self.files[i])[:2]) for i in sample_positions(len(self.files))]
         first = headers[0]
         for name, shape, dtype in headers[1:]:
             if (shape, dtype) != first[1:]:
-                raise DataError(f"{self.root}: arrays differ ({first[0]} is {first[2]} "
-                                f"{first[1]}, {name} is {dtype} {shape}); every sample must "
-                                "have one shape and dtype")
+                raise DataError(
+                    f"{self.root}: arrays differ ({first[0]} is {first[2]} "
+                    f"{first[1]}, {name} is {dtype} {shape}); every sample must "
+                    "have one shape and dtype"
+                )
         self.sample_shape, self.dtype = first[1], first[2]
         if isinstance(scale, str):
             if scale != "auto":
@@ -94,8 +103,7 @@ class NumpyFolder(ClassFiles):
         refuse_random_crop(augment, self.root)
         self.augment = augment
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
-              ) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         from nvidia.dali import fn
 
         paths, lengths, labels = nodes  # as feed() returns them
@@ -130,10 +138,14 @@ class NumpyFolder(ClassFiles):
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
         other = NumpyFolder(path, scale=self.scale, class_names=self.class_names)
         if (other.sample_shape, other.dtype) != (self.sample_shape, self.dtype):
-            raise DataError(f"{other.root}: arrays are {other.dtype} {other.sample_shape} but "
-                            f"those of {self.root} are {self.dtype} {self.sample_shape}")
+            raise DataError(
+                f"{other.root}: arrays are {other.dtype} {other.sample_shape} but "
+                f"those of {self.root} are {self.dtype} {self.sample_shape}"
+            )
         return other
 
     def describe(self) -> str:
-        return (f"NumpyFolder({self.root!r}: {self.num_samples} arrays {self.dtype} "
-                f"{self.sample_shape}, {len(self.class_names)} classes)")
+        return (
+            f"NumpyFolder({self.root!r}: {self.num_samples} arrays {self.dtype} "
+            f"{self.sample_shape}, {len(self.class_names)} classes)"
+        )

@@ -15,8 +15,8 @@ from .records import RecordFiles, list_files
 __all__ = ["RecordIO"]
 
 MAGIC = 0xCED7230A
-_FRAME = struct.Struct("<II")       # magic, (continue flag << 29) | length
-_HEADER = struct.Struct("<IfQQ")    # IRHeader: flag, label, id, id2
+_FRAME = struct.Struct("<II")  # magic, (continue flag << 29) | length
+_HEADER = struct.Struct("<IfQQ")  # IRHeader: flag, label, id, id2
 
 
 def _index_file(rec: str) -> str | None:
@@ -39,8 +39,9 @@ def _read_index(idx: str, size: int) -> np.ndarray:
     return offsets
 
 
-def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
-          ) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
+def _walk(
+    fd: int, rec: str, size: int, offsets: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, ...]]]:
     """``(offsets, lengths, labels)`` of the records, reading their frame and IRHeader."""
     starts: list[int] = []
     lengths: list[int] = []
@@ -63,8 +64,10 @@ def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
                 raise DataError(f"{rec}: truncated record at byte offset {pos}")
             magic, word = _FRAME.unpack_from(head)
             if magic != MAGIC:
-                raise DataError(f"{rec}: not a RecordIO record at byte offset {pos} "
-                                f"(magic {magic:#x}, expected {MAGIC:#x})")
+                raise DataError(
+                    f"{rec}: not a RecordIO record at byte offset {pos} "
+                    f"(magic {magic:#x}, expected {MAGIC:#x})"
+                )
             flag, length = word >> 29, word & ((1 << 29) - 1)
             if label is None:
                 if length < _HEADER.size or len(head) < _FRAME.size + _HEADER.size:
@@ -76,10 +79,11 @@ def _walk(fd: int, rec: str, size: int, offsets: np.ndarray | None
             head = os.pread(fd, _FRAME.size, pos)
         if pos > size:
             raise DataError(f"{rec}: truncated record at byte offset {start}")
-        if offsets is not None and len(starts) + 1 < len(offsets) \
-                and pos > offsets[len(starts) + 1]:
-            raise DataError(f"{rec}: the record at byte offset {start} runs past the next one "
-                            f"(at {int(offsets[len(starts) + 1])}): damaged length")
+        if offsets is not None and len(starts) + 1 < len(offsets) and pos > offsets[len(starts) + 1]:
+            raise DataError(
+                f"{rec}: the record at byte offset {start} runs past the next one "
+                f"(at {int(offsets[len(starts) + 1])}): damaged length"
+            )
         starts.append(start)
         lengths.append(pos - start)
         labels.append(label)
@@ -114,11 +118,17 @@ class RecordIO(RecordFiles):
         (200, (28, 28, 1), dtype('int32'))
     """
 
-    def __init__(self, path: str | os.PathLike, image_size: tuple[int, int] | None = None,
-                 color_mode: str | None = None, decoder: str = "auto",
-                 transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
-                 eval_crop: float | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ):
         root = os.fspath(path)
         self.files = list_files(root, (".rec",), "RecordIO")
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -139,25 +149,28 @@ class RecordIO(RecordFiles):
             headers += hdrs
         self._set_ranges(parts)
         if any(h[0] != 0 for h in headers):
-            raise DataError(f"{root}: records with several labels (IRHeader flag > 0) are not "
-                            "supported; easyfit reads one label per image")
+            raise DataError(
+                f"{root}: records with several labels (IRHeader flag > 0) are not "
+                "supported; easyfit reads one label per image"
+            )
         labels = np.asarray([h[1] for h in headers], np.float32)
         if len(labels) and np.array_equal(labels, np.round(labels)):
             labels = labels.astype(np.int32)
-        self._init_records(root, labels, image_size, color_mode, decoder, transform, augment,
-                          normalize, eval_crop)
+        self._init_records(
+            root, labels, image_size, color_mode, decoder, transform, augment, normalize, eval_crop
+        )
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         payload, pos = [], 0
         while pos < len(raw):
             _, word = _FRAME.unpack_from(raw, pos)
             flag, length = word >> 29, word & ((1 << 29) - 1)
-            payload.append(raw[pos + _FRAME.size:pos + _FRAME.size + length])
+            payload.append(raw[pos + _FRAME.size : pos + _FRAME.size + length])
             pos += _FRAME.size + length + (-length % 4)
             if flag in (0, 3):
                 break
         data = struct.pack("<I", MAGIC).join(payload)  # parts were split at the magic number
-        return data[_HEADER.size:], None
+        return data[_HEADER.size :], None
 
     def describe(self) -> str:
         return f"RecordIO({self.root!r}: {self.num_samples} records)"

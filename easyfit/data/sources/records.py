@@ -55,11 +55,18 @@ class RecordFiles(EncodedImages, IndexedSource):
         self._file, self._offset = np.concatenate(files), np.concatenate(offsets)
         self._length = np.concatenate(lengths)
 
-    def _init_records(self, root: str, labels: np.ndarray | None,
-                      image_size: tuple[int, int] | None, color_mode: str | None, decoder: str,
-                      transform: Callable[[Any], Any] | None,
-                      augment: Callable[[Any], Any] | None, normalize: Any = None,
-                      eval_crop: float | None = None) -> None:
+    def _init_records(
+        self,
+        root: str,
+        labels: np.ndarray | None,
+        image_size: tuple[int, int] | None,
+        color_mode: str | None,
+        decoder: str,
+        transform: Callable[[Any], Any] | None,
+        augment: Callable[[Any], Any] | None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ) -> None:
         self.root = root
         self._fds: dict[int, int] = {}  # file index -> open descriptor, shared by DALI's threads
         self._fds_lock = threading.Lock()
@@ -76,8 +83,9 @@ class RecordFiles(EncodedImages, IndexedSource):
         else:
             self._label_dtype = labels.dtype
         named = [(self.locate(int(i)), image) for i, (image, _) in zip(picks, parsed, strict=True)]
-        self._init_images(lambda: named, image_size, color_mode, decoder, transform, root,
-                          normalize, eval_crop)
+        self._init_images(
+            lambda: named, image_size, color_mode, decoder, transform, root, normalize, eval_crop
+        )
 
     @abc.abstractmethod
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
@@ -100,8 +108,7 @@ class RecordFiles(EncodedImages, IndexedSource):
                 try:
                     fd = os.open(self.files[f], os.O_RDONLY)
                 except OSError as e:
-                    raise DataError(f"{self.files[f]}: cannot be read ({e.strerror or e})") \
-                        from None
+                    raise DataError(f"{self.files[f]}: cannot be read ({e.strerror or e})") from None
                 self._fds[f] = fd
             return fd
 
@@ -134,8 +141,7 @@ class RecordFiles(EncodedImages, IndexedSource):
             return images, self._labels[indices]
         return images, np.asarray(labels, self._label_dtype)
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None
-              ) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         encoded, labels = nodes  # as feed() returns them
         images = self.decode(encoded, device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
@@ -147,8 +153,7 @@ class RecordFiles(EncodedImages, IndexedSource):
     def locate(self, index: int) -> str:
         f = int(self._file[index])
         first = int(np.searchsorted(self._file, f))
-        return (f"{self.files[f]}: record {index - first} (byte offset "
-                f"{int(self._offset[index])})")
+        return f"{self.files[f]}: record {index - first} (byte offset {int(self._offset[index])})"
 
     def settings(self) -> dict[str, Any]:
         """Constructor arguments that give another split the same samples' form."""

@@ -42,7 +42,7 @@ def crc_problem(raw: bytes) -> str | None:
         return "the CRC of its length field does not match (damaged record)"
     if len(raw) != _FRAMING + n:
         return f"its length field says {n} bytes, its index {len(raw) - _FRAMING}"
-    if _CRC.unpack_from(raw, 12 + n)[0] != masked_crc(raw[12:12 + n]):
+    if _CRC.unpack_from(raw, 12 + n)[0] != masked_crc(raw[12 : 12 + n]):
         return "the CRC-32C of its data does not match (damaged record)"
     return None
 
@@ -119,12 +119,19 @@ class TFRecord(RecordFiles):
         (200, (28, 28, 1), 2)
     """
 
-    def __init__(self, path: str | os.PathLike, image_key: str = "image/encoded",
-                 label_key: str = "image/class/label", image_size: tuple[int, int] | None = None,
-                 color_mode: str | None = None, decoder: str = "auto",
-                 transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
-                 eval_crop: float | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        image_key: str = "image/encoded",
+        label_key: str = "image/class/label",
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ):
         root = os.fspath(path)
         self.image_key, self.label_key = image_key, label_key
         self.files = list_files(root, TFRECORD_SUFFIXES, "TFRecord")
@@ -139,8 +146,9 @@ class TFRecord(RecordFiles):
             parts.append((np.full(len(offsets), k, np.int32), offsets, lengths))
         self._set_ranges(parts)
         self._example = tf_example()
-        self._init_records(root, None, image_size, color_mode, decoder, transform, augment,
-                          normalize, eval_crop)
+        self._init_records(
+            root, None, image_size, color_mode, decoder, transform, augment, normalize, eval_crop
+        )
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         from google.protobuf.message import DecodeError
@@ -150,25 +158,28 @@ class TFRecord(RecordFiles):
             raise DataError(f"{self.locate(index)}: {problem}")
         n = _LENGTH.unpack_from(raw)[0]
         try:
-            features = self._example.FromString(raw[12:12 + n]).features.feature
+            features = self._example.FromString(raw[12 : 12 + n]).features.feature
         except DecodeError:
             raise DataError(f"{self.locate(index)}: not a tf.train.Example") from None
         if self.image_key not in features or self.label_key not in features:
-            raise DataError(f"{self.locate(index)}: no {self.image_key!r} and {self.label_key!r} "
-                            f"features (found {sorted(features)}); pass image_key= and "
-                            "label_key=")
+            raise DataError(
+                f"{self.locate(index)}: no {self.image_key!r} and {self.label_key!r} "
+                f"features (found {sorted(features)}); pass image_key= and "
+                "label_key="
+            )
         image, label = features[self.image_key], features[self.label_key]
         if not image.bytes_list.value:
             raise DataError(f"{self.locate(index)}: feature {self.image_key!r} holds no bytes")
         values = label.int64_list.value or label.float_list.value
         if len(values) != 1:
-            raise DataError(f"{self.locate(index)}: feature {self.label_key!r} holds "
-                            f"{len(values)} values; easyfit reads one label per image")
+            raise DataError(
+                f"{self.locate(index)}: feature {self.label_key!r} holds "
+                f"{len(values)} values; easyfit reads one label per image"
+            )
         return image.bytes_list.value[0], values[0]
 
     def settings(self) -> dict[str, Any]:
-        return {**self.image_settings(), "image_key": self.image_key,
-                "label_key": self.label_key}
+        return {**self.image_settings(), "image_key": self.image_key, "label_key": self.label_key}
 
     def describe(self) -> str:
         return f"TFRecord({self.root!r}: {self.num_samples} records in {len(self.files)} files)"

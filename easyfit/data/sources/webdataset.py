@@ -33,8 +33,10 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
         with tarfile.open(path, "r:") as tar:
             for m in tar:
                 if m.offset_data + m.size > size:
-                    raise DataError(f"{path}: truncated tar file (member {m.name} ends at byte "
-                                    f"{m.offset_data + m.size}, the file has {size})")
+                    raise DataError(
+                        f"{path}: truncated tar file (member {m.name} ends at byte "
+                        f"{m.offset_data + m.size}, the file has {size})"
+                    )
                 if not m.isfile():
                     continue
                 key, ext = _split(m.name)
@@ -47,21 +49,25 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
                     try:
                         labels[key] = int(text)
                     except ValueError:
-                        raise DataError(f"{path}: {m.name} holds {text[:20]!r}, not an integer "
-                                        "class label") from None
+                        raise DataError(
+                            f"{path}: {m.name} holds {text[:20]!r}, not an integer class label"
+                        ) from None
             tar.fileobj.seek(tar.offset)
             end = tar.fileobj.read(512)
             if len(end) < 512 or end.strip(b"\0"):
-                raise DataError(f"{path}: truncated tar file (no end-of-archive block after "
-                                f"byte {tar.offset})")
+                raise DataError(
+                    f"{path}: truncated tar file (no end-of-archive block after byte {tar.offset})"
+                )
     except (tarfile.TarError, OSError) as e:
         if "unexpected end of data" in str(e):
             raise DataError(f"{path}: truncated tar file ({e})") from None
         raise DataError(f"{path}: not a readable tar file ({e})") from None
     missing = [k for k in images if k not in labels]
     if missing:
-        raise DataError(f"{path}: sample {missing[0]!r} has an image but no .{label_ext} label"
-                        + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise DataError(
+            f"{path}: sample {missing[0]!r} has an image but no .{label_ext} label"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     keys = list(images)
     return [images[k] for k in keys], [labels[k] for k in keys], keys
 
@@ -99,11 +105,18 @@ class WebDataset(RecordFiles):
         (200, (28, 28, 1), 2)
     """
 
-    def __init__(self, path: str | os.PathLike, label_ext: str = "cls",
-                 image_size: tuple[int, int] | None = None, color_mode: str | None = None,
-                 decoder: str = "auto", transform: Callable[[Any], Any] | None = None,
-                 augment: Callable[[Any], Any] | None = None, normalize: Any = None,
-                 eval_crop: float | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        label_ext: str = "cls",
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+    ):
         root = os.fspath(path)
         self.label_ext = label_ext
         self.files = list_files(root, (".tar",), "WebDataset (.tar)")
@@ -115,8 +128,17 @@ class WebDataset(RecordFiles):
             labels += shard_labels
             self.keys += keys
         self._set_ranges(parts)
-        self._init_records(root, np.asarray(labels, np.int32), image_size, color_mode, decoder,
-                           transform, augment, normalize, eval_crop)
+        self._init_records(
+            root,
+            np.asarray(labels, np.int32),
+            image_size,
+            color_mode,
+            decoder,
+            transform,
+            augment,
+            normalize,
+            eval_crop,
+        )
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         return raw, None
