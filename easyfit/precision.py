@@ -90,8 +90,8 @@ class Precision:
         # arrays, not Python numbers (as Flax's annotations say): the step's carry keeps its types
         return DynamicScale(
             fin_steps=jnp.zeros((), jnp.int32),  # type: ignore[arg-type]
-            scale=jnp.asarray(2.0**15, jnp.float32),
-        )  # type: ignore[arg-type]
+            scale=jnp.asarray(2.0**15, jnp.float32),  # type: ignore[arg-type]
+        )
 
 
 def get_precision(precision: str | Precision) -> Precision:
