@@ -22,6 +22,7 @@ epochs after the first (median), and the first epoch's seconds include compilati
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -189,6 +190,119 @@ def part_loader(args) -> dict:
     return {"images_per_s": round(n / (time.perf_counter() - t)), "rows_per_chunk": rows}
 
 
+def part_overlap(args) -> dict:
+    """The input and the model together, as fit overlaps them: a thread runs the input (DALI's
+    pipeline alone, then easyfit's loader) while the main thread trains on a batch held on the
+    device. Each side's rate alone and together: what the GPU allows when both share it."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+
+    import easyfit as ef
+    from easyfit.data.loader import make_loader
+    from easyfit.parallel import Placement
+
+    name = args.models.split(",")[0]
+    state, step, _ = model_step(name, 10, args.batch_size)
+    x = jax.random.normal(jax.random.PRNGKey(1), (args.batch_size, 224, 224, 3), jnp.float16)
+    y = jnp.zeros((args.batch_size,), jnp.int32)
+
+    def train_for(seconds: float, depth: int = 10) -> float:
+        """Model steps for ``seconds``, at most ``depth`` of them queued on the GPU."""
+        nonlocal state
+        n, t, loss = 0, time.perf_counter(), None
+        while time.perf_counter() - t < seconds:
+            for _ in range(depth):
+                state, loss, _ = step(state, x, y)
+            loss.block_until_ready()
+            n += depth * args.batch_size
+        return n / (time.perf_counter() - t)
+
+    def raw_input(load=None):
+        pipe = train_pipeline(
+            os.path.join(args.root, "train"),
+            args.batch_size,
+            args.threads or (2 if args.cpu else 8),
+            None if args.cpu else 0,
+            None if args.cpu else load,
+        )
+        pipe.build()
+
+        def one() -> int:
+            images, _ = pipe.run()
+            jax.block_until_ready(
+                jnp.asarray(images.as_array()) if args.cpu else jax.dlpack.from_dlpack(images.as_tensor())
+            )
+            return args.batch_size
+
+        return one, lambda: None
+
+    def easyfit_input():
+        if args.hw_load is not None:
+            ef.data.images.HW_DECODER_LOAD = args.hw_load
+        aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
+        train = ef.data.ImageFolder(
+            os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
+        )
+        placement = Placement.create()
+        plan = ef.data.Plan(
+            len(train),
+            args.batch_size,
+            shuffle=True,
+            seed=0,
+            steps_per_execution=max(1, 6000 // args.batch_size),
+        )
+        loader = make_loader(
+            train,
+            plan,
+            placement,
+            training=True,
+            num_threads=args.threads,
+            pipelines_per_device=args.pipelines,
+        )
+        rows = plan.batch_size * plan.steps_per_execution
+
+        def one() -> int:
+            jax.block_until_ready(next(loader)["x"])
+            return rows
+
+        return one, loader.close
+
+    def together(one, depth: int = 10) -> tuple[float, float]:
+        counted, stop = [0], threading.Event()
+
+        def feed() -> None:
+            while not stop.is_set():
+                counted[0] += one()
+
+        thread = threading.Thread(target=feed)
+        t = time.perf_counter()
+        thread.start()
+        model_rate = train_for(args.seconds, depth)
+        stop.set()
+        thread.join()
+        return counted[0] / (time.perf_counter() - t), model_rate
+
+    train_for(1.0)  # compiled
+    out: dict = {"model_alone": round(train_for(args.seconds))}
+    loads = [None] if args.cpu else [0.0, 0.9, 1.0]
+    inputs = [(f"dali hw_decoder_load={load}", functools.partial(raw_input, load)) for load in loads]
+    for label, make in [*inputs, ("easyfit_loader", easyfit_input)]:
+        one, close = make()
+        for _ in range(3):
+            one()
+        n, t = 0, time.perf_counter()
+        while time.perf_counter() - t < args.seconds / 2:
+            n += one()
+        out[label] = {"input_alone": round(n / (time.perf_counter() - t))}
+        for depth in (1, 4, 16) if "0.9" in label or label == "easyfit_loader" else (16,):
+            input_rate, model_rate = together(one, depth)
+            out[label][f"model_queue={depth}"] = {"input": round(input_rate), "model": round(model_rate)}
+        close()
+    return out
+
+
 def part_loop(args) -> dict:
     """The hand-written loop, DALI's defaults (num_threads as in DALI's examples: 4)."""
     import jax
@@ -271,6 +385,7 @@ def part_fit(args) -> dict:
             seed=0,
             num_threads=args.threads,
             pipelines_per_device=args.pipelines,
+            steps_per_execution=args.spe,
         )
         timer = EpochTimer()
         history = trainer.fit(
@@ -336,6 +451,7 @@ PARTS = {
     "model": part_model,
     "pipeline": part_pipeline,
     "loader": part_loader,
+    "overlap": part_overlap,
     "loop": part_loop,
     "fit": part_fit,
 }
@@ -360,6 +476,9 @@ def main() -> None:
     ap.add_argument("--pipelines", type=int, default=None, help="fit: DALI pipelines per GPU")
     ap.add_argument(
         "--processes", type=int, default=1, help="fit: one process per GPU (ef.distributed) when > 1"
+    )
+    ap.add_argument(
+        "--spe", default="auto", type=lambda v: v if v == "auto" else int(v), help="fit: steps_per_execution"
     )
     ap.add_argument("--json", default=None)
     ap.add_argument("--part", default=None, help=argparse.SUPPRESS)
