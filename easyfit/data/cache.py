@@ -4,7 +4,8 @@ While the first full epoch streams through DALI, every decoded chunk is also kep
 at its end they are scattered, by sample index, into one array per output (replicated on every
 device, in the source's order). From then on each chunk is a gather of that epoch's indices (the
 same :class:`~easyfit.data.order.Plan`, so the same samples in the same steps as streaming):
-no input pipeline is left, and DALI's pipelines are released.
+no input pipeline is left, and DALI's pipelines are released. A source read by DALI's own reader
+cannot be replayed so: :mod:`easyfit.data.reader_cache` reads it once before the first epoch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from ..parallel import DATA_AXIS, Placement
 from .loader import Loader
 from .sources.base import ReaderSource, Source
 
-__all__ = ["CachedLoader", "cache_budget", "decide_cache"]
+__all__ = [
+    "CachedLoader",
+    "cache_budget",
+    "chunk_buffers",
+    "decide_cache",
+    "gather_rows",
+    "record_chunk",
+    "scatter_rows",
+]
 
 log = logging.getLogger("easyfit")
 
@@ -53,13 +62,10 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
     if cache is False:
         return False, "cache=False: streaming from DALI every epoch"
-    if isinstance(source, ReaderSource):
-        if cache is True:
-            raise ValueError(
-                f"cache=True: {source.describe()} is read by a DALI reader in its "
-                "own order, which the device cache cannot replay; use cache=False"
-            )
-        return False, "a DALI reader keeps its own order: streaming from DALI every epoch"
+    # a DALI reader's source is read once, unshuffled, before the first epoch (reader_cache.py)
+    when = (
+        "after one read by its DALI reader" if isinstance(source, ReaderSource) else "after the first epoch"
+    )
     if source.random:
         if cache is True:
             raise ValueError(
@@ -69,7 +75,7 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         return False, "random augmentation must run every epoch: streaming from DALI"
     if source.sample_nbytes is None:
         if cache is True:
-            return True, "cache=True: caching the decoded dataset after the first epoch"
+            return True, f"cache=True: caching the decoded dataset {when}"
         return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
     need = source.sample_nbytes * source.num_samples
     budget = _agreed(cache_budget(placement))
@@ -78,7 +84,7 @@ def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tup
         return False, (
             f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
         )
-    return True, f"caching the decoded dataset on the device after the first epoch ({size})"
+    return True, f"caching the decoded dataset on the device {when} ({size})"
 
 
 def _agreed(budget: int) -> int:
@@ -104,11 +110,11 @@ class CachedLoader:
         self._recorded: dict[str, jax.Array] | None = None  # the epoch's chunks, stream order
         self._orders: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
         self._data: dict[str, jax.Array] | None = None
-        self._gather = jax.jit(_gather, out_shardings=self.placement.data)
+        self._gather = jax.jit(gather_rows, out_shardings=self.placement.data)
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
         sharding = NamedSharding(self.placement.mesh, P(None, DATA_AXIS))
-        self._record = jax.jit(_record, donate_argnums=(0,), out_shardings=sharding)
-        self._allocate = jax.jit(_zeros, static_argnums=(0,), out_shardings=sharding)
+        self._record = jax.jit(record_chunk, donate_argnums=(0,), out_shardings=sharding)
+        self._allocate = jax.jit(chunk_buffers, static_argnums=(0,), out_shardings=sharding)
 
     def __iter__(self) -> CachedLoader:
         return self
@@ -161,7 +167,7 @@ class CachedLoader:
         index = np.concatenate([i for i, _ in self._orders])
         valid = np.concatenate([m for _, m in self._orders])
         index = np.where(valid, index, n).astype(np.int32)  # padding rows: out of range, dropped
-        scatter = jax.jit(_scatter, static_argnums=(2,), out_shardings=self.placement.replicated)
+        scatter = jax.jit(scatter_rows, static_argnums=(2,), out_shardings=self.placement.replicated)
         self._data = scatter(self._recorded, index, n)
         self._recorded = None  # released (not donated: no output has its shape)
         self._orders.clear()
@@ -176,18 +182,21 @@ class CachedLoader:
         self._orders.clear()
 
 
-def _zeros(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, jax.Array]:
+def chunk_buffers(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, jax.Array]:
+    """Zeros of each ``(key, shape, dtype)``: the chunks of a recording, before the first."""
     return {key: jnp.zeros(shape, dtype) for key, shape, dtype in shapes}
 
 
-def _record(
+def record_chunk(
     recorded: dict[str, jax.Array], chunk: dict[str, jax.Array], i: jax.Array
 ) -> dict[str, jax.Array]:
-    """``recorded`` with chunk ``i`` written in place (one compilation for the whole epoch)."""
+    """``recorded`` with chunk ``i`` written in place (one compilation for the whole recording)."""
     return {key: value.at[i].set(chunk[key]) for key, value in recorded.items()}
 
 
-def _scatter(recorded: dict[str, jax.Array], index: jax.Array, n: int) -> dict[str, jax.Array]:
+def scatter_rows(recorded: dict[str, jax.Array], index: jax.Array, n: int) -> dict[str, jax.Array]:
+    """The recorded rows of every output at their sample ``index`` in ``n`` rows (an index
+    past the end, a padding row, is dropped)."""
     out = {}
     for key, chunks in recorded.items():
         rows = chunks.reshape(-1, *chunks.shape[2:])
@@ -195,5 +204,6 @@ def _scatter(recorded: dict[str, jax.Array], index: jax.Array, n: int) -> dict[s
     return out
 
 
-def _gather(data: dict[str, jax.Array], index: jax.Array) -> dict[str, Any]:
+def gather_rows(data: dict[str, jax.Array], index: jax.Array) -> dict[str, Any]:
+    """The rows ``index`` of every cached output: a chunk from the device cache."""
     return {key: jnp.take(value, index, axis=0) for key, value in data.items()}

@@ -25,8 +25,9 @@ from .checks import check_labels
 from .loader import Loader
 from .order import Plan
 from .passes import Lease, PassLoaders
+from .reader_cache import ReaderCache, resume_mode
 from .resolve import split_layout, to_source
-from .sources.base import Source
+from .sources.base import ReaderSource, Source
 from .split import split_validation
 
 __all__ = ["DataDoor"]
@@ -145,26 +146,34 @@ class DataDoor:
         cache: bool | str = "auto",
         initial_epoch: int = 0,
         resume: _Resume | None = None,
-    ) -> tuple[Loader | CachedLoader, str]:
+    ) -> tuple[Loader | CachedLoader | ReaderCache, str]:
         """The training loader, and a sentence saying whether it caches and why.
 
         With ``resume``, its plan is checked against the saved one and the loader starts at
         its position; else at ``initial_epoch``. The caller closes the loader.
         """
         use_cache, why = decide_cache(cache, source, self.placement)
+        if isinstance(source, ReaderSource) and resume is not None:  # its order depends on caching
+            use_cache, why = resume_mode(cache, use_cache, why, resume.position)
         self.cache = cache
         log.info("easyfit: %s", why)
         plan = self.plan(source, batch_size, shuffle, cached=use_cache)
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
+        start = initial_epoch * plan.chunks_per_epoch
+        position = resume.position if resume is not None else None
+        if use_cache and isinstance(source, ReaderSource):
+            return ReaderCache(
+                source, plan, self.placement, start=start, position=position, **self.loader_options
+            ), why
         loader = Loader(
             source,
             plan,
             self.placement,
             training=True,
-            start=initial_epoch * plan.chunks_per_epoch,
-            position=resume.position if resume is not None else None,
+            start=start,
+            position=position,
             **self.loader_options,
         )
         return (CachedLoader(loader) if use_cache else loader), why

@@ -14,7 +14,8 @@ from ..parallel import Placement
 from .cache import CachedLoader, decide_cache
 from .loader import Loader
 from .order import Plan
-from .sources.base import Source
+from .reader_cache import ReaderCache
+from .sources.base import ReaderSource, Source
 
 __all__ = ["PassLoaders"]
 
@@ -42,9 +43,13 @@ class PassLoaders:
         key = (id(source), plan)
         hit = self._loaders.get(key)
         if hit is None or hit[0] is not source:
-            loader: Any = Loader(source, plan, self.placement, **self.options)
-            if decide_cache("auto" if cache is not False else False, source, self.placement)[0]:
-                loader = CachedLoader(loader)
+            loader: Any
+            if not decide_cache("auto" if cache is not False else False, source, self.placement)[0]:
+                loader = Loader(source, plan, self.placement, **self.options)
+            elif isinstance(source, ReaderSource):  # read once, then in the source's own order
+                loader = ReaderCache(source, plan, self.placement, **self.options)
+            else:
+                loader = CachedLoader(Loader(source, plan, self.placement, **self.options))
             hit = (source, loader)
             self._loaders[key] = hit
         return Lease(self._loaders, key, hit[1])

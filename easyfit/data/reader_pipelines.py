@@ -118,6 +118,9 @@ class ReaderPipelines:
         fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
         self.plan = ReaderPlan(**fields, chunks=chunks)
         self._sizes = shard_sizes(meta["epoch_size"], readers)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)])
+        #: Samples in one epoch, as the reader counts them.
+        self.num_samples = int(meta["epoch_size"])
         self._stick = bool(meta["stick_to_shard"])
         self._ids = ids
         self._readers = readers
@@ -194,12 +197,30 @@ class ReaderPipelines:
         c = iteration % self.plan.chunks_per_epoch
         return min(self._chunk_runs, self._epoch_runs - c * self._chunk_runs)
 
-    def _mask(self, shard_index: int, iteration: int) -> np.ndarray:
+    def _rows(self, shard_index: int, iteration: int) -> tuple[int, np.ndarray]:
+        """The shard a pipeline reads in chunk ``iteration``, and its rows' places in it."""
         epoch, c = divmod(iteration, self.plan.chunks_per_epoch)
         shard = self._ids[shard_index]
         if not self._stick:
             shard = (shard + epoch) % self._readers
-        return c * self._batch + np.arange(self._batch) < self._sizes[shard]
+        return shard, c * self._batch + np.arange(self._batch)
+
+    def _mask(self, shard_index: int, iteration: int) -> np.ndarray:
+        shard, rows = self._rows(shard_index, iteration)
+        return rows < self._sizes[shard]
+
+    def slots(self, iteration: int) -> jax.Array:
+        """Each row's sample in the reader's unshuffled order (shard ``k`` holds the samples
+        from ``k * n // shards`` on, in order), ``n`` for padding: laid out as
+        :meth:`produce`'s rows. Only meaningful when the plan does not shuffle: then the row
+        read as ``slots(i)[j]`` is the record at that place in the source's own order (an
+        LMDB's key order), whatever the number of pipelines (``easyfit.data.reader_cache``)."""
+        n = self.num_samples
+        parts = []
+        for k in range(len(self._pipes)):
+            shard, rows = self._rows(k, iteration)
+            parts.append(self._layout(np.where(rows < self._sizes[shard], self._starts[shard] + rows, n)))
+        return self.placement.shard_host_rows(np.concatenate(parts).astype(np.int32))
 
     def _layout(self, a: Any) -> Any:
         """Reading order -> shard-major rows, so that padding lands in the last steps."""

@@ -37,3 +37,16 @@ def test_reader_driven_evaluation_sees_every_record_once(by_devices):
         assert r["lmdb_eval"]["loss"] == pytest.approx(r["arrays_eval"]["loss"], rel=1e-5)
         assert r["reader_epochs_exact"] == [True, True, True]
         assert r["lmdb_fit_val_accuracy"] > 0.7
+
+
+def test_the_device_cache_of_a_reader_source_does_not_depend_on_devices(by_devices):
+    """Read once by one reader per device, through their padding: each epoch exactly the plan's
+    samples; a cached fit resumed mid-epoch ends bit for bit as one never stopped; the same
+    batches on 1 and 4 devices, so the same parameters up to the order of float sums."""
+    for r in by_devices.values():
+        assert r["reader_cache_exact"] == [True] * len(r["reader_cache_exact"])
+        assert r["cached_resumed_at"] == [1, 5, {"chunk": 11 + 5, "cached": True}]  # mid-epoch
+        assert r["cached_resume_exact"]
+        assert r["cached_accuracy"] > 0.7
+    one, four = by_devices[1]["cached_param_sum"], by_devices[4]["cached_param_sum"]
+    assert abs(one - four) < 1e-6 * max(1.0, abs(one))

@@ -11,6 +11,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
+from tests.helpers import Crash, crash_at
 from tests.helpers.models import SmallMLP
 
 N_TRAIN, N_VAL = 1000, 300
@@ -182,40 +183,31 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
 
 def test_an_lmdb_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(roots, tmp_path):
     """BackupAndRestore saves the reader pipelines' DALI checkpoints in the loader position;
-    a fit killed mid-epoch and restarted ends with the parameters of a fit never killed."""
-    from easyfit.callbacks import BackupAndRestore, LambdaCallback
+    a streaming fit killed mid-epoch and restarted ends with the parameters of a fit never
+    killed. Restarted with cache="auto", which would cache the LMDB, it streams as the backup's
+    fit did (the device cache orders the samples otherwise)."""
+    from easyfit.callbacks import BackupAndRestore
 
     train = os.path.join(roots["lmdb"], "train")
 
-    def fit(callbacks=()):
-        trainer = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
-        trainer.fit(train, epochs=2, batch_size=100, verbose=0, callbacks=list(callbacks))
+    def fit(callbacks=(), cache="auto", trainer=None):
+        trainer = trainer or ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
+        trainer.fit(train, epochs=2, batch_size=100, verbose=0, cache=cache, callbacks=list(callbacks))
         return trainer
 
-    reference = fit()
-
-    class Crash(RuntimeError):
-        pass
-
-    def crash(batch, logs):
-        if crashing.progress.epoch == 1 and batch == 3:
-            raise Crash
-
+    reference = fit(cache=False)
     crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
     with pytest.raises(Crash):
-        crashing.fit(
-            train,
-            epochs=2,
-            batch_size=100,
-            verbose=0,
-            callbacks=[
-                BackupAndRestore(tmp_path / "b", save_freq=2),
-                LambdaCallback(on_train_batch_end=crash),
-            ],
+        fit(
+            [BackupAndRestore(tmp_path / "b", save_freq=2), crash_at(crashing, 1, 3)],
+            cache=False,
+            trainer=crashing,
         )
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (1, 4) and point.position["dali"]
-    resumed = fit([BackupAndRestore(tmp_path / "b", save_freq=2)])
+    with pytest.raises(ValueError, match="written without the device cache.*resume with cache=False"):
+        fit([BackupAndRestore(tmp_path / "b")], cache=True)
+    resumed = fit([BackupAndRestore(tmp_path / "b", save_freq=2)])  # cache="auto"
     for a, b in zip(
         jax.tree_util.tree_leaves(resumed.params), jax.tree_util.tree_leaves(reference.params), strict=True
     ):

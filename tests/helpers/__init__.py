@@ -44,3 +44,19 @@ def flat_params(tree) -> np.ndarray:
     import jax
 
     return np.concatenate([np.asarray(a).ravel() for a in jax.tree_util.tree_leaves(tree)])
+
+
+class Crash(RuntimeError):
+    """What :func:`crash_at`'s callback raises."""
+
+
+def crash_at(trainer, epoch: int, batch: int):
+    """A callback that raises :class:`Crash` at the end of ``batch`` of ``epoch`` of
+    ``trainer``'s fit (a dispatch index), as a killed run would stop there."""
+    from easyfit.callbacks import LambdaCallback
+
+    def crash(b, logs):
+        if trainer.progress.epoch == epoch and b == batch:
+            raise Crash
+
+    return LambdaCallback(on_train_batch_end=crash)

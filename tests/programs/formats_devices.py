@@ -1,4 +1,5 @@
-"""Reader-driven (LMDB) and index-driven (RecordIO) sources on every (virtual) device.
+"""Reader-driven (LMDB, streamed and device-cached) and index-driven (RecordIO) sources on
+every (virtual) device.
 
     python formats_devices.py MNIST_IDX LMDB_ROOT RECORDIO_ROOT
 
@@ -7,6 +8,7 @@ Prints JSON figures on its last line.
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -16,7 +18,10 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import easyfit as ef  # noqa: E402
+from easyfit.callbacks import BackupAndRestore  # noqa: E402
 from easyfit.data.loader import make_loader  # noqa: E402
+from easyfit.data.reader_cache import ReaderCache  # noqa: E402
+from tests.helpers import Crash, crash_at  # noqa: E402
 from tests.helpers.models import SmallMLP  # noqa: E402
 
 mnist_idx, lmdb_root, recordio_root = sys.argv[1:4]
@@ -47,7 +52,43 @@ for _ in range(3):
         labels.append(np.asarray(chunk["y"])[np.asarray(chunk["mask"])])
     epochs_exact.append(sorted(np.concatenate(labels).tolist()) == sorted(arrays_val.y.tolist()))
 loader.close()
-lmdb_history = trainer.fit(lmdb_root, epochs=1, batch_size=96, verbose=0)
+lmdb_history = trainer.fit(lmdb_root, epochs=1, batch_size=96, verbose=0, cache=False)
+
+# The device cache of the LMDB, read once by one reader per device (each shard padded): every
+# epoch the plan's permutation of the key order, so the same batches on any number of devices.
+cached = ReaderCache(lmdb_val, plan, trainer.placement, pipelines=n)
+cache_exact = []
+for i in range(3 * plan.chunks_per_epoch):
+    index, mask = plan.chunk(i)
+    chunk = next(cached)
+    cache_exact.append(
+        bool(np.array_equal(np.asarray(chunk["mask"]), mask))
+        and bool(np.array_equal(np.asarray(chunk["x"]), arrays_val.x[index]))
+        and bool(np.array_equal(np.asarray(chunk["y"]), arrays_val.y[index]))
+    )
+cached.close()
+
+
+def cached_fit(callbacks=(), trainer=None):
+    t = trainer or ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
+    t.fit(lmdb_root + "/train", epochs=2, batch_size=96, verbose=0, cache=True, callbacks=list(callbacks))
+    return t
+
+
+uninterrupted = cached_fit()
+crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
+with tempfile.TemporaryDirectory() as tmp:
+    try:
+        cached_fit([BackupAndRestore(tmp + "/b", save_freq=2), crash_at(crashing, 1, 4)], trainer=crashing)
+    except Crash:
+        point = BackupAndRestore(tmp + "/b").restore_point()
+        resumed_at = [point.epoch, point.batch, point.position]
+    resumed = cached_fit([BackupAndRestore(tmp + "/b")])
+cached_leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(uninterrupted.params)]
+cached_resume_exact = all(
+    np.array_equal(a, np.asarray(b))
+    for a, b in zip(cached_leaves, jax.tree_util.tree_leaves(resumed.params), strict=True)
+)
 
 print(
     json.dumps(
@@ -62,6 +103,11 @@ print(
             "arrays_eval": arrays_eval,
             "reader_epochs_exact": epochs_exact,
             "lmdb_fit_val_accuracy": lmdb_history.history["val_accuracy"][-1],
+            "reader_cache_exact": cache_exact,
+            "cached_resume_exact": cached_resume_exact,
+            "cached_resumed_at": resumed_at,
+            "cached_param_sum": float(sum(a.astype(np.float64).sum() for a in cached_leaves)),
+            "cached_accuracy": uninterrupted.history.history["accuracy"][-1],
         }
     )
 )

@@ -156,8 +156,10 @@ class ReaderSource(Source):
 
     Each pipeline reads one contiguous shard (``shard_id``/``num_shards``), shuffled inside a
     buffer when training, and pads the shard's end with copies of its last sample
-    (``pad_last_batch``); the loader masks the padding. Batches depend on the number of
-    pipelines, and ``validation_split`` is not available (see docs/data-formats.md).
+    (``pad_last_batch``); the loader masks the padding. Streamed, batches depend on the number
+    of pipelines (the device cache reads the source once, unshuffled, and permutes it like an
+    indexed source's: ``easyfit.data.reader_cache``); ``validation_split`` is not available
+    (see docs/data-formats.md).
 
     Subclasses implement ``num_samples`` and :meth:`read`.
     """
