@@ -11,6 +11,10 @@ about 90 KiB each at quality 90, in 10 classes, nine tenths for training
 * ``model``: the train step alone, on one batch held on the device (the compute limit);
 * ``pipeline``: DALI alone, the training pipeline of the recipe (decode into a random crop,
   resize, flip, normalise) with ``hw_decoder_load`` and thread counts swept (the input limit);
+* ``loader``: easyfit's loader alone;
+* ``overlap``: the input (DALI alone, then easyfit's loader) in a thread while the main thread
+  trains on a batch held on the device, with at most 1, 4 or 16 steps queued: what each side
+  gets when both share the GPU;
 * ``loop``: the hand-written loop as DALI's documentation writes it: ``fn.readers.file``, mixed
   decode, the ``nvidia.dali.plugin.jax`` iterator, a jitted step, DALI's default settings;
 * ``fit``: ``Trainer.fit`` with the recipe of ``examples/imagenet_resnet.py``.
