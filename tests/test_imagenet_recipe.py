@@ -4,6 +4,7 @@ pipeline and device) that resumes exactly. Real JPEGs of varied sizes, written h
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import optax
 import pytest
@@ -160,8 +161,8 @@ def test_a_resumed_run_with_random_crops_ends_bit_exact(photos, tmp_path):
     with pytest.raises(Crash):
         run([BackupAndRestore(tmp_path / "b", save_freq=2), LambdaCallback(on_train_batch_end=crash)])
     resumed = run([BackupAndRestore(tmp_path / "b", save_freq=2)])
-    leaves = [np.asarray(a) for a in ef.trainer.jax.tree_util.tree_leaves(resumed.params)]
-    expected = [np.asarray(a) for a in ef.trainer.jax.tree_util.tree_leaves(reference.params)]
+    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(resumed.params)]
+    expected = [np.asarray(a) for a in jax.tree_util.tree_leaves(reference.params)]
     for a, b in zip(leaves, expected, strict=True):
         np.testing.assert_array_equal(a, b)  # bit for bit on CPU
 
