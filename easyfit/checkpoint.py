@@ -71,7 +71,7 @@ FORMAT = "easyfit-checkpoint"
 #: 2: with checksums (version 1 checkpoints load unchecked).
 VERSION = 2
 #: Plan fields that give a loader position its meaning (the number of devices does not).
-_PLAN_KEYS = ("num_samples", "batch_size", "shuffle", "seed", "steps_per_execution")
+_PLAN_KEYS = ("num_samples", "batch_size", "shuffle", "seed", "steps_per_execution", "epoch_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,8 +364,12 @@ class ResumePoint:
         saved = self.meta.get("plan")
         now = _plan_json(plan)
         assert now is not None
-        if saved is not None and saved != now:
-            diff = ", ".join(f"{k}: {saved.get(k)} -> {now[k]}" for k in _PLAN_KEYS if saved.get(k) != now[k])
+        if saved is None:
+            return
+        changed = [k for k in _PLAN_KEYS if saved.get(k) != now[k]]
+        if changed:  # a key older checkpoints lack (epoch_steps) reads as its default, None
+            names = {"epoch_steps": "steps_per_epoch"}
+            diff = ", ".join(f"{names.get(k, k)}: {saved.get(k)} -> {now[k]}" for k in changed)
             raise ValueError(
                 f"{self.source}: cannot resume exactly, the training data or its "
                 f"batching changed ({diff}); delete the backup to start afresh"

@@ -247,14 +247,20 @@ def compile_predict(
 
 
 def per_dispatch(
-    steps_per_execution: int | str, num_samples: int, batch_size: int, platform: str, cached: bool
+    steps_per_execution: int | str,
+    num_samples: int,
+    batch_size: int,
+    platform: str,
+    cached: bool,
+    epoch_steps: int | None = None,
 ) -> int:
     """Optimizer steps per dispatch: ``steps_per_execution``, or for ``"auto"`` about 6,000
     samples per dispatch when streaming and 12,800 from the device cache (GPUs), never more
-    than an epoch; on CPUs one step, as XLA runs convolutions slower inside a scan."""
+    than an epoch (``epoch_steps`` steps, or a pass over the data); on CPUs one step, as XLA
+    runs convolutions slower inside a scan."""
     if steps_per_execution != "auto":
         return int(steps_per_execution)
-    steps = -(-num_samples // batch_size)
+    steps = epoch_steps or -(-num_samples // batch_size)
     wanted = 1 if platform == "cpu" else round((12_800 if cached else 6_000) / batch_size)
     return min(steps, max(1, wanted))
 

@@ -168,6 +168,7 @@ class Trainer(TrainerState):
         cache: bool | str = "auto",
         class_weight: Mapping[int, float] | None = None,
         validation_freq: int | Sequence[int] = 1,
+        steps_per_epoch: int | None = None,
     ) -> History:
         """Trains for ``epochs`` epochs.
 
@@ -194,6 +195,12 @@ class Trainer(TrainerState):
             class_weight: ``{class index: weight}`` multiplying each training sample's loss.
             validation_freq: validate every that many epochs, or at the (1-based) epochs
                 listed; History holds ``val_*`` for those epochs only.
+            steps_per_epoch: an epoch of that many optimizer steps (default: one pass over the
+                data). The batches are those of fit without it: epoch 2 goes on where epoch 1
+                stopped, into the next pass and its fresh permutation, as Keras with a
+                repeating dataset; only where epochs end (logs, validation, callbacks) moves.
+                With ``steps_per_execution=k`` an epoch runs ``ceil(steps_per_epoch / k)``
+                dispatches (callbacks' ``steps``), the last one's extra steps skipped.
 
         ``BackupAndRestore`` (a callback's ``restore_point()``) resumes an earlier run, mid-epoch
         too. On Ctrl-C or SIGTERM fit stops after the step in progress, calls ``on_interrupt``
@@ -205,6 +212,7 @@ class Trainer(TrainerState):
         check_int("batch_size", batch_size, 1, none=True)
         check_int("epochs", epochs, 0)
         check_int("initial_epoch", initial_epoch, 0)
+        check_int("steps_per_epoch", steps_per_epoch, 1, none=True)
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         self._class_weight = class_weights(class_weight)
         validates = validation_epochs(validation_freq)
@@ -214,7 +222,13 @@ class Trainer(TrainerState):
         self.batch_size = batch_size
         resume = checkpoint.find_resume_point(callbacks or [])
         loader, why = self._data.train_loader(
-            train, batch_size, shuffle=shuffle, cache=cache, initial_epoch=initial_epoch, resume=resume
+            train,
+            batch_size,
+            shuffle=shuffle,
+            cache=cache,
+            initial_epoch=initial_epoch,
+            resume=resume,
+            steps_per_epoch=steps_per_epoch,
         )
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)

@@ -1,12 +1,13 @@
 """Training-time augmentation on the DALI side, with randomness that resumes exactly.
 
 Every random number an :class:`Augment` uses is a *draw*: per sample, a pure function of the
-Trainer's seed, the epoch and the sample's index (:meth:`Augment.sample`, a counter-based hash
-computed on the host and fed to DALI with the sample). So every pipeline, device and process
-draws its own numbers, the same sample gets the same crop whatever the number of devices, and a
-resumed run draws what the run never stopped drew. Sources read by DALI's own readers, which
-pick the order themselves, draw with DALI's random operators instead
-(:meth:`Augment.dali_draws`), seeded per reader shard and resumed by DALI's checkpoints.
+Trainer's seed, the data pass (the epoch, unless fit is given ``steps_per_epoch``) and the
+sample's index (:meth:`Augment.sample`, a counter-based hash computed on the host and fed to
+DALI with the sample). So every pipeline, device and process draws its own numbers, the same
+sample gets the same crop whatever the number of devices, and a resumed run draws what the run
+never stopped drew. Sources read by DALI's own readers, which pick the order themselves, draw
+with DALI's random operators instead (:meth:`Augment.dali_draws`), seeded per reader shard and
+resumed by DALI's checkpoints.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ class Augment:
         }
 
     def sample(self, seed: int, epoch: int, indices: np.ndarray) -> list[np.ndarray]:
-        """The draws of samples ``indices`` in ``epoch`` (one array per name, fed to DALI)."""
+        """The draws of samples ``indices`` in data pass ``epoch`` (one array per name, fed to
+        DALI)."""
         names = self.names()
         u = uniforms(seed, epoch, indices, len(names))
         ranges = self._ranges()

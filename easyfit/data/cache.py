@@ -1,11 +1,13 @@
 """Device-cached training: decode once with DALI, then shuffle and batch on the device.
 
-While the first full epoch streams through DALI, every decoded chunk is also kept on the device;
-at its end they are scattered, by sample index, into one array per output (replicated on every
-device, in the source's order). From then on each chunk is a gather of that epoch's indices (the
-same :class:`~easyfit.data.order.Plan`, so the same samples in the same steps as streaming):
-no input pipeline is left, and DALI's pipelines are released. A source read by DALI's own reader
-cannot be replayed so: :mod:`easyfit.data.reader_cache` reads it once before the first epoch.
+While the stream goes through DALI, every decoded chunk is also kept on the device until every
+sample has been seen (the first full epoch; more chunks when an epoch is shorter than a pass,
+``steps_per_epoch``, or starts mid-pass); they are then scattered, by sample index, into one
+array per output (replicated on every device, in the source's order). From then on each chunk
+is a gather of its indices (the same :class:`~easyfit.data.order.Plan`, so the same samples in
+the same steps as streaming): no input pipeline is left, and DALI's pipelines are released. A
+source read by DALI's own reader cannot be replayed so: :mod:`easyfit.data.reader_cache` reads
+it once before the first epoch.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from jax.sharding import PartitionSpec as P
 
 from ..parallel import DATA_AXIS, Placement
 from .loader import Loader
+from .order import Orders, Plan
 from .sources.base import ReaderSource, Source
 
 __all__ = [
     "CachedLoader",
     "cache_budget",
+    "chunks_to_cover",
     "chunk_buffers",
     "decide_cache",
     "gather_rows",
@@ -97,18 +101,19 @@ def _agreed(budget: int) -> int:
 
 
 class CachedLoader:
-    """Streams the first full epoch from ``loader`` while recording it, then gathers chunks from
-    device memory. Same interface as :class:`Loader`."""
+    """Streams from ``loader`` while recording, until every sample has been seen, then gathers
+    chunks from device memory. Same interface as :class:`Loader`."""
 
     def __init__(self, loader: Loader):
         self.loader = loader
         self.plan = loader.plan
         self.placement = loader.placement
         self.iteration = loader.iteration
-        cpe = self.plan.chunks_per_epoch
-        self._record_from = -(-self.iteration // cpe) * cpe  # first whole epoch from here
-        self._recorded: dict[str, jax.Array] | None = None  # the epoch's chunks, stream order
-        self._orders: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
+        self._orders = Orders(self.plan)
+        self._start = self.iteration
+        self._chunks = chunks_to_cover(self.plan, self.iteration, self._orders)  # to record
+        self._recorded: dict[str, jax.Array] | None = None  # the recorded chunks, stream order
+        self._indices: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
         self._data: dict[str, jax.Array] | None = None
         self._gather = jax.jit(gather_rows, out_shardings=self.placement.data)
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
@@ -126,8 +131,12 @@ class CachedLoader:
     def peek(self) -> dict[str, jax.Array]:
         return self.loader.peek() if self._data is None else self._next(peek=True)
 
-    #: Epochs before input comes as in every later one: the first streams while it records.
-    warmup_epochs = 1
+    @property
+    def warmup_epochs(self) -> int:
+        """Epochs before input comes as in every later one: those that stream while recording
+        (one, from an epoch's start, when an epoch is a pass)."""
+        cpe = self.plan.chunks_per_epoch
+        return -(-(self._start + self._chunks) // cpe) - self._start // cpe
 
     @property
     def waited(self) -> float:
@@ -140,22 +149,18 @@ class CachedLoader:
     def _next(self, peek: bool) -> dict[str, jax.Array]:
         if self._data is None:
             batch = next(self.loader)
-            if self.iteration >= self._record_from:
-                if self._recorded is None:
-                    shapes = tuple(
-                        (k, (self.plan.chunks_per_epoch, *batch[k].shape), str(batch[k].dtype))
-                        for k in ("x", "y")
-                    )
-                    self._recorded = self._allocate(shapes)
-                self._recorded = self._record(
-                    self._recorded, {k: batch[k] for k in ("x", "y")}, np.int32(len(self._orders))
-                )
-                self._orders.append(self.plan.chunk(self.iteration))
-                if len(self._orders) == self.plan.chunks_per_epoch:
-                    self._fill()
+            if self._recorded is None:
+                shapes = tuple((k, (self._chunks, *batch[k].shape), str(batch[k].dtype)) for k in ("x", "y"))
+                self._recorded = self._allocate(shapes)
+            self._recorded = self._record(
+                self._recorded, {k: batch[k] for k in ("x", "y")}, np.int32(len(self._indices))
+            )
+            self._indices.append(self.plan.chunk(self.iteration, self._orders))
+            if len(self._indices) == self._chunks:
+                self._fill()
             self.iteration += 1
             return batch
-        index, mask = self.plan.chunk(self.iteration)
+        index, mask = self.plan.chunk(self.iteration, self._orders)
         self.iteration += 0 if peek else 1
         rows = self.placement.shard_global_rows(index.astype(np.int32))
         batch = self._gather(self._data, rows)
@@ -164,13 +169,16 @@ class CachedLoader:
 
     def _fill(self) -> None:
         n = self.plan.num_samples
-        index = np.concatenate([i for i, _ in self._orders])
-        valid = np.concatenate([m for _, m in self._orders])
-        index = np.where(valid, index, n).astype(np.int32)  # padding rows: out of range, dropped
+        index = np.concatenate([i for i, _ in self._indices])
+        valid = np.concatenate([m for _, m in self._indices])
+        flat = np.where(valid, index, n)
+        first = np.unique(flat, return_index=True)[1]  # each sample once: its first row
+        index = np.full(len(flat), n, np.int32)  # padding and repeats: out of range, dropped
+        index[first] = flat[first]
         scatter = jax.jit(scatter_rows, static_argnums=(2,), out_shardings=self.placement.replicated)
         self._data = scatter(self._recorded, index, n)
         self._recorded = None  # released (not donated: no output has its shape)
-        self._orders.clear()
+        self._indices.clear()
         self.loader.close()
         log.info("easyfit: %d samples cached on the device; DALI pipelines released", n)
 
@@ -179,7 +187,30 @@ class CachedLoader:
         self.loader.close()
         self._recorded = None
         self._data = None
-        self._orders.clear()
+        self._indices.clear()
+
+
+def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int:
+    """How many chunks of the stream, from chunk ``start``, hold every sample at least once.
+
+    Example:
+        >>> from easyfit.data.cache import chunks_to_cover
+        >>> from easyfit.data.order import Plan
+        >>> chunks_to_cover(Plan(num_samples=10, batch_size=4), 0)  # a pass: 3 steps
+        3
+        >>> chunks_to_cover(Plan(num_samples=10, batch_size=4, shuffle=False, epoch_steps=2), 1)
+        3
+    """
+    orders = Orders(plan) if orders is None else orders
+    seen = np.zeros(plan.num_samples, bool)
+    left, count = plan.num_samples, 0
+    while left:
+        index, mask = plan.chunk(start + count, orders)
+        new = np.unique(index[mask])
+        left -= int(np.count_nonzero(~seen[new]))
+        seen[new] = True
+        count += 1
+    return count
 
 
 def chunk_buffers(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, jax.Array]:

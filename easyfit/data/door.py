@@ -122,11 +122,25 @@ class DataDoor:
         return to_source(data, y, like=like)
 
     # ---------------------------------------------------------------------------- batching
-    def plan(self, source: Source, batch_size: int, shuffle: bool, cached: bool = False) -> Plan:
-        """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``)."""
+    def plan(
+        self,
+        source: Source,
+        batch_size: int,
+        shuffle: bool,
+        cached: bool = False,
+        steps_per_epoch: int | None = None,
+    ) -> Plan:
+        """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``); an epoch is
+        ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None)."""
         self.placement.check_batch_size(batch_size)
+        epoch_steps = None if steps_per_epoch is None else int(steps_per_epoch)
         k = per_dispatch(
-            self.steps_per_execution, source.num_samples, batch_size, self.placement.platform, cached
+            self.steps_per_execution,
+            source.num_samples,
+            batch_size,
+            self.placement.platform,
+            cached,
+            epoch_steps=epoch_steps,
         )
         return Plan(
             source.num_samples,
@@ -135,6 +149,7 @@ class DataDoor:
             seed=self.seed,
             steps_per_execution=k,
             num_shards=self.placement.num_shards,
+            epoch_steps=epoch_steps,
         )
 
     def train_loader(
@@ -146,18 +161,20 @@ class DataDoor:
         cache: bool | str = "auto",
         initial_epoch: int = 0,
         resume: _Resume | None = None,
+        steps_per_epoch: int | None = None,
     ) -> tuple[Loader | CachedLoader | ReaderCache, str]:
         """The training loader, and a sentence saying whether it caches and why.
 
         With ``resume``, its plan is checked against the saved one and the loader starts at
-        its position; else at ``initial_epoch``. The caller closes the loader.
+        its position; else at ``initial_epoch``. ``steps_per_epoch``: an epoch of that many
+        steps of the stream (None: one pass). The caller closes the loader.
         """
         use_cache, why = decide_cache(cache, source, self.placement)
         if isinstance(source, ReaderSource) and resume is not None:  # its order depends on caching
             use_cache, why = resume_mode(cache, use_cache, why, resume.position)
         self.cache = cache
         log.info("easyfit: %s", why)
-        plan = self.plan(source, batch_size, shuffle, cached=use_cache)
+        plan = self.plan(source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch)
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch

@@ -1,26 +1,36 @@
-"""Sample order: a pure function of (seed, epoch), the same in every process.
+"""Sample order: a pure function of (seed, data pass), the same in every process.
 
-Every global batch is a slice of one permutation of the dataset's indices. Devices take
-consecutive rows of each global batch, so 1 process x 4 devices and 2 processes x 2 devices see
-the same batches, and resuming needs nothing but the position in the stream.
+The stream of steps is the concatenation of *data passes*: pass ``p`` is one permutation of the
+dataset's indices (a fresh one per pass), cut into ``ceil(num_samples / batch_size)`` global
+batches, the last one padded with masked rows. Devices take consecutive rows of each global
+batch, so 1 process x 4 devices and 2 processes x 2 devices see the same batches, and resuming
+needs nothing but the position in the stream.
+
+An *epoch* is one pass, or ``steps_per_epoch`` steps of the stream when fit is given it: then
+epoch ``e`` runs steps ``[e * steps_per_epoch, (e + 1) * steps_per_epoch)`` of the same stream,
+so an epoch starts where the last one stopped and crosses into the next pass as Keras does with
+a repeating dataset. Epoch boundaries move; the sequence of batches does not.
 
 The stream is cut into *chunks*: ``steps_per_execution`` consecutive steps that run in one
 dispatch. An epoch always ends on a chunk boundary; steps of the last chunk that fall past the end
-of the epoch are fully masked (and the train step skips them).
+of the epoch are fully masked (and the train step skips them), and the next epoch goes on with
+the step that follows the last one trained.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 
-__all__ = ["Plan", "epoch_permutation"]
+__all__ = ["Orders", "Plan", "epoch_permutation"]
 
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
-    """The order of the samples in one epoch.
+    """The order of the samples in one data pass (``epoch``: the pass's index, which is the
+    epoch's unless fit is given ``steps_per_epoch``).
 
     Example:
         >>> from easyfit.data.order import epoch_permutation
@@ -40,10 +50,11 @@ class Plan:
     Attributes:
         num_samples: samples in the dataset.
         batch_size: global batch size (all devices, all processes).
-        shuffle: a new permutation every epoch, or the source's own order.
+        shuffle: a new permutation every data pass, or the source's own order.
         seed: seed of the permutations.
         steps_per_execution: steps per chunk.
         num_shards: devices the global batch is split over (in mesh order).
+        epoch_steps: steps per epoch (fit's ``steps_per_epoch``); None: an epoch is one pass.
 
     Example:
         >>> from easyfit.data.order import Plan
@@ -53,6 +64,13 @@ class Plan:
         >>> idx, mask = plan.chunk(2)
         >>> idx.tolist(), mask.tolist()
         ([4, 0], [True, False])
+
+        With ``epoch_steps``, epochs cut the same stream of batches elsewhere: epoch 1 goes on
+        with the pass epoch 0 stopped in, then the next one.
+
+        >>> plan = Plan(num_samples=5, batch_size=2, shuffle=False, epoch_steps=2)
+        >>> [plan.chunk(i)[0].tolist() for i in range(4)]  # epochs 0 and 1
+        [[0, 1], [2, 3], [4, 0], [0, 1]]
     """
 
     num_samples: int
@@ -61,10 +79,16 @@ class Plan:
     seed: int = 0
     steps_per_execution: int = 1
     num_shards: int = 1
+    epoch_steps: int | None = None
+
+    @property
+    def steps_per_pass(self) -> int:
+        """Steps of one pass over the data (the last one partly masked)."""
+        return math.ceil(self.num_samples / self.batch_size)
 
     @property
     def steps_per_epoch(self) -> int:
-        return math.ceil(self.num_samples / self.batch_size)
+        return self.epoch_steps or self.steps_per_pass
 
     @property
     def chunks_per_epoch(self) -> int:
@@ -75,26 +99,82 @@ class Plan:
         """Rows of one chunk that one device receives (steps_per_execution x per-device batch)."""
         return self.steps_per_execution * self.batch_size // self.num_shards
 
-    def order(self, epoch: int) -> np.ndarray:
+    def order(self, data_pass: int) -> np.ndarray:
+        """The order of the samples in pass ``data_pass``."""
         if self.shuffle:
-            return epoch_permutation(self.num_samples, self.seed, epoch)
+            return epoch_permutation(self.num_samples, self.seed, data_pass)
         return np.arange(self.num_samples)
 
-    def chunk(self, iteration: int, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def steps(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
+        """The stream's step index of each of chunk ``iteration``'s steps, and which of them are
+        trained (the tail of an epoch's last chunk is not; it repeats the epoch's last step)."""
+        epoch, c = divmod(iteration, self.chunks_per_epoch)
+        t = c * self.steps_per_execution + np.arange(self.steps_per_execution)
+        n = self.steps_per_epoch
+        return epoch * n + np.minimum(t, n - 1), t < n
+
+    def passes(self, iteration: int) -> np.ndarray:
+        """The data pass of each row of chunk ``iteration`` (laid out as :meth:`chunk`)."""
+        return self._layout(iteration)[0]
+
+    def _layout(self, iteration: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pass, position in the pass, valid)`` of each row, flat and shard-major."""
+        steps, live = self.steps(iteration)
+        k, b, s = self.steps_per_execution, self.batch_size, self.num_shards
+        data_pass, j = np.divmod(steps, self.steps_per_pass)
+        pos = j[:, None] * b + np.arange(b)
+        mask = live[:, None] & (pos < self.num_samples)
+
+        def shard_major(a: np.ndarray) -> np.ndarray:
+            return a.reshape(k, s, b // s).swapaxes(0, 1).reshape(-1)
+
+        return shard_major(np.broadcast_to(data_pass[:, None], (k, b))), shard_major(pos), shard_major(mask)
+
+    def chunk(self, iteration: int, orders: Orders | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Sample indices and validity mask of one chunk, laid out shard-major.
 
         The flat result has ``steps_per_execution * batch_size`` rows: first all the rows of
         shard 0 (its slice of step 0, then of step 1, ...), then those of shard 1, and so on, so
-        that each device's rows are contiguous.
+        that each device's rows are contiguous. A masked row holds its pass's first sample.
+        ``orders``: the permutations, kept between calls (default: computed here).
         """
-        epoch, c = divmod(iteration, self.chunks_per_epoch)
-        if order is None:
-            order = self.order(epoch)
-        k, b, n = self.steps_per_execution, self.batch_size, self.num_samples
-        pos = (c * k * b + np.arange(k * b)).reshape(k, self.num_shards, b // self.num_shards)
-        mask = pos < n
-        idx = np.where(mask, order[np.minimum(pos, n - 1)], order[0])
-        return idx.swapaxes(0, 1).reshape(-1), mask.swapaxes(0, 1).reshape(-1)
+        orders = Orders(self) if orders is None else orders
+        data_pass, pos, mask = self._layout(iteration)
+        n = self.num_samples
+        idx = np.empty(len(pos), np.int64)
+        for p in np.unique(data_pass):
+            rows = data_pass == p
+            order = orders(int(p))
+            idx[rows] = np.where(mask[rows], order[np.minimum(pos[rows], n - 1)], order[0])
+        return idx, mask
 
     def epoch_of(self, iteration: int) -> int:
         return iteration // self.chunks_per_epoch
+
+
+class Orders:
+    """A plan's permutations, the latest few kept (a chunk reads one pass, or two where it
+    crosses from one into the next); safe to share between threads.
+
+    Example:
+        >>> from easyfit.data.order import Orders, Plan
+        >>> orders = Orders(Plan(num_samples=4, batch_size=2, seed=1))
+        >>> sorted(orders(3).tolist())
+        [0, 1, 2, 3]
+    """
+
+    KEEP = 3
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self._kept: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, data_pass: int) -> np.ndarray:
+        with self._lock:
+            order = self._kept.get(data_pass)
+            if order is None:
+                order = self._kept[data_pass] = self.plan.order(data_pass)
+                while len(self._kept) > self.KEEP:
+                    del self._kept[min(self._kept)]
+            return order

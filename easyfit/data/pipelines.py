@@ -3,7 +3,7 @@
 * :class:`FedPipelines`, for an :class:`~easyfit.data.sources.base.IndexedSource`: each pipeline
   is fed by an ``external_source`` whose callback asks the :class:`~easyfit.data.order.Plan`
   which samples make up the chunk DALI is preparing. The order is a pure function of (seed,
-  epoch), so a position is just a chunk index.
+  data pass), so a position is just a chunk index.
 * :class:`~easyfit.data.reader_pipelines.ReaderPipelines` (in its own module), for a
   :class:`~easyfit.data.sources.base.ReaderSource`: DALI's reader
   picks the order, one shard per pipeline. A position holds DALI's own pipeline checkpoints
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import threading
 from typing import Any
 
 import jax
@@ -30,7 +29,7 @@ from ..errors import DataError
 from ..parallel import Placement
 from .augment import Augment
 from .diagnose import batch_error
-from .order import Plan
+from .order import Orders, Plan
 from .sources.base import IndexedSource, Source
 
 __all__ = [
@@ -182,16 +181,10 @@ class _Feeder:
         self.start = start
         self.rows = rows
         self.parts = np.array_split(rows, -(-len(rows) // RUN_ROWS))
-        self._lock = threading.Lock()
-        self._order: tuple[int, np.ndarray] | None = None
+        self._orders = Orders(plan)
 
     def chunk(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
-        epoch = self.plan.epoch_of(iteration)
-        with self._lock:
-            if self._order is None or self._order[0] != epoch:
-                self._order = (epoch, self.plan.order(epoch))
-            order = self._order[1]
-        return self.plan.chunk(iteration, order)
+        return self.plan.chunk(iteration, self._orders)
 
     def __call__(self, info: Any) -> Any:
         chunk, part = divmod(info.iteration, len(self.parts))
@@ -201,7 +194,15 @@ class _Feeder:
         fed = tuple(self.source.feed(rows))
         if self.augment is None:
             return fed
-        return fed + tuple(self.augment.sample(self.plan.seed, self.plan.epoch_of(iteration), rows))
+        passes = self.plan.passes(iteration)[self.parts[part]]
+        draws: list[np.ndarray] = []
+        for p in np.unique(passes):  # a sample's draws: a function of (seed, pass, index)
+            these = passes == p
+            got = self.augment.sample(self.plan.seed, int(p), rows[these])
+            draws = draws or [np.empty((len(rows), *g.shape[1:]), g.dtype) for g in got]
+            for out, g in zip(draws, got, strict=True):
+                out[these] = g
+        return fed + tuple(draws)
 
 
 class FedPipelines:
@@ -291,7 +292,7 @@ class FedPipelines:
         return pipe
 
     def position(self, iteration: int) -> dict[str, Any]:
-        """The sample order is a pure function of (seed, epoch): a chunk index is enough."""
+        """The sample order is a pure function of (seed, data pass): a chunk index is enough."""
         return {"chunk": iteration}
 
     def produce(self, iteration: int) -> dict[str, jax.Array]:

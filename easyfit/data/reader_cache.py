@@ -132,7 +132,7 @@ class ReaderCache:
         n = self.plan.num_samples
         pipes = ReaderPipelines(
             self.source,
-            dataclasses.replace(self.plan, shuffle=False),
+            dataclasses.replace(self.plan, shuffle=False, epoch_steps=None),  # one whole pass
             self.placement,
             start=0,
             position=None,

@@ -33,17 +33,13 @@ __all__ = ["ReaderPipelines", "ReaderPlan"]
 
 @dataclasses.dataclass(frozen=True)
 class ReaderPlan(Plan):
-    """A Plan whose epoch length is the padded shard length of a reader (``chunks`` chunks)."""
+    """A Plan whose pass is the padded shard length of a reader: ``pass_steps`` steps."""
 
-    chunks: int = 1
-
-    @property
-    def chunks_per_epoch(self) -> int:
-        return self.chunks
+    pass_steps: int = 1
 
     @property
-    def steps_per_epoch(self) -> int:
-        return self.chunks * self.steps_per_execution
+    def steps_per_pass(self) -> int:
+        return self.pass_steps
 
 
 class ReaderPipelines:
@@ -51,6 +47,11 @@ class ReaderPipelines:
     shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
     share of the local devices. ``plan`` gives the batch size, steps per execution, seed and
     whether to shuffle; :attr:`plan` (a :class:`ReaderPlan`) adds the reader's epoch length.
+
+    The reader's stream is read in *units* of whole runs: a chunk each, or with
+    ``plan.epoch_steps`` (fit's ``steps_per_epoch``) a step each, so that an epoch can end
+    between two steps of a reader pass and the next epoch go on from there. A reader pass is
+    padded to whole units (the padding masked).
 
     Resume: a ``position`` from :meth:`position` holds each pipeline's DALI checkpoint
     (``Pipeline.checkpoint()``), and the pipelines are rebuilt from them (``checkpoint=``): the
@@ -87,7 +88,10 @@ class ReaderPipelines:
         ids = [jax.process_index() * per_process + k for k in range(per_process)]
         self._group = size
         batch = size * plan.rows_per_shard  # a pipeline's rows of each chunk
-        run = run_rows(batch)  # read in runs of at most RUN_ROWS rows
+        # a unit of the stream: a chunk, or a step when epochs may end between steps
+        self._unit_steps = plan.steps_per_execution if plan.epoch_steps is None else 1
+        self._unit = batch * self._unit_steps // plan.steps_per_execution  # rows of a unit
+        run = run_rows(self._unit)  # read in runs of at most RUN_ROWS rows
         threads = num_threads or default_num_threads(placement.platform, len(groups))
         saved = list((position or {}).get("dali") or [])
         if saved and len(saved) != len(ids):
@@ -110,13 +114,14 @@ class ReaderPipelines:
             for k, (shard, g) in enumerate(zip(ids, groups, strict=True))
         ]
         meta = self._pipes[0].reader_meta(READER)
-        # each shard, padded to whole runs; a chunk holds batch // run of them, the epoch's last
-        # chunk fewer (its other rows are masked copies)
-        self._epoch_runs = -(-(meta["epoch_size_padded"] // readers) // run)
+        # each shard, padded to whole runs; a unit holds unit // run of them, a pass's last unit
+        # fewer (its other rows are masked copies)
+        self._pass_runs = -(-(meta["epoch_size_padded"] // readers) // run)
+        self._unit_runs = self._unit // run
         self._chunk_runs = batch // run
-        chunks = -(-self._epoch_runs // self._chunk_runs)
+        self._pass_units = -(-self._pass_runs // self._unit_runs)
         fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
-        self.plan = ReaderPlan(**fields, chunks=chunks)
+        self.plan = ReaderPlan(**fields, pass_steps=self._pass_units * self._unit_steps)
         self._sizes = shard_sizes(meta["epoch_size"], readers)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)])
         #: Samples in one epoch, as the reader counts them.
@@ -124,7 +129,6 @@ class ReaderPipelines:
         self._stick = bool(meta["stick_to_shard"])
         self._ids = ids
         self._readers = readers
-        self._batch = batch
         self._checkpoints: dict[int, list[str]] = {}  # before chunk i, while it is unconsumed
         if saved:
             assert position is not None
@@ -132,11 +136,12 @@ class ReaderPipelines:
             return
         epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
         self.next = 0
-        skip = epoch * chunks + rest if position is None else int(position["chunk"])
+        skip = epoch * self.plan.chunks_per_epoch + rest if position is None else int(position["chunk"])
         for _ in range(skip):  # no checkpoint to resume from: read and drop
-            for _ in range(self._runs(self.next)):
-                for p in self._pipes:
-                    p.run()
+            for unit in self._units(self.next):
+                for _ in range(self._runs(unit)):
+                    for p in self._pipes:
+                        p.run()
             self.next += 1
 
     def _build(
@@ -192,22 +197,33 @@ class ReaderPipelines:
     def _checkpoint(self) -> list[str]:
         return [base64.b64encode(p.checkpoint()).decode("ascii") for p in self._pipes]
 
-    def _runs(self, iteration: int) -> int:
-        """Reader runs in chunk ``iteration`` (fewer in an epoch's last chunk)."""
-        c = iteration % self.plan.chunks_per_epoch
-        return min(self._chunk_runs, self._epoch_runs - c * self._chunk_runs)
+    def _units(self, iteration: int) -> list[int | None]:
+        """The stream's units in chunk ``iteration``: their indices, None for the steps past
+        the epoch's end (not read)."""
+        steps, live = self.plan.steps(iteration)
+        g = self._unit_steps
+        return [int(s) // g if ok else None for s, ok in zip(steps[::g], live[::g], strict=True)]
 
-    def _rows(self, shard_index: int, iteration: int) -> tuple[int, np.ndarray]:
-        """The shard a pipeline reads in chunk ``iteration``, and its rows' places in it."""
-        epoch, c = divmod(iteration, self.plan.chunks_per_epoch)
+    def _runs(self, unit: int | None) -> int:
+        """Reader runs in a unit (fewer in a pass's last unit, none past the epoch's end)."""
+        if unit is None:
+            return 0
+        return min(self._unit_runs, self._pass_runs - unit % self._pass_units * self._unit_runs)
+
+    def _rows(self, shard_index: int, unit: int | None) -> tuple[int, np.ndarray, np.ndarray]:
+        """The shard a pipeline reads in ``unit``, its rows' places in it, and which rows are
+        samples (not the shard's padding, nor past the epoch's end)."""
         shard = self._ids[shard_index]
+        if unit is None:
+            return shard, np.zeros(self._unit, np.int64), np.zeros(self._unit, bool)
+        data_pass, j = divmod(unit, self._pass_units)
         if not self._stick:
-            shard = (shard + epoch) % self._readers
-        return shard, c * self._batch + np.arange(self._batch)
+            shard = (shard + data_pass) % self._readers
+        rows = j * self._unit + np.arange(self._unit)
+        return shard, rows, rows < self._sizes[shard]
 
     def _mask(self, shard_index: int, iteration: int) -> np.ndarray:
-        shard, rows = self._rows(shard_index, iteration)
-        return rows < self._sizes[shard]
+        return np.concatenate([self._rows(shard_index, u)[2] for u in self._units(iteration)])
 
     def slots(self, iteration: int) -> jax.Array:
         """Each row's sample in the reader's unshuffled order (shard ``k`` holds the samples
@@ -218,8 +234,9 @@ class ReaderPipelines:
         n = self.num_samples
         parts = []
         for k in range(len(self._pipes)):
-            shard, rows = self._rows(k, iteration)
-            parts.append(self._layout(np.where(rows < self._sizes[shard], self._starts[shard] + rows, n)))
+            rows = [self._rows(k, u) for u in self._units(iteration)]
+            placed = [np.where(valid, self._starts[shard] + r, n) for shard, r, valid in rows]
+            parts.append(self._layout(np.concatenate(placed)))
         return self.placement.shard_host_rows(np.concatenate(parts).astype(np.int32))
 
     def _layout(self, a: Any) -> Any:
@@ -230,19 +247,23 @@ class ReaderPipelines:
             return a
         return a.reshape((k, g, -1) + a.shape[1:]).swapaxes(0, 1).reshape(a.shape)
 
-    def _chunk_of(self, pipe: Any, runs: int) -> tuple[Any, Any]:
-        """A pipeline's rows of a chunk: ``runs`` runs, then copies of the last one up to the
-        chunk's size (masked: past the shard's end)."""
-        outs = [self._runner.run(pipe, list) for _ in range(runs)]
-        return self._runner.join(outs + [outs[-1]] * (self._chunk_runs - runs))
+    def _chunk_of(self, pipe: Any, units: list[int | None]) -> tuple[Any, Any]:
+        """A pipeline's rows of a chunk: each unit's runs, then copies of the last one up to the
+        unit's size (masked: past the shard's end, or past the epoch's)."""
+        outs: list[tuple[Any, Any]] = []
+        for unit in units:
+            runs = self._runs(unit)
+            got = [self._runner.run(pipe, list) for _ in range(runs)]
+            outs += got + [(got or outs)[-1]] * (self._unit_runs - runs)
+        return self._runner.join(outs)
 
     def produce(self, iteration: int) -> dict[str, jax.Array]:
         """Chunk ``iteration`` of the stream: the pipelines' next runs, with their masks."""
         if iteration != self.next:
             raise RuntimeError(f"reader pipelines are at chunk {self.next}, not {iteration}")
         self._checkpoints = {iteration: self._checkpoint()}
-        runs = self._runs(iteration)
-        outputs = [self._chunk_of(p, runs) for p in self._pipes]
+        units = self._units(iteration)
+        outputs = [self._chunk_of(p, units) for p in self._pipes]
         self.next += 1
         masks = [self._layout(self._mask(k, iteration)) for k in range(len(self._pipes))]
         if self.on_gpu:

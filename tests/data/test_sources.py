@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 
-import jax
 import numpy as np
 import optax
 import pytest
 
 import easyfit as ef
 from easyfit.data.loader import make_loader
-from tests.helpers import Crash, crash_at
+from tests.helpers import Crash, crash_at, flat_params
 from tests.helpers.models import SmallMLP
 
 N_TRAIN, N_VAL = 1000, 300
@@ -181,10 +180,18 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
             loader.close()
 
 
-def test_an_lmdb_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(roots, tmp_path):
+@pytest.mark.parametrize(
+    ("steps_per_epoch", "epochs", "save_freq", "crash", "point"),
+    [(None, 2, 2, (1, 3), (1, 4)), (4, 3, 3, (2, 2), (2, 1))],
+    ids=["passes", "steps_per_epoch"],  # 4 steps an epoch: the backup before the pass's last step
+)
+def test_an_lmdb_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(
+    roots, tmp_path, steps_per_epoch, epochs, save_freq, crash, point
+):
     """BackupAndRestore saves the reader pipelines' DALI checkpoints in the loader position;
     a streaming fit killed mid-epoch and restarted ends with the parameters of a fit never
-    killed. Restarted with cache="auto", which would cache the LMDB, it streams as the backup's
+    killed (with steps_per_epoch too, its resumed epoch crossing from one reader pass into the
+    next). Restarted with cache="auto", which would cache the LMDB, it streams as the backup's
     fit did (the device cache orders the samples otherwise)."""
     from easyfit.callbacks import BackupAndRestore
 
@@ -192,23 +199,50 @@ def test_an_lmdb_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(roots, tmp_path
 
     def fit(callbacks=(), cache="auto", trainer=None):
         trainer = trainer or ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
-        trainer.fit(train, epochs=2, batch_size=100, verbose=0, cache=cache, callbacks=list(callbacks))
+        trainer.fit(
+            train,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            batch_size=100,
+            verbose=0,
+            cache=cache,
+            callbacks=list(callbacks),
+        )
         return trainer
 
     reference = fit(cache=False)
     crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
     with pytest.raises(Crash):
         fit(
-            [BackupAndRestore(tmp_path / "b", save_freq=2), crash_at(crashing, 1, 3)],
+            [BackupAndRestore(tmp_path / "b", save_freq=save_freq), crash_at(crashing, *crash)],
             cache=False,
             trainer=crashing,
         )
-    point = BackupAndRestore(tmp_path / "b").restore_point()
-    assert (point.epoch, point.batch) == (1, 4) and point.position["dali"]
+    saved = BackupAndRestore(tmp_path / "b").restore_point()
+    assert (saved.epoch, saved.batch) == point and saved.position["dali"]
     with pytest.raises(ValueError, match="written without the device cache.*resume with cache=False"):
         fit([BackupAndRestore(tmp_path / "b")], cache=True)
-    resumed = fit([BackupAndRestore(tmp_path / "b", save_freq=2)])  # cache="auto"
-    for a, b in zip(
-        jax.tree_util.tree_leaves(resumed.params), jax.tree_util.tree_leaves(reference.params), strict=True
-    ):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    resumed = fit([BackupAndRestore(tmp_path / "b", save_freq=save_freq)])  # cache="auto"
+    np.testing.assert_array_equal(flat_params(resumed.params), flat_params(reference.params))
+
+
+def test_an_lmdb_with_steps_per_epoch_reads_on_through_its_passes(roots):
+    """Epochs of steps_per_epoch steps read the reader's stream on (a pass: 10 steps), in the
+    order of a plain stream."""
+    source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
+
+    def labels(k, steps_per_epoch, chunks):
+        plan = ef.data.Plan(
+            source.num_samples, 100, seed=0, steps_per_execution=k, epoch_steps=steps_per_epoch
+        )
+        loader = make_loader(source, plan, ef.trainer.Placement.create())
+        try:
+            return np.concatenate(
+                [np.asarray(c["y"])[np.asarray(c["mask"])] for c in (next(loader) for _ in range(chunks))]
+            )
+        finally:
+            loader.close()
+
+    plain = labels(1, None, 30)
+    np.testing.assert_array_equal(labels(1, 4, 12), plain[:1200])
+    np.testing.assert_array_equal(labels(3, 13, 10), plain[:2600])  # 2 epochs of 13 steps (5 chunks)
