@@ -107,9 +107,50 @@ def test_argument_mistakes_are_value_or_type_errors_naming_the_argument(tmp_path
             lambda: ef.data.split_validation(ef.data.ImageFolder(tmp_path), 1.5),
         ),
         (ValueError, "^y: not used", lambda: ef.data.to_source(str(tmp_path), [1])),
-        (TypeError, "^x: expected a path", lambda: ef.data.to_source(object())),
+        (TypeError, "^x: object is not supported", lambda: ef.data.to_source(object())),
     ]
     for kind, message, call in mistakes:
         with pytest.raises(kind, match=message) as raised:
             call()
         assert not isinstance(raised.value, ef.errors.DataError), message
+
+
+def test_inputs_only_iterated_or_already_batched_are_refused_saying_what_is_supported():
+    """A generator, an iterator, a list of batches, tf.data- and torch-like objects: a TypeError
+    naming the argument and the kind, what to do instead and the kinds easyfit takes."""
+    x, y = np.zeros((8, 4), np.float32), np.arange(8) % 2
+    batches = [(x[:5], y[:5]), (x[5:], y[5:])]
+
+    class DatasetLike:  # tf.data.Dataset's interface (TensorFlow is not installed here)
+        element_spec = None
+
+        def as_numpy_iterator(self):
+            return iter(batches)
+
+    class DataLoader:  # torch.utils.data.DataLoader's
+        dataset, batch_size = None, 4
+
+        def __iter__(self):
+            return iter(batches)
+
+    trainer = ef.Trainer(SmallMLP())
+    cases = [
+        ("x: a Python generator of batches", lambda: trainer.fit((b for b in batches), verbose=0)),
+        ("x: a list of batches \\(tuples\\)", lambda: trainer.fit(batches, verbose=0)),
+        ("x: a list of batches \\(dicts\\)", lambda: trainer.fit([{"x": x, "y": y}], verbose=0)),
+        ("x: a list of 2 arrays of different shapes", lambda: trainer.predict([x[:5], x[5:]])),
+        ("x: a Python iterator of batches", lambda: trainer.evaluate(iter(batches))),
+        ("x: a tf.data.Dataset", lambda: trainer.fit(DatasetLike(), verbose=0)),
+        ("x: a torch DataLoader", lambda: trainer.fit(DataLoader(), verbose=0)),
+        (
+            "validation_data: a Python generator",
+            lambda: trainer.fit(x, y, validation_data=(b for b in batches), verbose=0),
+        ),
+        ("x: object is not supported", lambda: ef.data.to_source(object())),
+    ]
+    for message, call in cases:
+        with pytest.raises(TypeError, match="^" + message) as raised:
+            call()
+        text = str(raised.value)
+        assert "Supported: a folder or file path" in text and "docs/data.md" in text, text
+    assert ef.data.to_source([[0.0, 1.0], [2.0, 3.0]], [0, 1]).x.shape == (2, 2)  # rows: arrays

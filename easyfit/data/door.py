@@ -104,22 +104,23 @@ class DataDoor:
         self._train = train
         if validation_data is not None:
             if isinstance(validation_data, tuple) and len(validation_data) == 2:
-                return train, self.source(*validation_data)
-            return train, self.source(validation_data)
+                return train, self.source(*validation_data, argument="validation_data")
+            return train, self.source(validation_data, argument="validation_data")
         return train, (self.source(val_path) if val_path else None)
 
-    def source(self, data: Any, y: Any = None) -> Source:
+    def source(self, data: Any, y: Any = None, argument: str = "x") -> Source:
         """The source for ``data`` (the same one for the same path), with the training data's
-        settings (image size, color mode, ...) when of the same format."""
-        return self._resolve(data, y, like=self._train)
+        settings (image size, color mode, ...) when of the same format; ``argument`` names it
+        in errors."""
+        return self._resolve(data, y, like=self._train, argument=argument)
 
-    def _resolve(self, data: Any, y: Any, like: Source | None) -> Source:
+    def _resolve(self, data: Any, y: Any, like: Source | None, argument: str = "x") -> Source:
         if isinstance(data, (str, os.PathLike)):
             key = os.path.abspath(os.fspath(data))
             if key not in self._sources:
-                self._sources[key] = to_source(data, like=like)
+                self._sources[key] = to_source(data, like=like, argument=argument)
             return self._sources[key]
-        return to_source(data, y, like=like)
+        return to_source(data, y, like=like, argument=argument)
 
     # ---------------------------------------------------------------------------- batching
     def plan(

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from .detect import detect
+from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
 from .sources.base import Source, Subset
 
@@ -52,6 +53,7 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None, argument:
     """
     if isinstance(data, Source):
         return data
+    refuse(data, argument)  # generators, datasets, data loaders, lists of batches
     base = like.source if isinstance(like, Subset) else like
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
@@ -67,6 +69,4 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None, argument:
         return Arrays(*data, scale=scale)
     if hasattr(data, "__array__") or isinstance(data, list):
         return Arrays(data, y, scale=scale)
-    raise TypeError(
-        f"{argument}: expected a path, arrays or an easyfit.data source, got {type(data).__name__}"
-    )
+    raise unsupported(data, argument)
