@@ -24,7 +24,7 @@ class BackupAndRestore(Callback):
 
     A backup holds the whole training state (parameters, optimizer state, step, RNG key), the
     epoch's running metrics and the training loader's position. Sample order is a pure function
-    of (seed, epoch), so a run killed at any moment (even with SIGKILL) and started again with
+    of (seed, data pass), so a run killed at any moment (even with SIGKILL) and started again with
     the same command ends with the same parameters as a run never interrupted, bit for bit on
     CPU. Backups are written by Orbax into a temporary directory and renamed when complete (a
     half-written one is ignored), and asynchronously: training goes on while they are written.
@@ -34,8 +34,9 @@ class BackupAndRestore(Callback):
     runs: it gets a CheckpointError and touches nothing there.
 
     fit asks this callback for its ``restore_point`` before building the loader. Starting
-    again with other data, batch size, seed or ``steps_per_execution`` raises ValueError
-    (the backup would not mean the same samples); delete ``backup_dir`` to start afresh.
+    again with other data, batch size, seed, ``steps_per_execution`` or ``steps_per_epoch``
+    raises ValueError (the backup would not mean the same samples); delete ``backup_dir`` to
+    start afresh.
 
     On Ctrl-C, a backup of the last completed step is written before the KeyboardInterrupt
     goes through. Other callbacks' own counters (EarlyStopping's patience, ...) are not backed
