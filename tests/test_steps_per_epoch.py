@@ -19,7 +19,7 @@ from easyfit.callbacks import BackupAndRestore, Callback
 from tests.helpers import Crash, crash_at, flat_params, last_json, run_program
 from tests.helpers.formats import mnist_in
 from tests.helpers.models import SmallMLP
-from tests.helpers.stream import Recorder, fit_indexed, passes
+from tests.helpers.stream import Recorder, fit_indexed, indexed, passes
 
 N, B, SEED = 10, 4, 0  # a pass: 3 steps, the last one of 2 samples
 PASS_ROWS = [4, 4, 2]
@@ -65,13 +65,25 @@ def test_epochs_go_on_through_the_stream_of_passes(steps_per_epoch, k):
     np.testing.assert_array_equal(seen, passes(N, SEED, 6)[: len(seen)])
 
 
-@pytest.mark.parametrize("k", [1, 2])
-def test_only_the_epoch_ends_move(k):
-    """3 epochs of 5 steps train the 15 steps of 5 passes: the same parameters, bit for bit."""
-    cut, whole = _trainer(k, ef.Trainer), _trainer(k, ef.Trainer)
+def test_only_the_epoch_ends_move():
+    """3 epochs of 5 steps train the 15 steps of 5 passes: the same parameters, bit for bit (2
+    steps a dispatch: some dispatches cross from one pass into the next)."""
+    cut, whole = _trainer(2, ef.Trainer), _trainer(2, ef.Trainer)
     _fit(cut, 3, 5)
     _fit(whole, 5, None)
     assert int(cut.state.step) == int(whole.state.step) == 15
+    np.testing.assert_array_equal(flat_params(cut.params), flat_params(whole.params))
+
+
+def test_augmentation_draws_are_those_of_each_pass():
+    """A sample's random draws are a function of (seed, pass, index): epochs cut elsewhere, and
+    dispatches that cross from one pass into the next, augment as fit without steps_per_epoch."""
+    images = np.random.default_rng(0).integers(0, 256, (N, 8, 8, 1), dtype=np.uint8)
+    augment = ef.data.Augment(flip=True, rotation=15, brightness=0.3)
+    cut, whole = _trainer(2, ef.Trainer), _trainer(2, ef.Trainer)
+    for trainer, epochs, steps_per_epoch in ((cut, 3, 5), (whole, 5, None)):
+        source = ef.data.Arrays(images, indexed(N)[1], scale=1 / 255, augment=augment)
+        trainer.fit(source, batch_size=B, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=0)
     np.testing.assert_array_equal(flat_params(cut.params), flat_params(whole.params))
 
 
