@@ -3,8 +3,8 @@
 Every process runs the same script. ``initialize`` must come before anything touches a device;
 after it, ``jax.devices()`` lists the devices of every process and the Trainer uses them all:
 each process builds DALI pipelines for its own devices only, reads its devices' rows of every
-global batch (the sample order is a function of seed and epoch, identical in every process), and
-the jitted step reduces metrics across processes. Only process 0 prints progress.
+global batch (the sample order is a function of seed and data pass, identical in every
+process), and the jitted step reduces metrics across processes. Only process 0 prints progress.
 
 Before JAX's runtime starts, the processes meet on the coordinator's port: if one never comes
 within ``initialization_timeout``, every process that came raises a ``TimeoutError`` naming the

@@ -39,7 +39,7 @@ class Loader:
     Args:
         source: what to read.
         plan: which samples make up each chunk (for a reader-driven source, :attr:`plan` adds
-            the reader's epoch length).
+            the length of the reader's pass).
         placement: the devices and shardings.
         start: index of the first chunk (resume).
         position: a position from :meth:`position` to start at instead of ``start``.
@@ -135,7 +135,7 @@ class Loader:
         and give back as ``Loader(..., position=...)`` to go on with the next chunk.
 
         For an indexed source, ``{"chunk": i}``: the sample order is a pure function of (seed,
-        epoch). For a reader-driven one, also the DALI pipelines' own checkpoints.
+        data pass). For a reader-driven one, also the DALI pipelines' own checkpoints.
         """
         return self._pipelines.position(self.iteration)
 

@@ -11,8 +11,8 @@ runs with are dropped. The decoded samples are scattered to those places, one ar
 replicated on every device (as the other cache holds them), and the pipelines are released.
 
 From then on every chunk, the first epoch's included, is a gather of the plan's permutation: the
-order is a pure function of (seed, epoch), as for an indexed source, a position is a chunk index,
-and resuming is exact. Training on the reader's own (shuffled) order during the first epoch while
+order is a pure function of (seed, data pass), as for an indexed source, a position is a chunk
+index, and resuming is exact. Training on the reader's own (shuffled) order during the first epoch while
 recording it would save that one read, but a fit resumed inside that epoch could not fill its
 cache (the reader, restarted from its DALI checkpoint, never reads the samples already trained on
 again), and the first epoch would depend on the number of pipelines.
@@ -104,8 +104,9 @@ class ReaderCache:
         return self
 
     def position(self) -> dict[str, Any]:
-        """``{"chunk": i, "cached": True}``: the order is a pure function of (seed, epoch); the
-        mark tells a resumed fit that the backup was not streamed (see :func:`resume_mode`)."""
+        """``{"chunk": i, "cached": True}``: the order is a pure function of (seed, data
+        pass); the mark tells a resumed fit that the backup was not streamed (see
+        :func:`resume_mode`)."""
         return {"chunk": self.iteration, "cached": True}
 
     def peek(self) -> dict[str, jax.Array]:

@@ -46,7 +46,7 @@ class ReaderPipelines:
     """Pipelines of a :class:`ReaderSource`: one per local GPU (reader shard = the device's
     shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
     share of the local devices. ``plan`` gives the batch size, steps per execution, seed and
-    whether to shuffle; :attr:`plan` (a :class:`ReaderPlan`) adds the reader's epoch length.
+    whether to shuffle; :attr:`plan` (a :class:`ReaderPlan`) adds the length of the reader's pass.
 
     The reader's stream is read in *units* of whole runs: a chunk each, or with
     ``plan.epoch_steps`` (fit's ``steps_per_epoch``) a step each, so that an epoch can end
@@ -118,13 +118,12 @@ class ReaderPipelines:
         # fewer (its other rows are masked copies)
         self._pass_runs = -(-(meta["epoch_size_padded"] // readers) // run)
         self._unit_runs = self._unit // run
-        self._chunk_runs = batch // run
         self._pass_units = -(-self._pass_runs // self._unit_runs)
         fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
         self.plan = ReaderPlan(**fields, pass_steps=self._pass_units * self._unit_steps)
         self._sizes = shard_sizes(meta["epoch_size"], readers)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)])
-        #: Samples in one epoch, as the reader counts them.
+        #: Samples in one pass, as the reader counts them.
         self.num_samples = int(meta["epoch_size"])
         self._stick = bool(meta["stick_to_shard"])
         self._ids = ids

@@ -126,3 +126,13 @@ def test_a_cached_lmdb_fit_resumes_inside_its_first_epoch_bit_for_bit(lmdb, tmp_
     assert int(resumed.state.step) == int(reference.state.step) == 20
     assert np.array_equal(flat_params(resumed.params), flat_params(reference.params))
     assert np.array_equal(flat_params(resumed.state.opt_state), flat_params(reference.state.opt_state))
+
+
+def test_a_cached_lmdb_with_steps_per_epoch_trains_the_batches_of_its_passes(lmdb):
+    """4 epochs of 5 steps train the 20 steps of 2 passes (10 steps each), bit for bit: the one
+    read covers a whole pass, and only where epochs end moves."""
+    whole = _fit(lmdb)
+    cut = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
+    cut.fit(lmdb, epochs=4, steps_per_epoch=5, batch_size=100, verbose=0, cache=True)
+    assert int(cut.state.step) == int(whole.state.step) == 20
+    assert np.array_equal(flat_params(cut.params), flat_params(whole.params))

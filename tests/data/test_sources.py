@@ -164,7 +164,7 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
     for shuffle in (False, True):  # 300 rows a chunk: 2 runs of 150; 7 runs an epoch: 4 chunks
         plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0, steps_per_execution=3)
         loader = make_loader(source, plan, ef.trainer.Placement.create())
-        assert loader._pipelines._chunk_runs == 2  # noqa: SLF001
+        assert loader._pipelines._unit_runs == 2  # noqa: SLF001
         assert loader.plan.chunks_per_epoch == 4
         try:
             for _ in range(2):
