@@ -108,9 +108,8 @@ class ImageCSV(EncodedImages, Files):
 
     Example:
         >>> import numpy as np, easyfit as ef
-        >>> from easyfit._synthetic import write_png
         >>> for i in range(3):
-        ...     write_png(f"{DOCS_TMP}/{i}.png", np.full((8, 8), 50 * i, np.uint8))
+        ...     ef.datasets.write_png(f"{DOCS_TMP}/{i}.png", np.full((8, 8), 50 * i, np.uint8))
         >>> with open(DOCS_TMP + "/targets.csv", "w") as f:
         ...     _ = f.write("file,brightness,double\\n0.png,0,0\\n1.png,50,100\\n2.png,100,200\\n")
         >>> data = ef.data.ImageCSV(DOCS_TMP + "/targets.csv")

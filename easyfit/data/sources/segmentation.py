@@ -151,12 +151,11 @@ class SegmentationFolder(EncodedImages, Files):
 
     Example:
         >>> import numpy as np, os, easyfit as ef
-        >>> from easyfit._synthetic import write_png
         >>> for d in ("images", "masks"):
         ...     os.makedirs(f"{DOCS_TMP}/seg/{d}")
         >>> for i in range(4):
-        ...     write_png(f"{DOCS_TMP}/seg/images/{i}.png", np.full((8, 6, 3), 40 * i, np.uint8))
-        ...     write_png(f"{DOCS_TMP}/seg/masks/{i}.png", np.full((8, 6), i % 2, np.uint8))
+        ...     ef.datasets.write_png(f"{DOCS_TMP}/seg/images/{i}.png", np.full((8, 6, 3), 40 * i, np.uint8))
+        ...     ef.datasets.write_png(f"{DOCS_TMP}/seg/masks/{i}.png", np.full((8, 6), i % 2, np.uint8))
         >>> data = ef.data.SegmentationFolder(DOCS_TMP + "/seg")
         >>> len(data), data.image_shape, data.mask_shape
         (4, (8, 6, 3), (8, 6))
