@@ -298,13 +298,15 @@ class EncodedImages:
             images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8, **nearest)
         if self.transform is not None and not mask:
             images = self.transform(images)
-        normalize = None if mask else self.normalize
+        fused_flip = self.normalize is not None  # the image's flip is fused into its normalisation
         mirror: Any = 0
+        flips = False
         if augment is not None and draws is not None:
-            images = augment.after_decode(images, draws, flip=normalize is None, mask=mask)
-            mirror = draws["flip"] if augment.flip else 0
-        if normalize is not None:
-            mean, std = normalize
+            images = augment.after_decode(images, draws, flip=not fused_flip, mask=mask)
+            flips = augment.flip
+            mirror = draws["flip"] if flips else 0
+        if self.normalize is not None and not mask:
+            mean, std = self.normalize
             crop: dict[str, Any] = {"crop": list(self.image_size)} if center else {}
             images = fn.crop_mirror_normalize(
                 images,
@@ -317,6 +319,8 @@ class EncodedImages:
             )
         elif center:
             images = fn.crop(images, crop=list(self.image_size))
+        elif fused_flip and flips:  # a mask flips last, as its image in the normalisation
+            images = fn.flip(images, horizontal=mirror)
         return images
 
 

@@ -61,7 +61,8 @@ def test_masks_follow_the_flip_and_padded_crop_of_their_images_exactly(coded, no
     np.testing.assert_array_equal(_batch(source, training=False)[1], masks)  # evaluation: as is
 
 
-def test_masks_follow_random_resized_crops_and_rotations(tmp_path):
+@pytest.mark.parametrize("normalize", [None, (0.0, 1.0)], ids=["uint8", "normalized"])
+def test_masks_follow_random_resized_crops_and_rotations(tmp_path, normalize):
     """Images hold their own coordinates (red: x, green: y, blue: 255 inside the picture), masks
     a class per 16x16 block. After the same crop, resize, flip and rotation, the class of every
     pixel must be that of the block the image's pixel came from. Tolerance: pixels within 2
@@ -75,10 +76,11 @@ def test_masks_follow_random_resized_crops_and_rotations(tmp_path):
     mask = ((xx // 16) + 4 * (yy // 16)).astype(np.uint8)  # 12 classes, asymmetric left-right
     root = _folder(tmp_path, [image] * 16, [mask] * 16)
     augment = ef.data.Augment(random_resized_crop=(0.3, 1.0), flip=True, rotation=15)
-    source = ef.data.SegmentationFolder(root, image_size=(32, 32), augment=augment)
-    assert source.eval_crop == 0.875
+    source = ef.data.SegmentationFolder(root, image_size=(32, 32), augment=augment, normalize=normalize)
+    assert source.eval_crop == 0.875  # evaluation: resize and center crop (fused when normalized)
     for training in (True, False):
         x, y = _batch(source, training=training)
+        x = np.rint(x.astype(np.float32) * (255 if normalize else 1))
         assert x.shape == (16, 32, 32, 3) and y.shape == (16, 32, 32)
         sx = x[..., 0].astype(np.float64) * (w - 1) / 255
         sy = x[..., 1].astype(np.float64) * (h - 1) / 255
