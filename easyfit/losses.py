@@ -36,13 +36,23 @@ def _per_sample(values: jax.Array) -> jax.Array:
 
 
 def sparse_categorical_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Softmax cross-entropy of logits against integer class labels."""
-    return optax.softmax_cross_entropy_with_integer_labels(logits, class_indices(labels, logits))
+    """Softmax cross-entropy of logits against integer class labels. Dense labels (a class per
+    pixel: labels ``(batch, H, W)``, logits ``(batch, H, W, classes)``) give each sample the
+    mean over its pixels.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from easyfit.losses import sparse_categorical_crossentropy
+        >>> sparse_categorical_crossentropy(jnp.zeros((2, 3, 3, 4)), jnp.zeros((2, 3, 3), int)).shape
+        (2,)
+    """
+    return _per_sample(optax.softmax_cross_entropy_with_integer_labels(logits, class_indices(labels, logits)))
 
 
 def categorical_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Softmax cross-entropy against one-hot (or soft) labels; integer labels are one-hot encoded."""
-    return optax.softmax_cross_entropy(logits, _one_hot_like(labels, logits))
+    """Softmax cross-entropy against one-hot (or soft) labels; integer labels are one-hot encoded.
+    Dense labels give each sample the mean over its pixels."""
+    return _per_sample(optax.softmax_cross_entropy(logits, _one_hot_like(labels, logits)))
 
 
 def binary_crossentropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -108,16 +118,21 @@ def _distributions(labels: np.ndarray) -> bool:
     )
 
 
-def infer_loss(label_dtype: np.dtype, labels: np.ndarray | None) -> tuple[str, str]:
+def infer_loss(
+    label_dtype: np.dtype, labels: np.ndarray | None, default: str | None = None
+) -> tuple[str, str]:
     """The loss to use when none was given, from the labels, and why (a line for the log).
 
-    Integer labels are class indices: sparse categorical cross-entropy. Float labels whose rows
+    Integer labels are class indices (one per sample, or one per pixel for segmentation masks):
+    sparse categorical cross-entropy. Float labels whose rows
     are one-hot (or class probabilities): categorical cross-entropy. Other float labels:
     mean squared error.
 
     Args:
         label_dtype: the labels' dtype.
         labels: every label, or a first batch's; None if unknown.
+        default: the source's ``default_loss``, which wins when given (an ``ImageCSV``'s
+            targets are regression targets even where each row sums to 1).
 
     Example:
         >>> import numpy as np
@@ -127,6 +142,8 @@ def infer_loss(label_dtype: np.dtype, labels: np.ndarray | None) -> tuple[str, s
         >>> infer_loss(np.dtype("float32"), np.array([[0.5], [2.0]]))[0]
         'mse'
     """
+    if default is not None:
+        return default, "the data source's default for its targets"
     if np.issubdtype(label_dtype, np.integer):
         return "sparse_categorical_crossentropy", "integer labels (class indices)"
     if labels is not None and _distributions(np.asarray(labels)):

@@ -28,24 +28,31 @@ def _true_class(outputs: jax.Array, labels: jax.Array) -> jax.Array:
 
 
 def _class_of(outputs: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Predicted and true classes, for sparse, one-hot and binary labels."""
+    """Predicted and true classes, for sparse, one-hot and binary labels (one per sample, or
+    one per pixel: outputs ``(batch, H, W, classes)``)."""
     if outputs.shape[-1] == 1 or outputs.ndim == 1:
-        pred = (outputs.reshape(outputs.shape[0], -1)[:, 0] > 0).astype(jnp.int32)
-        return pred, (labels.reshape(labels.shape[0], -1)[:, 0] > 0.5).astype(jnp.int32)
+        pred = ((outputs[..., 0] if outputs.ndim > 1 else outputs) > 0).astype(jnp.int32)
+        return pred, (labels.reshape(pred.shape) > 0.5).astype(jnp.int32)
     pred = outputs.argmax(-1)
     return pred, _true_class(outputs, labels).astype(pred.dtype)
 
 
+def _sample_mean(values: jax.Array) -> jax.Array:
+    """Per-sample values: the mean over a sample's pixels when there is one value per pixel
+    (a per-pixel metric; images of one size weigh every pixel alike)."""
+    return values.reshape(values.shape[0], -1).mean(-1) if values.ndim > 1 else values
+
+
 def _accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
     pred, true = _class_of(outputs, labels)
-    return (pred == true).astype(jnp.float32)
+    return _sample_mean((pred == true).astype(jnp.float32))
 
 
 def _top_k(k: int) -> Callable[..., jax.Array]:
     def top_k_accuracy(outputs: jax.Array, labels: jax.Array, **_: Any) -> jax.Array:
         true = _true_class(outputs, labels)
-        true_score = jnp.take_along_axis(outputs, true.astype(jnp.int32)[:, None], -1)
-        return ((outputs > true_score).sum(-1) < k).astype(jnp.float32)
+        true_score = jnp.take_along_axis(outputs, true.astype(jnp.int32)[..., None], -1)
+        return _sample_mean(((outputs > true_score).sum(-1) < k).astype(jnp.float32))
 
     return top_k_accuracy
 

@@ -128,7 +128,14 @@ def make_train_step(
 
 
 def _class_index(y: jax.Array) -> jax.Array:
-    """Class indices of integer labels (n,) or (n, 1), or of one-hot rows."""
+    """Class indices of integer labels (n,) or (n, 1), or of one-hot rows; ValueError for
+    dense labels (a class per pixel), which have no one class per sample (as in Keras)."""
+    if y.ndim > 2:
+        raise ValueError(
+            f"class_weight: labels of shape {y.shape[1:]} per sample have no one class per "
+            "sample (segmentation masks?); weight the loss per pixel by overriding "
+            "Trainer.compute_loss instead"
+        )
     if jnp.issubdtype(y.dtype, jnp.integer):
         return y.reshape(y.shape[0], -1)[:, 0]
     return jnp.argmax(y.reshape(y.shape[0], -1), axis=-1)

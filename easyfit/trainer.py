@@ -406,7 +406,9 @@ class Trainer(TrainerState):
     # ------------------------------------------------------------------------------ internals
     def _resolved_loss(self, source: Source, chunk: Mapping[str, jax.Array]) -> LossFn:
         if self.loss is None:
-            self.loss, why = infer_loss(source.label_dtype, self._data.labels(source, chunk))
+            self.loss, why = infer_loss(
+                source.label_dtype, self._data.labels(source, chunk), source.default_loss
+            )
             self._loss_note = f"loss={self.loss!r} (none given; {why})"
             log.info("easyfit: %s", self._loss_note)
         return get_loss(self.loss)

@@ -219,9 +219,15 @@ class Augment:
         start = fn.stack(draws["crop_y"] * (1.0 - rel_h), draws["crop_x"] * (1.0 - rel_w))
         return start, fn.stack(rel_h, rel_w)
 
-    def after_decode(self, images: Any, draws: dict[str, Any], *, flip: bool = True) -> Any:
+    def after_decode(
+        self, images: Any, draws: dict[str, Any], *, flip: bool = True, mask: bool = False
+    ) -> Any:
         """The operations on decoded HWC uint8 images of one size: padded crop, flip (unless
-        ``flip`` is False: a normalisation fuses it), rotation, brightness and contrast."""
+        ``flip`` is False: a normalisation fuses it), rotation, brightness and contrast.
+
+        ``mask=True``: the geometric operations alone, for the class-id maps (segmentation
+        masks) of images augmented with the same draws: the rotation samples the nearest pixel,
+        and padding is class 0."""
         from nvidia.dali import fn, types
 
         if self.crop_padding:
@@ -237,8 +243,9 @@ class Augment:
         if self.flip and flip:
             images = fn.flip(images, horizontal=draws["flip"])
         if self.rotation:
-            images = fn.rotate(images, angle=draws["angle"], keep_size=True, fill_value=0)
-        if self.brightness or self.contrast:
+            interp = types.DALIInterpType.INTERP_NN if mask else types.DALIInterpType.INTERP_LINEAR
+            images = fn.rotate(images, angle=draws["angle"], keep_size=True, fill_value=0, interp_type=interp)
+        if (self.brightness or self.contrast) and not mask:
             images = fn.brightness_contrast(
                 images,
                 brightness=draws["brightness"],

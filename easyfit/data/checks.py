@@ -1,6 +1,7 @@
 """Labels checked against the loss and the model before training on them.
 
-A label outside the model's outputs or a float label under a sparse loss does not fail in the
+A label outside the model's outputs (a class index, or a class id of a segmentation mask's
+pixel) or a float label under a sparse loss does not fail in the
 step: ``one_hot`` gives zeros, the integer cross-entropy gathers garbage, and training goes on
 to a silently wrong result. So each source's labels are checked once, on the host: all of them
 when the source knows them without decoding (folders, arrays, RecordIO, WebDataset), else those
@@ -66,12 +67,20 @@ def check_labels(
         labels = np.asarray(batch_labels)[np.asarray(batch_mask, bool)]
     if np.ndim(labels) == 2 and np.shape(labels)[1] == 1:  # (n, 1): class indices too
         labels = np.asarray(labels)[:, 0]
-    if np.ndim(labels) != 1:  # one-hot or multi-label targets: not class indices
+    dense = np.ndim(labels) > 1 and loss in _SPARSE  # a class index per pixel (masks)
+    if (np.ndim(labels) != 1 and not dense) or len(labels) == 0:  # one-hot, multi-label: not indices
         return
-    bad = np.flatnonzero((labels < 0) | (labels >= num_outputs))
+    rows = np.asarray(labels).reshape(len(labels), -1)
+    bad = np.flatnonzero(((rows < 0) | (rows >= num_outputs)).any(axis=1))
     if len(bad):
         i = int(bad[0])
         where = f" (at {source.locate(i)})" if known else " (in the first batch)"
+        if dense:
+            value = rows[i][(rows[i] < 0) | (rows[i] >= num_outputs)][0]
+            raise DataError(
+                f"{_origin(source)}: class id {int(value)}{where} is outside the model's "
+                f"{num_outputs} outputs per pixel; class ids must be in 0..{num_outputs - 1}"
+            )
         raise DataError(
             f"{_origin(source)}: label {int(labels[i])}{where} is outside the "
             f"model's {num_outputs} outputs; class indices must be in "

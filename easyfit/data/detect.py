@@ -8,8 +8,10 @@ from ..errors import DataError
 from .sources.base import Source
 from .sources.caffe2 import Caffe2LMDB, is_lmdb
 from .sources.folder import IMAGE_EXTENSIONS, ImageFolder, entries
+from .sources.image_csv import ImageCSV
 from .sources.numpy_folder import NumpyFolder
 from .sources.recordio import RecordIO
+from .sources.segmentation import SegmentationFolder, is_segmentation_folder
 from .sources.tfrecord import TFRECORD_SUFFIXES, TFRecord
 from .sources.webdataset import WebDataset
 
@@ -44,10 +46,11 @@ def detect(path: str | os.PathLike) -> type[Source]:
     * ``.tar`` shards: :class:`~easyfit.data.WebDataset`;
     * ``.tfrecord``/``.tfrecords``/``.tfrec`` files (with their ``.idx``):
       :class:`~easyfit.data.TFRecord`;
+    * exactly two folders, ``images/`` and ``masks/``: :class:`~easyfit.data.SegmentationFolder`;
     * class folders of ``.npy`` files: :class:`~easyfit.data.NumpyFolder`;
     * class folders of images: :class:`~easyfit.data.ImageFolder`.
 
-    A single file is recognised by its suffix.
+    A single file is recognised by its suffix (a ``.csv`` file: :class:`~easyfit.data.ImageCSV`).
 
     Example:
         >>> import easyfit as ef
@@ -57,11 +60,13 @@ def detect(path: str | os.PathLike) -> type[Source]:
     """
     path = os.fspath(path)
     if os.path.isfile(path):
-        for suffixes, kind in _BY_SUFFIX:
+        by_suffix: tuple[tuple[tuple[str, ...], type[Source]], ...] = (*_BY_SUFFIX, ((".csv",), ImageCSV))
+        for suffixes, kind in by_suffix:
             if path.lower().endswith(suffixes):
                 return kind
         raise DataError(
-            f"{path}: a file easyfit cannot read; expected a directory, or a .rec, .tar or .tfrecord file"
+            f"{path}: a file easyfit cannot read; expected a directory, or a .rec, .tar, .tfrecord "
+            "or .csv file"
         )
     if not os.path.isdir(path):
         raise DataError(f"{path}: no such directory")
@@ -75,4 +80,6 @@ def detect(path: str | os.PathLike) -> type[Source]:
             f"({', '.join(k.__name__ for k in found)}); give one source explicitly, "
             "e.g. ef.data.RecordIO(path)"
         )
-    return found[0] if found else _class_folder_kind(path)
+    if found:
+        return found[0]
+    return SegmentationFolder if is_segmentation_folder(path) else _class_folder_kind(path)

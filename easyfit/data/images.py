@@ -24,6 +24,7 @@ __all__ = [
     "file_problem",
     "first_line",
     "header_size",
+    "image_kind",
     "image_problem",
     "peek_shapes",
 ]
@@ -250,7 +251,9 @@ class EncodedImages:
         """True when images are decoded on the GPU (``decode_device("gpu") == "mixed"``)."""
         return self.decode_device("gpu") == "mixed"
 
-    def decode(self, encoded: Any, *, device: str, draws: dict[str, Any] | None = None) -> Any:
+    def decode(
+        self, encoded: Any, *, device: str, draws: dict[str, Any] | None = None, mask: bool = False
+    ) -> Any:
         """DALI graph: encoded bytes -> HWC images on ``device`` of ``image_size``.
 
         With ``draws`` (training batches, see ``easyfit.data.Augment``): the random crop decoded
@@ -259,16 +262,26 @@ class EncodedImages:
         to ``image_size / eval_crop`` and the center cropped; else a plain resize. Then
         ``transform``, then ``normalize`` (``fn.crop_mirror_normalize``, fused with the center
         crop and the flip, float16 out); uint8 otherwise.
+
+        ``mask=True`` decodes single-channel class-id maps (segmentation masks, the size of
+        their images) through the same geometry, so that they stay aligned with the images
+        decoded from the same draws: the same crop window, resize, center crop, padded crop,
+        flip and rotation, with nearest-neighbour sampling (class ids are never blended), on
+        the CPU; no ``transform``, photometric change or normalisation. HW1 uint8 out.
         """
         from nvidia.dali import fn, types
 
         from .augment import Augment
 
-        where = self.decode_device(device)
-        kind = types.DALIImageType.GRAY if self.color_mode == "grayscale" else types.DALIImageType.RGB
+        where = "cpu" if mask else self.decode_device(device)
+        gray = mask or self.color_mode == "grayscale"
+        kind = types.DALIImageType.GRAY if gray else types.DALIImageType.RGB
         augment = self.augment if draws is not None and isinstance(self.augment, Augment) else None
         center = self.eval_crop is not None and augment is None
         gpu: dict[str, Any] = {"hw_decoder_load": HW_DECODER_LOAD} if where == "mixed" else {}
+        nearest: dict[str, Any] = (
+            {"interp_type": types.DALIInterpType.INTERP_NN, "antialias": False} if mask else {}
+        )
         if augment is not None and draws is not None and augment.random_resized_crop:
             start, size = Augment.window(draws, fn.peek_image_shape(encoded))
             images = fn.decoders.image_slice(
@@ -280,17 +293,19 @@ class EncodedImages:
             images = images.gpu()
         if center and self.eval_crop is not None:
             shorter = round(max(self.image_size) / self.eval_crop)
-            images = fn.resize(images, resize_shorter=shorter, dtype=types.DALIDataType.UINT8)
+            images = fn.resize(images, resize_shorter=shorter, dtype=types.DALIDataType.UINT8, **nearest)
         elif self.resize:
-            images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8)
-        if self.transform is not None:
+            images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8, **nearest)
+        if self.transform is not None and not mask:
             images = self.transform(images)
-        fused_flip = self.normalize is not None
+        fused_flip = self.normalize is not None  # the image's flip is fused into its normalisation
         mirror: Any = 0
+        flips = False
         if augment is not None and draws is not None:
-            images = augment.after_decode(images, draws, flip=not fused_flip)
-            mirror = draws["flip"] if augment.flip else 0
-        if self.normalize is not None:
+            images = augment.after_decode(images, draws, flip=not fused_flip, mask=mask)
+            flips = augment.flip
+            mirror = draws["flip"] if flips else 0
+        if self.normalize is not None and not mask:
             mean, std = self.normalize
             crop: dict[str, Any] = {"crop": list(self.image_size)} if center else {}
             images = fn.crop_mirror_normalize(
@@ -304,6 +319,8 @@ class EncodedImages:
             )
         elif center:
             images = fn.crop(images, crop=list(self.image_size))
+        elif fused_flip and flips:  # a mask flips last, as its image in the normalisation
+            images = fn.flip(images, horizontal=mirror)
         return images
 
 
@@ -337,6 +354,23 @@ _SIGNATURES = {
 }
 
 
+def image_kind(head: bytes) -> str | None:
+    """The kind of encoded image (``"JPEG"``, ``"PNG"``, ``"BMP"``, ``"WebP"``, ``"TIFF"``,
+    ``"PNM"``, ``"JPEG 2000"``) its first bytes say, or None.
+
+    Example:
+        >>> from easyfit.data.images import image_kind
+        >>> image_kind(b"\\x89PNG\\r\\n\\x1a\\n"), image_kind(b"hello")
+        ('PNG', None)
+    """
+    kind = next((k for sig, k in _SIGNATURES.items() if head.startswith(sig)), None)
+    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        kind = "WebP"
+    if kind is None and len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
+        kind = "PNM"
+    return kind
+
+
 def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None) -> str | None:
     """Why bytes cannot be a whole encoded image, from their first :data:`HEAD` and last
     :data:`TAIL` bytes and their size, and from all of them (``data``) when given; None when
@@ -358,11 +392,7 @@ def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = No
     """
     if size == 0:
         return "empty file"
-    kind = next((k for sig, k in _SIGNATURES.items() if head.startswith(sig)), None)
-    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        kind = "WebP"
-    if kind is None and len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
-        kind = "PNM"
+    kind = image_kind(head)
     if kind is None:
         return f"not an image (starts with {head[:8]!r})"
     if kind == "PNG" and _PNG_END not in tail:

@@ -8,8 +8,10 @@ from .arrays import Arrays
 from .base import READER, IndexedSource, ReaderSource, Source, Subset
 from .caffe2 import Caffe2LMDB
 from .folder import IMAGE_EXTENSIONS, ImageFolder
+from .image_csv import ImageCSV
 from .numpy_folder import NumpyFolder
 from .recordio import RecordIO
+from .segmentation import SegmentationFolder
 from .tfrecord import TFRecord
 from .webdataset import WebDataset
 
@@ -18,11 +20,13 @@ __all__ = [
     "READER",
     "Arrays",
     "Caffe2LMDB",
+    "ImageCSV",
     "ImageFolder",
     "IndexedSource",
     "NumpyFolder",
     "ReaderSource",
     "RecordIO",
+    "SegmentationFolder",
     "Source",
     "Subset",
     "TFRecord",

@@ -62,6 +62,9 @@ class Source(abc.ABC):
     class_names: list[str] | None = None
     #: Training-only augmentation: ``f(x) -> x`` on DALI data nodes (see ``easyfit.data.Augment``).
     augment: Callable[[Any], Any] | None = None
+    #: The loss (a Keras name) for this source's labels when the Trainer is given none, e.g.
+    #: ``"mse"`` for regression targets; None: inferred from the labels (``infer_loss``).
+    default_loss: str | None = None
 
     @property
     @abc.abstractmethod
@@ -199,6 +202,7 @@ class Subset(IndexedSource):
         self.scale = source.scale
         self.class_names = source.class_names
         self.augment = source.augment
+        self.default_loss = source.default_loss
 
     @property
     def num_samples(self) -> int:

@@ -12,7 +12,7 @@ from ...errors import DataError
 from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
 from .base import IndexedSource
 
-__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "ImageFolder", "entries", "scan_classes"]
+__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "Files", "ImageFolder", "entries", "path_table", "scan_classes"]
 
 IMAGE_EXTENSIONS = (
     ".jpg",
@@ -96,51 +96,54 @@ def scan_classes(
     return names, files, np.asarray(labels, np.int32)
 
 
-class ClassFiles(IndexedSource):
-    """Base of sources with one file per sample in class folders (``root/<class>/<file>``).
+def path_table(files: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(table, lengths)``: the paths as one zero-padded uint8 byte table, a row per file, and
+    their lengths ``(n, 1)``: what :meth:`Files.read` cuts back into paths inside DALI.
 
-    Feeds file paths (read by ``fn.io.file.read``) and the class indices as labels. The first
-    time a file is fed, :meth:`sample_problem` checks it on the host (readable, not empty, the
+    Example:
+        >>> from easyfit.data.sources.folder import path_table
+        >>> table, lengths = path_table(["a.png", "bc.png"])
+        >>> table.shape, lengths.ravel().tolist()
+        ((2, 6), [5, 6])
+    """
+    encoded = [os.fsencode(f) for f in files]
+    lengths = np.array([[len(e)] for e in encoded], np.int32)
+    table = np.zeros((len(encoded), int(lengths.max())), np.uint8)
+    for row, e in zip(table, encoded, strict=True):
+        row[: len(e)] = np.frombuffer(e, np.uint8)
+    return table, lengths
+
+
+class Files(IndexedSource):
+    """Base of sources with one file per sample (or a few: an image and its mask), read by
+    ``fn.io.file.read``.
+
+    :meth:`feed_paths` feeds each column of paths as ``(table, lengths)``. The first time a
+    sample is fed, :meth:`sample_problem` checks its files on the host (readable, not empty, the
     whole of an image...): a broken file raises DataError naming it instead of reaching DALI,
     whose decoders can crash the process on one.
     """
 
-    root: str
-    class_names: list[str]
     files: list[str]
-    labels: np.ndarray
 
-    def _init_files(
-        self,
-        root: str | os.PathLike,
-        extensions: tuple[str, ...],
-        what: str,
-        class_names: Sequence[str] | None,
-    ) -> None:
-        self.root = os.fspath(root)
-        self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what, class_names)
-        encoded = [os.fsencode(f) for f in self.files]
-        self._path_lengths = np.array([[len(e)] for e in encoded], np.int32)
-        self._path_table = np.zeros((len(encoded), int(self._path_lengths.max())), np.uint8)
-        for row, e in zip(self._path_table, encoded, strict=True):
-            row[: len(e)] = np.frombuffer(e, np.uint8)
+    def _init_paths(self, *columns: Sequence[str]) -> None:
+        """Path tables of ``columns`` (``self.files`` first, then e.g. the masks)."""
+        self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
 
     @property
     def num_samples(self) -> int:
         return len(self.files)
 
-    @property
-    def num_feeds(self) -> int:
-        return 3
-
-    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+    def feed_paths(self, indices: np.ndarray) -> list[np.ndarray]:
+        """``[table, lengths]`` rows of ``indices`` for each column of paths, after the first
+        feed of each sample is checked (DataError naming the file)."""
         for i in indices[~self._checked[indices]]:  # pipelines feed disjoint rows: no lock
             problem = self.sample_problem(int(i))
             if problem:
-                raise DataError(f"{self.files[i]}: {problem}")
+                raise DataError(f"{self.locate(int(i))}: {problem}")
             self._checked[i] = True
-        return self._path_table[indices], self._path_lengths[indices], self.labels[indices]
+        return [part[indices] for table in self._tables for part in table]
 
     @staticmethod
     def read(paths: Any, lengths: Any) -> Any:
@@ -157,14 +160,46 @@ class ClassFiles(IndexedSource):
         # DALI ships a stub for fn.io.file but none for fn.io, so its stubs miss the attribute
         return fn.io.file.read(path, dont_use_mmap=True)  # type: ignore[attr-defined]
 
-    def known_labels(self) -> np.ndarray:
-        return self.labels
+    def sampled(self) -> list[tuple[str, bytes]]:
+        """``(path, bytes)`` of up to 64 files spread evenly (what image settings are inferred
+        from: ``EncodedImages._init_images``)."""
+        return [(self.files[i], read_file(self.files[i])) for i in sample_positions(len(self.files))]
 
     def locate(self, index: int) -> str:
         return self.files[index]
 
     def sample_problem(self, index: int) -> str | None:
         return file_problem(self.files[index])
+
+
+class ClassFiles(Files):
+    """Base of sources with one file per sample in class folders (``root/<class>/<file>``):
+    feeds the file paths and the class indices as labels."""
+
+    root: str
+    class_names: list[str]
+    labels: np.ndarray
+
+    def _init_files(
+        self,
+        root: str | os.PathLike,
+        extensions: tuple[str, ...],
+        what: str,
+        class_names: Sequence[str] | None,
+    ) -> None:
+        self.root = os.fspath(root)
+        self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what, class_names)
+        self._init_paths(self.files)
+
+    @property
+    def num_feeds(self) -> int:
+        return 3
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        return (*self.feed_paths(indices), self.labels[indices])
+
+    def known_labels(self) -> np.ndarray:
+        return self.labels
 
 
 class ImageFolder(EncodedImages, ClassFiles):
@@ -226,7 +261,7 @@ class ImageFolder(EncodedImages, ClassFiles):
         self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
         self.augment = augment
         self._init_images(
-            lambda: [(self.files[i], read_file(self.files[i])) for i in sample_positions(len(self.files))],
+            self.sampled,
             image_size,
             color_mode,
             decoder,
