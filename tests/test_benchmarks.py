@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_python
 from tests.helpers.formats import INT32, STRING, caffe2_messages
 
 pytestmark = pytest.mark.slow  # runs the benchmark scripts in fresh interpreters
@@ -20,20 +17,7 @@ BENCHMARKS = ROOT / "benchmarks"
 
 
 def run(script: str, *args: str) -> str:
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return run_python(str(BENCHMARKS / script), *args)
 
 
 def test_make_data_lmdb_then_bench_with_the_hand_written_lmdb_loop(tmp_path, mnist_idx):
