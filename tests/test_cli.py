@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from importlib import metadata
 
 import pytest
 
 from easyfit._info import Environment, collect, problems
 from easyfit.cli import main
-from tests.helpers import ROOT
+from tests.helpers import run_python
 
 
 def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "easyfit.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return run_python("-m", "easyfit.cli", *args, cwd=cwd, devices=devices)
 
 
 @pytest.mark.slow

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_python
 
 pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
@@ -18,22 +15,7 @@ EXAMPLES = ROOT / "examples"
 
 
 def run_example(name: str, *args: str, cwd, devices: int = 1) -> str:
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
+    return run_python(str(EXAMPLES / name), *args, cwd=cwd, devices=devices)
 
 
 def accuracies(out: str) -> list[float]:

@@ -33,6 +33,22 @@ def run_program(
     )
 
 
+def run_python(*argv: str, cwd=None, devices: int = 1) -> str:
+    """``python *argv`` in a fresh interpreter with this checkout first on the path and
+    ``devices`` CPU devices; its stdout, after asserting that it succeeded."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
 def last_json(proc: subprocess.CompletedProcess) -> dict:
     """The JSON object a program printed last; its output when it failed."""
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

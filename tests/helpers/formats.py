@@ -1,4 +1,5 @@
-"""Writers of the reference data formats, for the tests: each writes the true on-disk format.
+"""Writers of the reference data formats, for the tests (and benchmarks/make_data.py, which writes
+its Caffe2 LMDBs with :func:`write_lmdb`): each writes the true on-disk format.
 
 * Caffe2 LMDB: an LMDB (the ``lmdb`` package) of serialized Caffe2 ``TensorProtos`` (the
   message definitions of caffe2.proto): an encoded image (``STRING``) and an ``INT32`` label.
@@ -26,15 +27,17 @@ import numpy as np
 MAGIC = 0xCED7230A
 
 
-def encode(image: np.ndarray, fmt: str = "png") -> bytes:
-    """An image encoded by Pillow (``png``, ``jpeg``, ``bmp``, ``webp``)."""
+def encode(image: np.ndarray, fmt: str = "png", **options) -> bytes:
+    """An image encoded by Pillow (``png``, ``jpeg``, ``bmp``, ``webp``); ``options`` go to
+    Pillow's ``save`` (``quality=95`` for a JPEG)."""
     from PIL import Image
 
     image = np.asarray(image, np.uint8)
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[..., 0]
     buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format=fmt.upper(), **({"lossless": True} if fmt == "webp" else {}))
+    lossless = {"lossless": True} if fmt == "webp" else {}
+    Image.fromarray(image).save(buf, format=fmt.upper(), **{**lossless, **options})
     return buf.getvalue()
 
 
