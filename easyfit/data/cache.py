@@ -9,6 +9,7 @@ no input pipeline is left, and DALI's pipelines are released.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any
@@ -101,14 +102,14 @@ class CachedLoader:
         self.iteration = loader.iteration
         cpe = self.plan.chunks_per_epoch
         self._record_from = -(-self.iteration // cpe) * cpe  # first whole epoch from here
-        self._recorded: dict[str, jax.Array] | None = None  # the epoch's chunks, stream order
+        self._recorded: dict[str, Any] | None = None  # the epoch's chunks, stream order
         self._orders: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
-        self._data: dict[str, jax.Array] | None = None
+        self._data: dict[str, Any] | None = None
         self._gather = jax.jit(_gather, out_shardings=self.placement.data)
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
         sharding = NamedSharding(self.placement.mesh, P(None, DATA_AXIS))
         self._record = jax.jit(_record, donate_argnums=(0,), out_shardings=sharding)
-        self._allocate = jax.jit(_zeros, static_argnums=(0,), out_shardings=sharding)
+        self._rows = sharding
 
     def __iter__(self) -> CachedLoader:
         return self
@@ -135,15 +136,13 @@ class CachedLoader:
         if self._data is None:
             batch = next(self.loader)
             if self.iteration >= self._record_from:
+                data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
                 if self._recorded is None:
-                    shapes = tuple(
-                        (k, (self.plan.chunks_per_epoch, *batch[k].shape), str(batch[k].dtype))
-                        for k in ("x", "y")
+                    shapes = jax.tree_util.tree_map(
+                        lambda a: jax.ShapeDtypeStruct((self.plan.chunks_per_epoch, *a.shape), a.dtype), data
                     )
                     self._recorded = self._allocate(shapes)
-                self._recorded = self._record(
-                    self._recorded, {k: batch[k] for k in ("x", "y")}, np.int32(len(self._orders))
-                )
+                self._recorded = self._record(self._recorded, data, np.int32(len(self._orders)))
                 self._orders.append(self.plan.chunk(self.iteration))
                 if len(self._orders) == self.plan.chunks_per_epoch:
                     self._fill()
@@ -155,6 +154,10 @@ class CachedLoader:
         batch = self._gather(self._data, rows)
         batch["mask"] = self.placement.shard_global_rows(mask)
         return batch
+
+    def _allocate(self, shapes: Any) -> Any:
+        """Zeros of ``shapes`` (a pytree of ShapeDtypeStruct), each sharded on its rows."""
+        return jax.jit(functools.partial(_zeros, shapes), out_shardings=self._rows)()
 
     def _fill(self) -> None:
         n = self.plan.num_samples
@@ -176,24 +179,26 @@ class CachedLoader:
         self._orders.clear()
 
 
-def _zeros(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, jax.Array]:
-    return {key: jnp.zeros(shape, dtype) for key, shape, dtype in shapes}
+# The recorded data is the batch less its mask: x and y (arrays, or dicts or tuples of arrays
+# for structured arrays) and the sample weights when there are some; each leaf on its own.
 
 
-def _record(
-    recorded: dict[str, jax.Array], chunk: dict[str, jax.Array], i: jax.Array
-) -> dict[str, jax.Array]:
+def _zeros(shapes: Any) -> Any:
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def _record(recorded: Any, chunk: Any, i: jax.Array) -> Any:
     """``recorded`` with chunk ``i`` written in place (one compilation for the whole epoch)."""
-    return {key: value.at[i].set(chunk[key]) for key, value in recorded.items()}
+    return jax.tree_util.tree_map(lambda value, new: value.at[i].set(new), recorded, chunk)
 
 
-def _scatter(recorded: dict[str, jax.Array], index: jax.Array, n: int) -> dict[str, jax.Array]:
-    out = {}
-    for key, chunks in recorded.items():
+def _scatter(recorded: Any, index: jax.Array, n: int) -> Any:
+    def one(chunks: jax.Array) -> jax.Array:
         rows = chunks.reshape(-1, *chunks.shape[2:])
-        out[key] = jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
-    return out
+        return jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
+
+    return jax.tree_util.tree_map(one, recorded)
 
 
-def _gather(data: dict[str, jax.Array], index: jax.Array) -> dict[str, Any]:
-    return {key: jnp.take(value, index, axis=0) for key, value in data.items()}
+def _gather(data: Any, index: jax.Array) -> dict[str, Any]:
+    return jax.tree_util.tree_map(lambda value: jnp.take(value, index, axis=0), data)
