@@ -11,9 +11,10 @@ import pytest
 from flax import linen as nn
 
 import easyfit as ef
+from easyfit.callbacks import BackupAndRestore, LambdaCallback
 from easyfit.errors import DataError
-from tests.helpers import last_json, run_program
-from tests.helpers.structured import BATCH, N, TwoHeads, data, run_all
+from tests.helpers import flat_params, last_json, run_program
+from tests.helpers.structured import BATCH, N, TwoHeads, data, run_all, two_heads
 
 #: float32 sums of 110 per-sample losses against NumPy's float64.
 RTOL = 1e-5
@@ -100,6 +101,8 @@ def test_arguments_that_do_not_fit_are_named():
     batches = [x["extra"][:40], x["extra"][40:80], x["extra"][80:]]  # a list of batches
     with pytest.raises(DataError, match=r"x: a list whose items differ in shape \(\(40, 3\) and \(30, 3\)\)"):
         ef.Trainer(nn.Dense(3)).fit(batches, y["kind"], verbose=0)
+    with pytest.raises(DataError, match="x has 2 samples but y has 110 .* pass a tuple or a dict"):
+        ef.data.Arrays([x["extra"], x["extra"]], y["kind"])  # Keras' list of inputs
     with pytest.raises(DataError, match="y: key 'box size' is not a name"):
         ef.data.Arrays(x, {"box size": y["box"]})
     with pytest.raises(DataError, match=r"x\['image'\]: a dict inside a dict"):
@@ -174,6 +177,59 @@ def test_save_load_and_export_with_a_dict_of_inputs(tmp_path):
     for k in ("kind", "box"):
         np.testing.assert_array_equal(got[k], want[k])
         np.testing.assert_allclose(np.asarray(served[k]), want[k][:7], rtol=1e-5, atol=1e-6)
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def test_crash_then_resume_mid_epoch_is_exact(tmp_path):
+    d = data()
+
+    def run(callbacks=()):
+        trainer = two_heads(optax.adam(1e-2))
+        history = trainer.fit(
+            d["x"],
+            d["y"],
+            sample_weight=d["sample_weight"],
+            epochs=2,
+            batch_size=BATCH,
+            verbose=0,
+            validation_data=(d["x"], d["y"]),
+            callbacks=list(callbacks),
+            cache=False,
+        )
+        return trainer, history.epoch, {k: v[-1] for k, v in history.history.items() if k != "input_wait"}
+
+    reference, _, ref_logs = run()
+    trainer = None
+
+    def crash(batch, logs):
+        if trainer is not None and trainer.progress.epoch == 1 and batch == 1:
+            raise Crash
+
+    trainer = two_heads(optax.adam(1e-2))
+    with pytest.raises(Crash):
+        trainer.fit(
+            d["x"],
+            d["y"],
+            sample_weight=d["sample_weight"],
+            epochs=2,
+            batch_size=BATCH,
+            verbose=0,
+            callbacks=[
+                BackupAndRestore(tmp_path / "b", save_freq=1),
+                LambdaCallback(on_train_batch_end=crash),
+            ],
+            cache=False,
+        )
+    resumed, epochs, logs = run([BackupAndRestore(tmp_path / "b", save_freq=1)])
+    assert epochs == [1] and int(resumed.state.step) == int(reference.state.step) == 6
+    assert logs == ref_logs  # per-output losses and metrics included, not a timing
+    np.testing.assert_array_equal(flat_params(resumed.params), flat_params(reference.params))
+    np.testing.assert_array_equal(
+        flat_params(resumed.state.opt_state), flat_params(reference.state.opt_state)
+    )
 
 
 def test_hooks_of_a_custom_step_say_where_they_run():

@@ -1,8 +1,9 @@
 """Device-cached training: decode once with DALI, then shuffle and batch on the device.
 
 While the first full epoch streams through DALI, every decoded chunk is also kept on the device;
-at its end they are scattered, by sample index, into one array per output (replicated on every
-device, in the source's order). From then on each chunk is a gather of that epoch's indices (the
+at its end they are scattered, by sample index, into one array per output (per array of
+structured ``x`` and ``y``, and the sample weights; replicated on every device, in the source's
+order). From then on each chunk is a gather of that epoch's indices (the
 same :class:`~easyfit.data.order.Plan`, so the same samples in the same steps as streaming):
 no input pipeline is left, and DALI's pipelines are released.
 """

@@ -134,7 +134,7 @@ def _flat(tree) -> list[float]:
     return np.concatenate([np.asarray(a).ravel() for a in jax.tree_util.tree_leaves(tree)]).tolist()
 
 
-def _two_heads(optimizer, tuples: bool = False, **kwargs) -> ef.Trainer:
+def two_heads(optimizer, tuples: bool = False, **kwargs) -> ef.Trainer:
     names = ("output_0", "output_1") if tuples else ("kind", "box")
     losses = ["sparse_categorical_crossentropy", "mse"]
     return ef.Trainer(
@@ -155,7 +155,7 @@ def run_all() -> dict:
 
     # Per-output losses and metrics. A learning rate of zero keeps the parameters: what fit
     # logs is then a function of predict's outputs. Epoch 2 comes from the device cache.
-    with _two_heads(optax.sgd(0.0)) as t:
+    with two_heads(optax.sgd(0.0)) as t:
         history = t.fit(x, y, batch_size=BATCH, epochs=2, validation_data=(x, y, sw), verbose=0, cache=True)
         out = t.predict(x, batch_size=BATCH)
         results["dict"] = {
@@ -168,7 +168,7 @@ def run_all() -> dict:
 
     # The same with tuples in and out.
     xt, yt = (x["image"], x["extra"]), (y["kind"], y["box"])
-    with _two_heads(optax.sgd(0.0), tuples=True) as t:
+    with two_heads(optax.sgd(0.0), tuples=True) as t:
         history = t.fit(xt, yt, batch_size=BATCH, epochs=1, verbose=0, sample_weight=sw)
         kind, box = t.predict(xt, batch_size=BATCH)
         results["tuple"] = {
@@ -177,7 +177,7 @@ def run_all() -> dict:
         }
 
     # Trained for real: the parameters (compared across device counts) and the loss falling.
-    with _two_heads(optax.sgd(0.1)) as t:
+    with two_heads(optax.sgd(0.1)) as t:
         history = t.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, sample_weight=sw, cache=False)
         results["trained"] = {"loss": history.history["loss"], "params": _flat(t.params)}
 

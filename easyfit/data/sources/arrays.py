@@ -102,7 +102,13 @@ class Arrays(IndexedSource):
         for name, a in zip(names[1:], x_leaves[1:] + y_leaves, strict=True):
             if a.ndim < 1 or len(a) != n:
                 rows = len(a) if a.ndim else "no"
-                raise DataError(f"{names[0]} has {n} samples but {name} has {rows}")
+                hint = (
+                    " (a list of arrays is one array, its first axis the samples; for several "
+                    "inputs pass a tuple or a dict)"
+                    if isinstance(x, list) and all(hasattr(item, "shape") for item in x)
+                    else ""
+                )
+                raise DataError(f"{names[0]} has {n} samples but {name} has {rows}{hint}")
         self._leaves = [_leaf(name, a, label=False) for name, a in zip(self._xs.names, x_leaves)]
         self._leaves += [_leaf(name, a, label=True) for name, a in zip(self._ys.names, y_leaves)]
         self.sample_weight = None if sample_weight is None else _weights(sample_weight, n)
