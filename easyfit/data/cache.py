@@ -10,7 +10,6 @@ no input pipeline is left, and DALI's pipelines are released.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from typing import Any
@@ -110,7 +109,7 @@ class CachedLoader:
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
         sharding = NamedSharding(self.placement.mesh, P(None, DATA_AXIS))
         self._record = jax.jit(_record, donate_argnums=(0,), out_shardings=sharding)
-        self._rows = sharding
+        self._zeros = jax.jit(_zeros, static_argnums=(0, 1), out_shardings=sharding)
 
     def __iter__(self) -> CachedLoader:
         return self
@@ -158,7 +157,8 @@ class CachedLoader:
 
     def _allocate(self, shapes: Any) -> Any:
         """Zeros of ``shapes`` (a pytree of ShapeDtypeStruct), each sharded on its rows."""
-        return jax.jit(functools.partial(_zeros, shapes), out_shardings=self._rows)()
+        leaves, treedef = jax.tree_util.tree_flatten(shapes)
+        return self._zeros(treedef, tuple((tuple(s.shape), str(s.dtype)) for s in leaves))
 
     def _fill(self) -> None:
         n = self.plan.num_samples
@@ -184,8 +184,8 @@ class CachedLoader:
 # for structured arrays) and the sample weights when there are some; each leaf on its own.
 
 
-def _zeros(shapes: Any) -> Any:
-    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+def _zeros(treedef: Any, specs: tuple[tuple[tuple[int, ...], str], ...]) -> Any:
+    return jax.tree_util.tree_unflatten(treedef, [jnp.zeros(shape, dtype) for shape, dtype in specs])
 
 
 def _record(recorded: Any, chunk: Any, i: jax.Array) -> Any:
