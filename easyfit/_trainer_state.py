@@ -38,7 +38,7 @@ class TrainerState:
     seed: int
     class_names: list[str] | None
     _progress: checkpoint.Progress | None
-    _input_spec: tuple[list[int], str | None] | None
+    _input_spec: tuple[Any, Any] | None  # one sample's shape and dtype (see models.input_spec)
     _input_scale: float | None
     _adapter: ModelAdapter
     _model: Any
@@ -91,10 +91,12 @@ class TrainerState:
         """Writes the inference function with the trained weights as serialized StableHLO and
         the class names: it runs with JAX alone, for any batch size (``easyfit.export``)."""
         infer = steps.make_infer(self._adapter, self._input_scale, self.precision)
+        shape, dtype = self._input_spec or ([], None)
         return export_lib.export(
             path,
             functools.partial(infer, jax.device_get(self._require_state())),
-            *(self._input_spec or ([], None)),
+            shape,
+            dtype,
             self.class_names,
         )
 
@@ -136,7 +138,7 @@ class TrainerState:
                     f"{os.path.abspath(os.fspath(path))}: no input shape recorded; call fit or evaluate first"
                 )
             target = self._init_state(
-                tuple(meta["input_shape"] or ()), meta["input_dtype"], abstract=meta["kind"] == "full"
+                meta["input_shape"] or [], meta["input_dtype"], abstract=meta["kind"] == "full"
             )
         self.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta)
         if meta["class_names"] is not None:
@@ -149,10 +151,11 @@ class TrainerState:
         write_back(self._model, self.state)
         return meta
 
-    def _init_state(self, shape: tuple[int, ...], dtype: str | None, abstract: bool = False) -> Any:
-        """Creates ``self.state`` for inputs of ``shape``; with ``abstract``, returns its shapes,
-        dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
-        self._input_spec = (list(shape), dtype)
+    def _init_state(self, shape: Any, dtype: Any, abstract: bool = False) -> Any:
+        """Creates ``self.state`` for inputs of ``shape`` (one sample's, or a dict or list of
+        them: ``easyfit.models.input_spec``); with ``abstract``, returns its shapes, dtypes and
+        shardings instead, computing nothing (a target to restore a checkpoint to)."""
+        self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
         state = create_state(
             self._adapter,
             self.optimizer,

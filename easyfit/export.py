@@ -75,31 +75,44 @@ def parameter_overview(tree: Mapping[str, Any]) -> str:
     return overview.get_parameter_overview(dict(tree), include_stats=True)
 
 
+def _specs(shape: Any, dtype: Any, batch: Any) -> Any:
+    """``jax.ShapeDtypeStruct`` of a batch of inputs of one sample's ``shape`` and ``dtype``
+    (dicts or lists of them for several inputs, as ``easyfit.models.input_spec`` gives)."""
+    if isinstance(shape, Mapping):
+        return {
+            k: _specs(v, dtype[k] if isinstance(dtype, Mapping) else dtype, batch) for k, v in shape.items()
+        }
+    if not all(isinstance(d, int) for d in shape):  # a list of shapes: a tuple of inputs
+        return tuple(
+            _specs(v, dtype[i] if isinstance(dtype, list) else dtype, batch) for i, v in enumerate(shape)
+        )
+    return jax.ShapeDtypeStruct((*batch, *map(int, shape)), jnp.dtype(dtype or "float32"))
+
+
 def export(
     path: str | os.PathLike,
-    apply: Callable[[jax.Array], jax.Array],
-    sample_shape: Sequence[int],
-    dtype: str | None,
+    apply: Callable[[Any], Any],
+    sample_shape: Any,
+    dtype: Any,
     class_names: Sequence[str] | None = None,
 ) -> str:
     """Writes ``apply`` (a function of a batch only, the weights closed over) to ``path``: the
     serialized StableHLO (``model.stablehlo``) for a symbolic batch size, and ``model.json``
-    (input shape and dtype, class names).
+    (input shape and dtype, class names). ``sample_shape`` and ``dtype``: one sample's (dicts
+    or lists of them for a model of several inputs, which then takes a dict or a tuple).
 
     Returns:
         ``path``.
     """
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
-    batch = jax.export.symbolic_shape("batch")
-    dtype = dtype or "float32"
-    spec = jax.ShapeDtypeStruct((*batch, *sample_shape), jnp.dtype(dtype))
+    spec = _specs(sample_shape, dtype, jax.export.symbolic_shape("batch"))
     exported = jax.export.export(jax.jit(apply))(spec)
     with open(os.path.join(path, FUNCTION), "wb") as f:
         f.write(exported.serialize())
     meta = {
-        "input_shape": [None, *map(int, sample_shape)],
-        "input_dtype": str(jnp.dtype(dtype)),
+        "input_shape": jax.tree_util.tree_map(lambda s: [None, *map(int, s.shape[1:])], spec),
+        "input_dtype": jax.tree_util.tree_map(lambda s: str(s.dtype), spec),
         "class_names": list(class_names) if class_names is not None else None,
         "format": "jax.export (StableHLO), weights inside; call with a batch of inputs",
     }

@@ -2,7 +2,9 @@
 
 Every metric receives the model outputs as keyword arguments: ``outputs`` (also as ``logits``,
 the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
-(per-sample losses) and ``mask`` (False for padding rows, which never count).
+(per-sample losses), ``mask`` (False for padding rows, which never count) and, when the data
+has them, ``sample_weight``. For a model with several outputs, :func:`for_output` gives a
+metric one output and its labels, and :func:`output_loss` averages one output's loss.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from clu import metrics as clu_metrics
+from flax import struct
 
 from .learning_rate import get_learning_rate
 
-__all__ = ["build_collection", "compute_on_host", "default_metrics", "epoch_logs"]
+__all__ = [
+    "build_collection",
+    "compute_on_host",
+    "default_metrics",
+    "epoch_logs",
+    "for_output",
+    "output_loss",
+]
 
 
 def _true_class(outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -105,6 +115,57 @@ def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
         name = getattr(metric, "__name__", type(metric).__name__)
         return name, _from_values(lambda outputs, labels, **_: fn(outputs, labels))
     raise ValueError(f"metrics: cannot use {metric!r} as a metric")
+
+
+def _select(tree: Any, key: Any) -> Any:
+    """Output (or labels) ``key`` of a model with several outputs."""
+    if not isinstance(tree, (Mapping, tuple, list)):
+        raise ValueError(
+            f"metrics: a metric of output {key!r} got a single array; the model must return a "
+            "dict or a tuple of outputs, as y is"
+        )
+    return tree[key]
+
+
+def for_output(key: Any, metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
+    """``(name, metric class)`` of ``metric`` (a name, a callable or a clu Metric class) on one
+    output of a model with several (a dict or a tuple of outputs): it is given that output
+    (``outputs``, ``logits``) and its labels, as a single-output model's metric is.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from easyfit.metrics import for_output
+        >>> name, Acc = for_output("kind", "accuracy")
+        >>> m = Acc.from_model_output(outputs={"kind": jnp.array([[2.0, 0.0], [2.0, 0.0]])},
+        ...                           labels={"kind": jnp.array([0, 1])}, mask=None)
+        >>> name, float(m.compute())
+        ('accuracy', 0.5)
+    """
+    name, resolved = _resolve(metric)
+
+    @struct.dataclass
+    class ForOutput(resolved):  # type: ignore[valid-type,misc]
+        @classmethod
+        def from_model_output(cls, outputs: Any, labels: Any, **kwargs: Any) -> Any:
+            kwargs.pop("logits", None)
+            out = _select(outputs, key)
+            return super().from_model_output(outputs=out, logits=out, labels=_select(labels, key), **kwargs)
+
+    return name, ForOutput
+
+
+def output_loss(key: Any, loss_fn: Callable[[Any, Any], jax.Array]) -> type[clu_metrics.Metric]:
+    """The mean of one output's loss (Keras' ``<output>_loss``): ``loss_fn`` on output ``key``
+    and its labels, times the sample weights, over the valid rows; not multiplied by the
+    output's loss weight (as Keras records it)."""
+
+    def values(
+        outputs: Any, labels: Any, mask: jax.Array | None = None, sample_weight: Any = None, **_: Any
+    ) -> dict[str, jax.Array | None]:
+        v = loss_fn(_select(outputs, key), _select(labels, key))
+        return {"values": v if sample_weight is None else v * sample_weight, "mask": mask}
+
+    return clu_metrics.Average.from_fun(values)
 
 
 #: Losses of classification, for which accuracy is reported by default (Keras reports none).

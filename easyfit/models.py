@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from flax import nnx
 
-__all__ = ["ModelAdapter", "adapt", "write_back"]
+__all__ = ["ModelAdapter", "adapt", "example_input", "input_spec", "write_back"]
 
 _TRAIN_FLAGS = {"train": True, "training": True, "is_training": True, "deterministic": False}
 
@@ -57,17 +57,63 @@ class ModelAdapter:
             return out, {**model_state, **updates}
         return self.module.apply(variables, x, rngs=rngs, **kwargs), model_state
 
-    def num_outputs(self, params: Any, model_state: Any, input_shape: tuple[int, ...]) -> int:
-        """Size of the last output axis for inputs of ``input_shape`` (no computation)."""
-        x = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
+    def num_outputs(self, params: Any, model_state: Any, input_shape: Any) -> Any:
+        """Size of the last output axis for inputs of ``input_shape`` (no computation); for a
+        model with several outputs, a dict or tuple of sizes. ``input_shape``: one sample's
+        shape, or a dict or list of them (see :func:`input_spec`)."""
+        x = example_input(input_shape, abstract=True)
         out = jax.eval_shape(lambda p, m, x: self.apply(p, m, x, False)[0], params, model_state, x)
-        return int(out.shape[-1])
+        return jax.tree_util.tree_map(lambda o: int(o.shape[-1]) if o.ndim else 1, out)
 
     def _flag(self, train: bool) -> dict[str, bool]:
         if self.train_flag is None:
             return {}
         on = _TRAIN_FLAGS[self.train_flag]
         return {self.train_flag: on if train else not on}
+
+
+def input_spec(x: Any) -> tuple[Any, Any]:
+    """``(shape, dtype)`` of one sample of a batch ``x``, as JSON values (what a checkpoint
+    records): a list of ints and a dtype name; for a dict or a tuple of inputs, a dict or a
+    list of those.
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.models import input_spec
+        >>> input_spec(np.zeros((8, 28, 28, 1), np.uint8))
+        ([28, 28, 1], 'uint8')
+        >>> input_spec({"image": np.zeros((8, 4)), "extra": np.zeros((8,), np.int32)})
+        ({'image': [4], 'extra': []}, {'image': 'float64', 'extra': 'int32'})
+    """
+    if isinstance(x, dict):
+        specs = {k: input_spec(v) for k, v in x.items()}
+        return {k: s for k, (s, _) in specs.items()}, {k: d for k, (_, d) in specs.items()}
+    if isinstance(x, (tuple, list)):
+        pairs = [input_spec(v) for v in x]
+        return [s for s, _ in pairs], [d for _, d in pairs]
+    return [int(d) for d in x.shape[1:]], str(x.dtype)
+
+
+def _is_shape(spec: Any) -> bool:
+    return isinstance(spec, (list, tuple)) and all(isinstance(d, int) for d in spec)
+
+
+def example_input(shape: Any, abstract: bool = False) -> Any:
+    """A batch of one zero sample (float32) of ``shape`` (from :func:`input_spec`: a shape, or a
+    dict or list of shapes for several inputs, given to the model as a dict or a tuple); with
+    ``abstract``, ``jax.ShapeDtypeStruct`` leaves.
+
+    Example:
+        >>> from easyfit.models import example_input
+        >>> {k: v.shape for k, v in example_input({"image": [4], "extra": []}).items()}
+        {'image': (1, 4), 'extra': (1,)}
+    """
+    if isinstance(shape, dict):
+        return {k: example_input(v, abstract) for k, v in shape.items()}
+    if not _is_shape(shape):  # a list of shapes: a tuple of inputs
+        return tuple(example_input(v, abstract) for v in shape)
+    full = (1, *map(int, shape))
+    return jax.ShapeDtypeStruct(full, jnp.float32) if abstract else jnp.zeros(full, jnp.float32)
 
 
 def _split(model: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:

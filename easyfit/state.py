@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
+from .models import example_input
+
 __all__ = ["TrainState", "create_state"]
 
 
@@ -45,7 +47,7 @@ def create_state(
     adapter: Any,
     tx: optax.GradientTransformation,
     seed: int,
-    shape: tuple[int, ...],
+    shape: Any,
     nnx_variables: Any = None,
     abstract: bool = False,
     dynamic_scale: Any = None,
@@ -57,7 +59,8 @@ def create_state(
         adapter: the model's ``easyfit.models.ModelAdapter``.
         tx: the optimizer.
         seed: seeds the initialisation (linen) and the training RNG key.
-        shape: one input sample's shape.
+        shape: one input sample's shape (a dict or list of shapes for several inputs: see
+            ``easyfit.models.input_spec``).
         nnx_variables: an NNX model's ``(params, model_state)``, copied: the train step donates
             the state's buffers, never the user's.
         abstract: return ``jax.ShapeDtypeStruct`` leaves instead of arrays.
@@ -67,7 +70,7 @@ def create_state(
     if adapter.kind == "nnx":
         params, model_state = jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy, nnx_variables)
     else:
-        sample = jnp.zeros((1, *shape), jnp.float32)
+        sample = example_input(shape)
         init = functools.partial(jax.eval_shape, adapter.init) if abstract else jax.jit(adapter.init)
         params, model_state = init(init_rng, sample)
     opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(tx.init, params)

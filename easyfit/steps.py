@@ -27,28 +27,38 @@ from .state import TrainState
 
 __all__ = [
     "Compiled",
+    "batch_metrics",
     "compile_eval",
     "compile_predict",
     "compile_steps",
     "compile_train",
+    "forward",
     "make_eval_step",
     "make_infer",
     "make_train_step",
+    "masked_mean",
     "per_dispatch",
     "prepare_inputs",
+    "weighted",
 ]
 
-Batch = dict[str, jax.Array]
+#: ``{"x", "y", "mask"}`` and, when given, ``"sample_weight"``; ``x`` and ``y`` may be dicts or
+#: tuples of arrays (structured arrays).
+Batch = dict[str, Any]
 #: ``loss(outputs, batch) -> per-sample losses``: ``Trainer.compute_loss``, traced in the steps.
 BatchLoss = Callable[[Any, Batch], jax.Array]
 
 
-def prepare_inputs(x: jax.Array, scale: float | None, dtype: Any = jnp.float32) -> jax.Array:
+def prepare_inputs(x: Any, scale: float | None, dtype: Any = jnp.float32) -> Any:
     """Model inputs from what DALI delivered: times ``scale`` (1/255 for 8-bit images), in
-    ``dtype`` (the precision's compute dtype)."""
-    if scale is not None:
-        x = x.astype(jnp.float32) * scale
-    return x.astype(dtype)
+    ``dtype`` (the precision's compute dtype); every array of a dict or tuple of inputs."""
+
+    def one(a: jax.Array) -> jax.Array:
+        if scale is not None:
+            a = a.astype(jnp.float32) * scale
+        return a.astype(dtype)
+
+    return jax.tree_util.tree_map(one, x)
 
 
 def _forward(
@@ -66,9 +76,50 @@ def _forward(
     return precision.to_float32(out), precision.like(new_state, model_state)
 
 
-def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+def forward(
+    adapter: ModelAdapter,
+    precision: Precision,
+    scale: float | None,
+    params: Any,
+    model_state: Any,
+    x: Any,
+    train: bool,
+    rng: jax.Array | None = None,
+) -> tuple[Any, Any]:
+    """``(outputs, model_state)`` of the model on a batch's ``x`` as the input pipeline
+    delivers it (times ``scale``, in the precision's compute dtype); float32 outputs."""
+    x = prepare_inputs(x, scale, precision.compute_dtype)
+    return _forward(adapter, precision, params, model_state, x, train, rng)
+
+
+def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+    """The mean of per-sample ``values`` over the valid rows (``mask``): padding counts zero."""
     w = mask.astype(values.dtype)
     return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def weighted(per_sample: jax.Array, batch: Batch, class_weight: Any = None) -> jax.Array:
+    """Per-sample losses times the batch's ``sample_weight`` (when it has them) and, given
+    ``class_weight`` (a weight per class index), the weight of each sample's class.
+
+    The mean over the valid rows of what this returns is the loss (Keras' reduction,
+    ``"sum_over_batch_size"``: ``sum(w * loss) / rows``; a sample of weight 0 adds nothing but
+    still counts as a row).
+    """
+    if class_weight is not None:
+        per_sample = per_sample * class_weight[_class_index(batch["y"])]
+    if "sample_weight" in batch:
+        per_sample = per_sample * batch["sample_weight"]
+    return per_sample
+
+
+def batch_metrics(metrics: type[clu_metrics.Collection], outputs: Any, batch: Batch, loss: jax.Array) -> Any:
+    """The metrics of one batch: ``metrics`` (a clu Collection) from the model's ``outputs``,
+    the batch (labels, mask, sample weights) and the per-sample ``loss``."""
+    extra = {"sample_weight": batch["sample_weight"]} if "sample_weight" in batch else {}
+    return metrics.single_from_model_output(
+        outputs=outputs, logits=outputs, labels=batch["y"], loss=loss, mask=batch["mask"], **extra
+    )
 
 
 def make_train_step(
@@ -83,7 +134,8 @@ def make_train_step(
     """The pure train step: gradients of the masked mean loss, one optimizer update.
 
     ``class_weight``: a weight per class index (an array), multiplying each sample's loss, as
-    Keras' ``class_weight`` (training only); padding rows still count zero.
+    Keras' ``class_weight`` (training only); so does the batch's ``sample_weight`` when it has
+    one (see :func:`weighted`); padding rows still count zero.
 
     Under ``precision`` the pass runs in its compute dtype on float32 master parameters; with
     loss scaling (float16) a step whose gradients are not finite leaves the parameters, the
@@ -92,15 +144,13 @@ def make_train_step(
 
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Any]:
         x = prepare_inputs(batch["x"], scale, precision.compute_dtype)
-        y, mask = batch["y"], batch["mask"]
+        mask = batch["mask"]
         rng = jax.random.fold_in(state.rng, state.step)
 
         def objective(params):
             out, model_state = _forward(adapter, precision, params, state.model_state, x, True, rng)
-            per_sample = loss_fn(out, batch)
-            if class_weight is not None:
-                per_sample = per_sample * class_weight[_class_index(y)]
-            return _masked_mean(per_sample, mask), (out, per_sample, model_state)
+            per_sample = weighted(loss_fn(out, batch), batch, class_weight)
+            return masked_mean(per_sample, mask), (out, per_sample, model_state)
 
         if state.dynamic_scale is not None:
             dynamic_scale, finite, (_, aux), grads = state.dynamic_scale.value_and_grad(
@@ -120,9 +170,7 @@ def make_train_step(
             kept = state.replace(step=state.step + 1)
             new = jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, kept)
             new = new.replace(dynamic_scale=dynamic_scale)
-        return new, metrics.single_from_model_output(
-            outputs=out, logits=out, labels=y, loss=per_sample, mask=mask
-        )
+        return new, batch_metrics(metrics, out, batch, per_sample)
 
     return train_step
 
@@ -148,14 +196,13 @@ def make_eval_step(
     scale: float | None,
     precision: Precision = Precision(),
 ) -> Callable[[TrainState, Batch], Any]:
-    """The pure evaluation step: metrics of one batch, padding rows excluded."""
+    """The pure evaluation step: metrics of one batch, padding rows excluded (the loss times
+    the batch's ``sample_weight`` when it has one; ``class_weight`` is for training only)."""
 
     def eval_step(state: TrainState, batch: Batch) -> Any:
-        x, y = prepare_inputs(batch["x"], scale, precision.compute_dtype), batch["y"]
+        x = prepare_inputs(batch["x"], scale, precision.compute_dtype)
         out, _ = _forward(adapter, precision, state.params, state.model_state, x, False)
-        return metrics.single_from_model_output(
-            outputs=out, logits=out, labels=y, loss=loss_fn(out, batch), mask=batch["mask"]
-        )
+        return batch_metrics(metrics, out, batch, weighted(loss_fn(out, batch), batch))
 
     return eval_step
 
@@ -170,7 +217,7 @@ def _unfold(placement: Placement, k: int, chunk: Batch) -> Batch:
         spec = P(None, DATA_AXIS, *([None] * (a.ndim - 2)))
         return jax.lax.with_sharding_constraint(a, NamedSharding(placement.mesh, spec))
 
-    return {key: one(v) for key, v in chunk.items()}
+    return jax.tree_util.tree_map(one, chunk)  # every array: x and y may be dicts or tuples
 
 
 def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
@@ -178,7 +225,7 @@ def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
     convolutions several times slower inside a loop (even one of a single iteration)."""
     if k > 1:
         return jax.lax.scan(body, carry, steps)
-    carry, out = body(carry, {key: v[0] for key, v in steps.items()})
+    carry, out = body(carry, jax.tree_util.tree_map(lambda v: v[0], steps))
     return carry, jax.tree_util.tree_map(lambda a: a[None], out)
 
 

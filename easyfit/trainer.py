@@ -11,11 +11,11 @@ import contextlib
 import functools
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -24,13 +24,13 @@ from ._args import check_int, check_verbose
 from ._fit_options import class_weights, validation_epochs
 from ._input_wait import EpochInputWait
 from ._interrupt import deferred_signals
-from ._trainer_state import TrainerState
+from ._trainer_steps import TrainerSteps
 from .callbacks import Callback, CallbackList, History, ProgbarLogger
 from .callbacks.callback_list import LazyLogs
 from .data.door import DataDoor
 from .errors import Preempted
-from .losses import LossFn, get_loss, infer_loss
-from .metrics import build_collection, compute_on_host, default_metrics, epoch_logs
+from .losses import LossFn, get_loss
+from .metrics import compute_on_host, epoch_logs
 from .models import adapt, write_back
 from .optimizers import get_optimizer
 from .parallel import Placement, gather_to_host
@@ -38,7 +38,6 @@ from .precision import get_precision
 from .state import TrainState
 
 if TYPE_CHECKING:
-    from .data.order import Plan
     from .data.sources.base import Source
 
 __all__ = ["Trainer"]
@@ -46,7 +45,7 @@ __all__ = ["Trainer"]
 log = logging.getLogger("easyfit")
 
 
-class Trainer(TrainerState):
+class Trainer(TrainerSteps):
     """Trains a Flax model on data read by DALI, Keras style.
 
     Args:
@@ -61,9 +60,14 @@ class Trainer(TrainerState):
             callable ``(outputs, labels) -> per-sample losses``. Models output logits. None:
             sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
             categorical cross-entropy for one-hot float labels, mse for other float labels
-            (``fit`` says which at ``verbose >= 1``).
+            (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
+            dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
+            tuple), as in Keras (``easyfit.outputs``).
         metrics: Keras metric names, callables or clu metrics (see ``easyfit.metrics``).
-            None: ``["accuracy"]`` for classification losses, none otherwise.
+            None: ``["accuracy"]`` for classification losses, none otherwise. For several
+            outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
+        loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
+            multiplying each output's loss in the total, as Keras' ``loss_weights``.
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
@@ -101,6 +105,7 @@ class Trainer(TrainerState):
         loss: str | LossFn | None = None,
         metrics: Sequence[Any] | Mapping[str, Any] | None = None,
         *,
+        loss_weights: Mapping[str, float] | Sequence[float] | float | None = None,
         seed: int = 0,
         steps_per_execution: int | str = "auto",
         devices: Sequence[jax.Device] | None = None,
@@ -112,6 +117,7 @@ class Trainer(TrainerState):
         self._model = model
         self.optimizer = get_optimizer(optimizer)
         self.loss = loss
+        self.loss_weights = loss_weights
         self._loss_note: str | None = None
         self.metrics = metrics
         self.seed = int(seed)
@@ -125,14 +131,15 @@ class Trainer(TrainerState):
         self.history: History | None = None
         self.class_names: list[str] | None = None
         self.batch_size = 32
-        self._compiled: dict[Any, steps.Compiled] = {}
+        self._compiled: dict[Any, Any] = {}  # steps.Compiled, and prediction functions
         self._data = DataDoor(
             self.placement,
             self.seed,
             steps_per_execution,
             {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device},
         )
-        self._input_spec: tuple[list[int], str | None] | None = None
+        self._input_spec: tuple[Any, Any] | None = None
+        self._tracing = threading.local()  # the step configuration being traced
         self._input_scale: float | None = None  # what the step multiplies inputs by
         self._class_weight: tuple[float, ...] | None = None
         self._loss_fn: LossFn = get_loss("mse")
@@ -169,18 +176,22 @@ class Trainer(TrainerState):
         class_weight: Mapping[int, float] | None = None,
         validation_freq: int | Sequence[int] = 1,
         steps_per_epoch: int | None = None,
+        sample_weight: Any = None,
     ) -> History:
         """Trains for ``epochs`` epochs.
 
         Args:
             x: a folder (``root/train`` + ``root/val`` layout, or ``root/<class>/*`` alone), an
-                ``easyfit.data`` source, or an array of inputs.
-            y: labels, when ``x`` is an array.
+                ``easyfit.data`` source, or an array of inputs (or a dict or tuple of arrays,
+                for several inputs: the model receives the same dict or tuple).
+            y: labels, when ``x`` is an array: an array, or a dict or tuple of arrays for
+                several outputs.
             batch_size: global batch size, split over all devices (default 32); must divide by
                 the number of devices.
             epochs: index of the last epoch (as in Keras, with ``initial_epoch``).
-            validation_data: a folder, a source or ``(x_val, y_val)``; overrides the folder
-                found beside ``train/`` and ``validation_split``.
+            validation_data: a folder, a source, ``(x_val, y_val)`` or ``(x_val, y_val,
+                sample_weight_val)``; overrides the folder found beside ``train/`` and
+                ``validation_split``.
             validation_split: hold this fraction of the training data out for validation
                 (seeded by ``seed``: the same samples on every run and device count); it
                 replaces a folder found beside ``train/``.
@@ -201,6 +212,9 @@ class Trainer(TrainerState):
                 repeating dataset; only where epochs end (logs, validation, callbacks) moves.
                 With ``steps_per_execution=k`` an epoch runs ``ceil(steps_per_epoch / k)``
                 dispatches (callbacks' ``steps``), the last one's extra steps skipped.
+            sample_weight: with arrays, one weight (>= 0) per sample multiplying its loss
+                (Keras' reduction: the mean over the rows of ``weight * loss``); it travels with
+                its sample through shuffling and sharding, and multiplies ``class_weight``.
 
         ``BackupAndRestore`` (a callback's ``restore_point()``) resumes an earlier run, mid-epoch
         too. On Ctrl-C or SIGTERM fit stops after the step in progress, calls ``on_interrupt``
@@ -216,7 +230,7 @@ class Trainer(TrainerState):
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         self._class_weight = class_weights(class_weight)
         validates = validation_epochs(validation_freq)
-        train, val = self._data.fit_sources(x, y, validation_data, validation_split)
+        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
         self.batch_size = batch_size
@@ -327,11 +341,12 @@ class Trainer(TrainerState):
         callbacks: Sequence[Callback] | None = None,
         verbose: int = 0,
         return_dict: bool = True,
+        sample_weight: Any = None,
     ) -> dict[str, float] | float | list[float]:
         """Loss and metrics over every sample of ``x`` exactly once.
 
         Args:
-            x: a folder, a source, or arrays (with ``y``).
+            x: a folder, a source, or arrays (with ``y``; dicts or tuples of arrays too).
             y: labels, when ``x`` is an array.
             batch_size: global batch size (default: the last fit's).
             callbacks: callbacks whose ``on_test_*`` hooks run.
@@ -339,12 +354,13 @@ class Trainer(TrainerState):
             return_dict: True (the default, unlike Keras): a dict by name, as History and the
                 callbacks' logs. False: Keras' default form, the loss alone, or
                 ``[loss, *metrics]`` when there are metrics.
+            sample_weight: with arrays, one weight per sample multiplying its loss.
 
         Returns:
             ``{"loss": ..., "accuracy": ..., ...}`` (a float or a list with ``return_dict=False``).
         """
         check_int("batch_size", batch_size, 1, none=True)
-        source = self._data.source(x, y)
+        source = self._data.source(x, y, sample_weight)
         batch_size = int(batch_size or self.batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}))
         if verbose and jax.process_index() == 0:
@@ -352,12 +368,16 @@ class Trainer(TrainerState):
         return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
 
     @contextlib.contextmanager
-    def _pass(self, source: Source, batch_size: int) -> Iterator[tuple[Any, steps.Compiled]]:
-        """A leased loader over ``source`` and the compiled steps for it (evaluate, predict)."""
+    def _pass(self, source: Source, batch_size: int, predict: bool = False) -> Iterator[tuple[Any, Any]]:
+        """A leased loader over ``source`` and the compiled steps for it (``evaluate``), or
+        with ``predict`` the prediction function (no labels: no loss)."""
         with self._data.lease(source, batch_size) as loader:
             first = loader.peek()
-            self._ensure_state(first, source)
-            yield loader, self._functions(source, loader.plan, first)
+            self._ensure_state(first, source, labels=not predict)
+            if predict:
+                yield loader, self._predictor(source, loader.plan)
+            else:
+                yield loader, self._functions(source, loader.plan, first)
 
     def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
         with self._pass(source, batch_size) as (loader, fns):
@@ -379,84 +399,32 @@ class Trainer(TrainerState):
         batch_size: int | None = None,
         callbacks: Sequence[Callback] | None = None,
         verbose: int = 0,
-    ) -> np.ndarray:
+    ) -> Any:
         """Model outputs for every sample of ``x``, once each, in the source's order.
 
-        For a folder: sorted class folders, sorted files (``ImageFolder.files``).
+        For a folder: sorted class folders, sorted files (``ImageFolder.files``). ``x`` may be
+        a dict or a tuple of arrays (several inputs).
 
         Returns:
-            A NumPy array with one row per sample.
+            A NumPy array with one row per sample; for a model with several outputs, a dict or
+            a tuple of them.
         """
         del verbose
         check_int("batch_size", batch_size, 1, none=True)
-        source = self._data.source(x)
+        source = self._data.source(x, inputs_only=True)
         batch_size = int(batch_size or self.batch_size)
         cbs = CallbackList(callbacks or [], self, {})
         outputs = []
-        with self._pass(source, batch_size) as (loader, fns):
+        with self._pass(source, batch_size, predict=True) as (loader, infer):
             cbs.call("on_predict_begin")
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
-                outputs.append(fns.predict(self.state, next(loader)))
+                outputs.append(infer(self.state, next(loader)))
                 cbs.call("on_predict_batch_end", batch)
-        result = np.concatenate([gather_to_host(out)[gather_to_host(mask)] for out, mask in outputs])
+        masks = [gather_to_host(mask) for _, mask in outputs]
+        result = jax.tree_util.tree_map(
+            lambda *outs: np.concatenate([gather_to_host(o)[m] for o, m in zip(outs, masks, strict=True)]),
+            *[out for out, _ in outputs],
+        )
         cbs.call("on_predict_end")
         return result
-
-    # ------------------------------------------------------------------------------ internals
-    def _resolved_loss(self, source: Source, chunk: Mapping[str, jax.Array]) -> LossFn:
-        if self.loss is None:
-            self.loss, why = infer_loss(
-                source.label_dtype, self._data.labels(source, chunk), source.default_loss
-            )
-            self._loss_note = f"loss={self.loss!r} (none given; {why})"
-            log.info("easyfit: %s", self._loss_note)
-        return get_loss(self.loss)
-
-    def compute_loss(self, outputs: Any, batch: Mapping[str, jax.Array]) -> jax.Array:
-        """Per-sample losses of a batch (``x``, ``y``, ``mask``) in the jitted steps: override
-        it to change the loss alone (easyfit masks, averages and applies ``class_weight``)."""
-        return self._loss_fn(outputs, batch["y"])
-
-    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, jax.Array]) -> steps.Compiled:
-        key = (source.scale, plan.steps_per_execution, self._class_weight)
-        if key not in self._compiled:
-            self._loss_fn = self._resolved_loss(source, chunk)
-            weights = None if self._class_weight is None else jnp.asarray(self._class_weight)
-            collection = build_collection(default_metrics(self.metrics, self.loss))
-            self._compiled[key] = steps.compile_steps(
-                self._adapter,
-                self.optimizer,
-                self.compute_loss,
-                collection,
-                source.scale,
-                self.precision,
-                self.placement,
-                plan.steps_per_execution,
-                weights,
-            )
-        return self._compiled[key]
-
-    def _abstract_state(self, chunk: Mapping[str, jax.Array]) -> Any:
-        """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
-        if self.state is None:
-            return self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype), True)
-        return self.placement.abstract(self.state)
-
-    def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
-        return self.placement.replicate(fns.metrics.empty())
-
-    def _ensure_state(self, chunk: Mapping[str, jax.Array], source: Source) -> None:
-        if self.state is None:
-            self._init_state(tuple(chunk["x"].shape[1:]), str(chunk["x"].dtype))
-            if self.class_names is None:
-                self.class_names = source.class_names
-            self._input_scale = source.scale
-        self._resolved_loss(source, chunk)  # sets self.loss when it was None
-        state = self._require_state()
-        self._data.check_labels(
-            source,
-            self.loss,
-            lambda: self._adapter.num_outputs(state.params, state.model_state, tuple(chunk["x"].shape[1:])),
-            chunk,
-        )

@@ -3,7 +3,8 @@
 While the stream goes through DALI, every decoded chunk is also kept on the device until every
 sample has been seen (the first full epoch; more chunks when an epoch is shorter than a pass,
 ``steps_per_epoch``, or starts mid-pass); they are then scattered, by sample index, into one
-array per output (replicated on every device, in the source's order). From then on each chunk
+array per output (per array of structured ``x`` and ``y``, and the sample weights; replicated on
+every device, in the source's order). From then on each chunk
 is a gather of its indices (the same :class:`~easyfit.data.order.Plan`, so the same samples in
 the same steps as streaming): no input pipeline is left, and DALI's pipelines are released. A
 source read by DALI's own reader cannot be replayed so: :mod:`easyfit.data.reader_cache` reads
@@ -112,14 +113,14 @@ class CachedLoader:
         self._orders = Orders(self.plan)
         self._start = self.iteration
         self._chunks = chunks_to_cover(self.plan, self.iteration, self._orders)  # to record
-        self._recorded: dict[str, jax.Array] | None = None  # the recorded chunks, stream order
+        self._recorded: dict[str, Any] | None = None  # the recorded chunks, stream order
         self._indices: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
-        self._data: dict[str, jax.Array] | None = None
+        self._data: dict[str, Any] | None = None
         self._gather = jax.jit(gather_rows, out_shardings=self.placement.data)
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
         sharding = NamedSharding(self.placement.mesh, P(None, DATA_AXIS))
         self._record = jax.jit(record_chunk, donate_argnums=(0,), out_shardings=sharding)
-        self._allocate = jax.jit(chunk_buffers, static_argnums=(0,), out_shardings=sharding)
+        self._allocate = jax.jit(chunk_buffers, static_argnums=(0, 1), out_shardings=sharding)
 
     def __iter__(self) -> CachedLoader:
         return self
@@ -149,12 +150,10 @@ class CachedLoader:
     def _next(self, peek: bool) -> dict[str, jax.Array]:
         if self._data is None:
             batch = next(self.loader)
+            data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
             if self._recorded is None:
-                shapes = tuple((k, (self._chunks, *batch[k].shape), str(batch[k].dtype)) for k in ("x", "y"))
-                self._recorded = self._allocate(shapes)
-            self._recorded = self._record(
-                self._recorded, {k: batch[k] for k in ("x", "y")}, np.int32(len(self._indices))
-            )
+                self._recorded = self._allocate(*buffer_specs(data, self._chunks))
+            self._recorded = self._record(self._recorded, data, np.int32(len(self._indices)))
             self._indices.append(self.plan.chunk(self.iteration, self._orders))
             if len(self._indices) == self._chunks:
                 self._fill()
@@ -213,28 +212,38 @@ def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int
     return count
 
 
-def chunk_buffers(shapes: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, jax.Array]:
-    """Zeros of each ``(key, shape, dtype)``: the chunks of a recording, before the first."""
-    return {key: jnp.zeros(shape, dtype) for key, shape, dtype in shapes}
+# A recording holds the batch less its mask: x and y (arrays, or dicts or tuples of arrays for
+# structured arrays) and the sample weights when there are some; each leaf on its own.
 
 
-def record_chunk(
-    recorded: dict[str, jax.Array], chunk: dict[str, jax.Array], i: jax.Array
-) -> dict[str, jax.Array]:
+def buffer_specs(data: Any, chunks: int) -> tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]:
+    """The structure of ``data`` (a pytree of one chunk's arrays) and each leaf's ``(shape,
+    dtype)`` for ``chunks`` of them: hashable, the static arguments of :func:`chunk_buffers`."""
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    return treedef, tuple(((chunks, *leaf.shape), str(leaf.dtype)) for leaf in leaves)
+
+
+def chunk_buffers(treedef: Any, specs: tuple[tuple[tuple[int, ...], str], ...]) -> Any:
+    """Zeros of each leaf's ``(shape, dtype)``: the chunks of a recording, before the first."""
+    return jax.tree_util.tree_unflatten(treedef, [jnp.zeros(shape, dtype) for shape, dtype in specs])
+
+
+def record_chunk(recorded: Any, chunk: Any, i: jax.Array) -> Any:
     """``recorded`` with chunk ``i`` written in place (one compilation for the whole recording)."""
-    return {key: value.at[i].set(chunk[key]) for key, value in recorded.items()}
+    return jax.tree_util.tree_map(lambda value, new: value.at[i].set(new), recorded, chunk)
 
 
-def scatter_rows(recorded: dict[str, jax.Array], index: jax.Array, n: int) -> dict[str, jax.Array]:
-    """The recorded rows of every output at their sample ``index`` in ``n`` rows (an index
-    past the end, a padding row, is dropped)."""
-    out = {}
-    for key, chunks in recorded.items():
+def scatter_rows(recorded: Any, index: jax.Array, n: int) -> Any:
+    """The recorded rows of every leaf at their sample ``index`` in ``n`` rows (an index past the
+    end, a padding row, is dropped)."""
+
+    def one(chunks: jax.Array) -> jax.Array:
         rows = chunks.reshape(-1, *chunks.shape[2:])
-        out[key] = jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
-    return out
+        return jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
+
+    return jax.tree_util.tree_map(one, recorded)
 
 
-def gather_rows(data: dict[str, jax.Array], index: jax.Array) -> dict[str, Any]:
-    """The rows ``index`` of every cached output: a chunk from the device cache."""
-    return {key: jnp.take(value, index, axis=0) for key, value in data.items()}
+def gather_rows(data: Any, index: jax.Array) -> Any:
+    """The rows ``index`` of every cached leaf: a chunk from the device cache."""
+    return jax.tree_util.tree_map(lambda value: jnp.take(value, index, axis=0), data)

@@ -30,7 +30,12 @@ def _origin(source: Source) -> str:
 
 
 def check_labels(
-    source: Source, loss: Any, num_outputs: int, batch_labels: np.ndarray, batch_mask: np.ndarray
+    source: Source,
+    loss: Any,
+    num_outputs: int,
+    batch_labels: np.ndarray,
+    batch_mask: np.ndarray,
+    output: Any = None,
 ) -> None:
     """Raises DataError if ``source``'s labels do not fit ``loss`` and ``num_outputs``.
 
@@ -40,6 +45,8 @@ def check_labels(
         num_outputs: size of the model's last output axis.
         batch_labels, batch_mask: labels and validity mask of a first batch, used when the
             source does not know its labels.
+        output: for a dict or a tuple of labels (several outputs), the key of the output
+            checked: ``batch_labels`` and ``num_outputs`` are that output's.
 
     Example:
         >>> import numpy as np, easyfit as ef
@@ -52,16 +59,20 @@ def check_labels(
     """
     if not isinstance(loss, str):
         return
-    integer = np.issubdtype(source.label_dtype, np.integer)
+    dtype = source.label_dtype if output is None else np.asarray(batch_labels).dtype
+    origin = _origin(source) if output is None else f"y[{output!r}]"
+    integer = np.issubdtype(dtype, np.integer)
     if loss in _SPARSE and not integer:
         raise DataError(
-            f"{_origin(source)}: {source.label_dtype} labels given to loss={loss!r}, "
+            f"{origin}: {dtype} labels given to loss={loss!r}, "
             "which takes integer class indices; pass integer labels (e.g. "
             "y.astype('int32')), or choose a loss for float targets such as 'mse'"
         )
     if loss not in _CLASS_INDICES or not integer:
         return
     labels = source.known_labels()
+    if labels is not None and output is not None:
+        labels = labels[output]
     known = labels is not None
     if labels is None:
         labels = np.asarray(batch_labels)[np.asarray(batch_mask, bool)]
@@ -82,7 +93,7 @@ def check_labels(
                 f"{num_outputs} outputs per pixel; class ids must be in 0..{num_outputs - 1}"
             )
         raise DataError(
-            f"{_origin(source)}: label {int(labels[i])}{where} is outside the "
+            f"{origin}: label {int(labels[i])}{where} is outside the "
             f"model's {num_outputs} outputs; class indices must be in "
             f"0..{num_outputs - 1}"
         )

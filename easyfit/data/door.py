@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+import jax
 import numpy as np
 
 from ..parallel import Placement, local_rows
@@ -89,38 +90,65 @@ class DataDoor:
 
     # ------------------------------------------------------------------------------ sources
     def fit_sources(
-        self, x: Any, y: Any = None, validation_data: Any = None, validation_split: float = 0.0
+        self,
+        x: Any,
+        y: Any = None,
+        validation_data: Any = None,
+        validation_split: float = 0.0,
+        sample_weight: Any = None,
     ) -> tuple[Source, Source | None]:
         """``(train, validation or None)`` from fit's arguments: a ``root/train`` + ``root/val``
-        layout, ``validation_split`` held out, or ``validation_data``."""
+        layout, ``validation_split`` held out, or ``validation_data`` (a source, a path,
+        ``(x, y)`` or ``(x, y, sample_weight)``)."""
         if x is None:
             raise ValueError("fit: give the training data (a folder, a source or arrays)")
         val_path = None
         if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
             x, val_path = layout
-        train = self._resolve(x, y, like=None)
+        train = self._resolve(x, y, like=None, sample_weight=sample_weight)
         if validation_split and validation_data is None:
             train, validation_data = split_validation(train, validation_split, self.seed)
         self._train = train
         if validation_data is not None:
-            if isinstance(validation_data, tuple) and len(validation_data) == 2:
+            if isinstance(validation_data, tuple) and len(validation_data) in (2, 3):
                 return train, self.source(*validation_data, argument="validation_data")
             return train, self.source(validation_data, argument="validation_data")
         return train, (self.source(val_path) if val_path else None)
 
-    def source(self, data: Any, y: Any = None, argument: str = "x") -> Source:
+    def source(
+        self,
+        data: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        *,
+        inputs_only: bool = False,
+        argument: str = "x",
+    ) -> Source:
         """The source for ``data`` (the same one for the same path), with the training data's
-        settings (image size, color mode, ...) when of the same format; ``argument`` names it
-        in errors."""
-        return self._resolve(data, y, like=self._train, argument=argument)
+        settings (image size, color mode, ...) when of the same format. ``inputs_only``: for
+        prediction (a tuple is a tuple of inputs, not ``(x, y)``); ``argument`` names it in
+        errors."""
+        return self._resolve(
+            data, y, like=self._train, sample_weight=sample_weight, inputs_only=inputs_only, argument=argument
+        )
 
-    def _resolve(self, data: Any, y: Any, like: Source | None, argument: str = "x") -> Source:
-        if isinstance(data, (str, os.PathLike)):
+    def _resolve(
+        self,
+        data: Any,
+        y: Any,
+        like: Source | None,
+        sample_weight: Any = None,
+        inputs_only: bool = False,
+        argument: str = "x",
+    ) -> Source:
+        if isinstance(data, (str, os.PathLike)) and sample_weight is None:
             key = os.path.abspath(os.fspath(data))
             if key not in self._sources:
                 self._sources[key] = to_source(data, like=like, argument=argument)
             return self._sources[key]
-        return to_source(data, y, like=like, argument=argument)
+        return to_source(
+            data, y, like=like, argument=argument, sample_weight=sample_weight, inputs_only=inputs_only
+        )
 
     # ---------------------------------------------------------------------------- batching
     def plan(
@@ -203,28 +231,36 @@ class DataDoor:
 
     # ------------------------------------------------------------------------------- checks
     def check_labels(
-        self, source: Source, loss: Any, num_outputs: Callable[[], int], chunk: Mapping[str, Any]
+        self, source: Source, loss: Any, num_outputs: Callable[[], Any], chunk: Mapping[str, Any]
     ) -> None:
         """Checks ``source``'s labels against ``loss`` and the model's ``num_outputs()``, once
-        per source (``easyfit.data.checks``); ``chunk`` gives a first batch's labels."""
+        per source (``easyfit.data.checks``); ``chunk`` gives a first batch's labels. For a
+        dict or tuple ``y``, ``loss`` is ``{output key: loss}`` and each output is checked
+        against its own loss and size."""
         if source in self._checked:
             return
         self._checked.add(source)
-        check_labels(
-            source,
-            loss,
-            num_outputs(),
-            np.asarray(local_rows(chunk["y"])),
-            np.asarray(local_rows(chunk["mask"])),
-        )
+        y, mask = chunk["y"], np.asarray(local_rows(chunk["mask"]))
+        if not isinstance(y, (dict, tuple, list)):
+            check_labels(source, loss, num_outputs(), np.asarray(local_rows(y)), mask)
+            return
+        sizes = num_outputs()
+        for key, output_loss in loss.items():
+            try:
+                size = sizes[key]
+            except (KeyError, IndexError, TypeError):
+                continue  # the model's outputs are not laid out as y: the loss says so
+            check_labels(source, output_loss, size, np.asarray(local_rows(y[key])), mask, output=key)
 
     @staticmethod
-    def labels(source: Source, chunk: Mapping[str, Any]) -> np.ndarray:
+    def labels(source: Source, chunk: Mapping[str, Any]) -> Any:
         """Every label of ``source`` when it knows them, else those of a first batch (valid
-        rows of this process): what a loss is inferred from."""
+        rows of this process): what a loss is inferred from (for several outputs, a dict or
+        a tuple of arrays)."""
         labels = source.known_labels()
         if labels is None:
-            labels = np.asarray(local_rows(chunk["y"]))[np.asarray(local_rows(chunk["mask"])).astype(bool)]
+            mask = np.asarray(local_rows(chunk["mask"])).astype(bool)
+            labels = jax.tree_util.tree_map(lambda y: np.asarray(local_rows(y))[mask], chunk["y"])
         return labels
 
     def close(self) -> None:

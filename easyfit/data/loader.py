@@ -30,7 +30,9 @@ __all__ = ["Loader", "make_loader"]
 
 
 class Loader:
-    """Iterates over chunks of global batches: dicts of ``x``, ``y`` and ``mask`` jax.Arrays.
+    """Iterates over chunks of global batches: dicts of ``x``, ``y`` and ``mask`` jax.Arrays
+    (``x`` and ``y`` dicts or tuples of them for structured arrays, and ``sample_weight`` when
+    the source has weights: see ``Source.assemble``).
 
     Each array has ``steps_per_execution * batch_size`` rows, sharded over the mesh's data axis
     and laid out shard-major (see :meth:`Plan.chunk`); the step function unfolds them. Runs

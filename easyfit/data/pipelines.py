@@ -102,13 +102,14 @@ def on_gpu_pipelines(source: Source, placement: Placement) -> bool:
     return placement.platform == "gpu" and source.uses_gpu
 
 
-def augmented(source: Source, xy: tuple[Any, Any], training: bool) -> tuple[Any, Any]:
-    """``(x, y)`` with a plain-function augmentation applied to ``x`` when training (an
-    :class:`~easyfit.data.augment.Augment` is applied by the source's graph, with its draws)."""
-    x, y = xy
+def augmented(source: Source, outputs: tuple[Any, ...], training: bool) -> tuple[Any, ...]:
+    """The graph's outputs (``(x, y, ...)``) with a plain-function augmentation applied to
+    ``x`` when training (an :class:`~easyfit.data.augment.Augment` is applied by the source's
+    graph, with its draws)."""
+    x, *rest = outputs
     if training and source.augment is not None and not isinstance(source.augment, Augment):
         x = source.augment(x)
-    return x, y
+    return (x, *rest)
 
 
 def draws_of(source: Source, training: bool) -> Augment | None:
@@ -135,14 +136,14 @@ class PipelineRunner:
         self.source = source
         self.on_gpu = on_gpu
 
-    def run(self, pipe: Any, suspects: Any) -> tuple[Any, Any]:
-        """One run of ``pipe`` as ``(x, y)``; a failure becomes a DataError naming the bad
-        sample among ``suspects()`` when one is found."""
+    def run(self, pipe: Any, suspects: Any) -> tuple[Any, ...]:
+        """One run of ``pipe`` as ``(x, y)`` (or one array per name of ``source.outputs``); a
+        failure becomes a DataError naming the bad sample among ``suspects()`` when one is found."""
         try:
             outs = pipe.run()
         except RuntimeError as e:
             raise batch_error(self.source, e, suspects()) from None
-        return tuple(self.convert(pipe, o, name) for o, name in zip(outs, ("x", "y")))
+        return tuple(self.convert(pipe, o, name) for o, name in zip(outs, self.source.outputs, strict=True))
 
     def convert(self, pipe: Any, out: Any, name: str) -> Any:
         if not out.is_dense_tensor():
@@ -157,13 +158,12 @@ class PipelineRunner:
         array = jax.dlpack.from_dlpack(out.as_tensor())
         return array if pipe.exec_dynamic else array.copy()
 
-    def join(self, runs: list[tuple[Any, Any]]) -> tuple[Any, Any]:
-        """The ``(x, y)`` outputs of consecutive runs of one pipeline, as one ``(x, y)``."""
+    def join(self, runs: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        """The ``(x, y, ...)`` outputs of consecutive runs of one pipeline, as one."""
         if len(runs) == 1:
             return runs[0]
         concatenate = jnp.concatenate if self.on_gpu else np.concatenate
-        x, y = (concatenate(parts) for parts in zip(*runs, strict=True))
-        return x, y
+        return tuple(concatenate(parts) for parts in zip(*runs, strict=True))
 
 
 # --------------------------------------------------------------------------- index-fed sources
@@ -302,16 +302,16 @@ class FedPipelines:
         else:
             outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
         _, mask = self._feeders[0].chunk(iteration)
-        if self.on_gpu:
-            x, y = (self.placement.shard_device_rows(self._per_device(arrays)) for arrays in zip(*outputs))
+        if self.on_gpu:  # each output (x, y, ...) sharded on its rows
+            arrays = [self.placement.shard_device_rows(self._per_device(parts)) for parts in zip(*outputs)]
         else:  # host pipelines, in local row order: one copy of the whole chunk to the devices
-            x, y = (
+            arrays = [
                 self.placement.shard_host_rows(parts[0] if len(parts) == 1 else np.concatenate(parts))
                 for parts in zip(*outputs)
-            )
-        return {"x": x, "y": y, "mask": self.placement.shard_global_rows(mask)}
+            ]
+        return {**self.source.assemble(arrays), "mask": self.placement.shard_global_rows(mask)}
 
-    def _share(self, index: int, iteration: int) -> tuple[Any, Any]:
+    def _share(self, index: int, iteration: int) -> tuple[Any, ...]:
         """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
         pipe = self._pipes[index]
         count = len(self._feeders[index].parts)

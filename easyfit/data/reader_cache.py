@@ -34,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..errors import DataError
 from ..parallel import DATA_AXIS, Placement
-from .cache import chunk_buffers, gather_rows, record_chunk, scatter_rows
+from .cache import buffer_specs, chunk_buffers, gather_rows, record_chunk, scatter_rows
 from .order import Plan
 from .reader_pipelines import ReaderPipelines
 from .sources.base import ReaderSource
@@ -156,8 +156,8 @@ class ReaderCache:
                 out = pipes.produce(i)
                 chunk = {"x": out["x"], "y": out["y"], "slot": pipes.slots(i)}
                 if recorded is None:
-                    shapes = tuple((k, (chunks, *v.shape), str(v.dtype)) for k, v in chunk.items())
-                    recorded = jax.jit(chunk_buffers, static_argnums=(0,), out_shardings=sharding)(shapes)
+                    allocate = jax.jit(chunk_buffers, static_argnums=(0, 1), out_shardings=sharding)
+                    recorded = allocate(*buffer_specs(chunk, chunks))
                 recorded = record(recorded, chunk, np.int32(i))
         finally:
             pipes.close()

@@ -41,16 +41,34 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     return train, val
 
 
-def to_source(data: Any, y: Any = None, *, like: Source | None = None, argument: str = "x") -> Source:
-    """A Source from a path, arrays, an ``(x, y)`` tuple or a Source.
+def to_source(
+    data: Any,
+    y: Any = None,
+    *,
+    like: Source | None = None,
+    argument: str = "x",
+    sample_weight: Any = None,
+    inputs_only: bool = False,
+) -> Source:
+    """A Source from a path, arrays (or a dict or tuple of arrays), an ``(x, y)`` tuple or a
+    Source.
 
     Args:
         data: the data.
-        y: labels, when ``data`` is an array.
+        y: labels, when ``data`` is an array (or a dict or tuple of arrays).
         like: a source whose settings (image size, color mode, ...) a path of the same format
             should share, e.g. the training data when resolving the validation folder.
         argument: the argument's name, for error messages.
+        sample_weight: one weight per sample, with arrays.
+        inputs_only: ``data`` holds inputs only (prediction): a tuple is a tuple of inputs,
+            never ``(x, y)``.
     """
+    if sample_weight is not None and not (
+        isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")
+    ):
+        raise ValueError(
+            "sample_weight: given with arrays only; for another source, weight samples in its data"
+        )
     if isinstance(data, Source):
         return data
     refuse(data, argument)  # generators, datasets, data loaders, lists of batches
@@ -65,8 +83,8 @@ def to_source(data: Any, y: Any = None, *, like: Source | None = None, argument:
                 return sibling
         return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
     scale = base.scale if isinstance(base, Arrays) else None
-    if isinstance(data, tuple) and y is None and len(data) == 2:
-        return Arrays(*data, scale=scale)
-    if hasattr(data, "__array__") or isinstance(data, list):
-        return Arrays(data, y, scale=scale)
+    if isinstance(data, tuple) and y is None and len(data) == 2 and not inputs_only:
+        return Arrays(*data, sample_weight=sample_weight, scale=scale)  # (x, y)
+    if isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__"):
+        return Arrays(data, y, sample_weight=sample_weight, scale=scale)
     raise unsupported(data, argument)

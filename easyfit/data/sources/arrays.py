@@ -9,9 +9,39 @@ import numpy as np
 
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
+from ..structure import Structure
 from .base import IndexedSource, nonfinite_problem
 
 __all__ = ["Arrays"]
+
+
+def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
+    """A checked leaf in a dtype DALI carries: float64 -> float32; integer labels int32."""
+    problem = nonfinite_problem(a, unit="sample")
+    if problem:
+        raise DataError(f"{name} {problem}")
+    if a.dtype.kind not in "biuf":
+        raise DataError(f"{name}: dtype {a.dtype} is not numeric")
+    if label:
+        a = a.astype(np.int32) if a.dtype.kind in "biu" else a.astype(np.float32, copy=False)
+    elif a.dtype == np.float64:
+        a = a.astype(np.float32)
+    return np.ascontiguousarray(a)
+
+
+def _weights(sample_weight: Any, n: int) -> np.ndarray:
+    w = np.asarray(sample_weight)
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w[:, 0]
+    if w.ndim != 1 or w.dtype.kind not in "biuf":
+        raise DataError(f"sample_weight: expected one number per sample, got shape {w.shape} {w.dtype}")
+    if len(w) != n:
+        raise DataError(f"sample_weight has {len(w)} samples but x has {n}")
+    w = w.astype(np.float32)
+    if not np.isfinite(w).all() or (w < 0).any():
+        i = int(np.flatnonzero(~np.isfinite(w) | (w < 0))[0])
+        raise DataError(f"sample_weight[{i}]={w[i]}: weights must be finite and >= 0")
+    return w
 
 
 class Arrays(IndexedSource):
@@ -20,14 +50,22 @@ class Arrays(IndexedSource):
     ``x`` keeps its dtype through DALI (uint8 images travel as bytes) and reaches the model as
     float32, multiplied by ``scale`` when one is given (Keras semantics: no scaling by default).
 
+    ``x`` and ``y`` may each be a dict or a tuple of arrays (several inputs, several outputs;
+    dense targets such as masks or boxes of a fixed size): every array holds one row per
+    sample, travels through DALI on its own, is sharded on its rows and shuffled with its
+    sample; the model receives the same dict or tuple.
+
     Args:
-        x: inputs, one row per sample (for images NHWC).
-        y: labels, one row per sample (integers for class indices); None for predict-only data.
-        scale: factor applied to ``x`` after casting to float32 (``1/255`` for 8-bit images
-            you want in [0, 1]); None to leave the values as they are.
+        x: inputs, one row per sample (for images NHWC); or a dict or tuple of such arrays.
+        y: labels, one row per sample (integers for class indices), or a dict or tuple of
+            such arrays (one per output); None for predict-only data.
+        sample_weight: one weight (>= 0) per sample, multiplying its loss (Keras'
+            ``sample_weight``); None for none.
+        scale: factor applied to every array of ``x`` after casting to float32 (``1/255`` for
+            8-bit images you want in [0, 1]); None to leave the values as they are.
         class_names: optional names of the classes.
         augment: optional ``f(x) -> x`` on DALI data nodes for training batches only (for NHWC
-            image arrays, e.g. ``easyfit.data.Augment(flip=True)``).
+            image arrays, e.g. ``easyfit.data.Augment(flip=True)``); a single array ``x`` only.
 
     Example:
         >>> import numpy as np, easyfit as ef
@@ -38,6 +76,10 @@ class Arrays(IndexedSource):
         Traceback (most recent call last):
         ...
         easyfit.errors.DataError: x has 4 samples but y has 3
+        >>> two = ef.data.Arrays({"image": np.zeros((4, 8, 8, 1)), "extra": np.ones((4, 3))},
+        ...                      (np.arange(4), np.zeros((4, 2))), sample_weight=[1, 1, 0, 2])
+        >>> two.outputs
+        ("x['image']", "x['extra']", 'y[0]', 'y[1]', 'sample_weight')
     """
 
     def __init__(
@@ -45,73 +87,91 @@ class Arrays(IndexedSource):
         x: Any,
         y: Any = None,
         *,
+        sample_weight: Any = None,
         scale: float | None = None,
         class_names: Sequence[str] | None = None,
         augment: Callable[[Any], Any] | None = None,
     ):
-        x = np.asarray(x)
-        if x.ndim < 1 or len(x) == 0:
-            raise DataError(f"x: expected an array with one row per sample, got shape {x.shape}")
-        if y is None:
-            y = np.zeros(len(x), np.int32)
-        y = np.asarray(y)
-        if len(x) != len(y):
-            raise DataError(f"x has {len(x)} samples but y has {len(y)}")
-        for name, a in (("x", x), ("y", y)):
-            problem = nonfinite_problem(a, unit="sample")
-            if problem:
-                raise DataError(f"{name} {problem}")
-            if a.dtype.kind not in "biuf":
-                raise DataError(f"{name}: dtype {a.dtype} is not numeric")
-        if x.dtype == np.float64:
-            x = x.astype(np.float32)
-        if y.dtype.kind in "biu":
-            y = y.astype(np.int32)
-        elif y.dtype != np.float32:
-            y = y.astype(np.float32)
-        self.x = np.ascontiguousarray(x)
-        self.y = np.ascontiguousarray(y)
+        self._xs, x_leaves = Structure.of("x", x)
+        if any(a.ndim < 1 or len(a) == 0 for a in x_leaves):
+            shape = next(a.shape for a in x_leaves if a.ndim < 1 or len(a) == 0)
+            raise DataError(f"x: expected an array with one row per sample, got shape {shape}")
+        n = len(x_leaves[0])
+        self._ys, y_leaves = Structure.of("y", np.zeros(n, np.int32) if y is None else y)
+        names = self._xs.names + self._ys.names
+        for name, a in zip(names[1:], x_leaves[1:] + y_leaves, strict=True):
+            if a.ndim < 1 or len(a) != n:
+                rows = len(a) if a.ndim else "no"
+                hint = (
+                    " (a list of arrays is one array, its first axis the samples; for several "
+                    "inputs pass a tuple or a dict)"
+                    if isinstance(x, list) and all(hasattr(item, "shape") for item in x)
+                    else ""
+                )
+                raise DataError(f"{names[0]} has {n} samples but {name} has {rows}{hint}")
+        self._leaves = [_leaf(name, a, label=False) for name, a in zip(self._xs.names, x_leaves)]
+        self._leaves += [_leaf(name, a, label=True) for name, a in zip(self._ys.names, y_leaves)]
+        self.sample_weight = None if sample_weight is None else _weights(sample_weight, n)
+        if self.sample_weight is not None:
+            self._leaves.append(self.sample_weight)
+        self.x = self._xs.unflatten(self._leaves[: len(self._xs)])
+        self.y = self._ys.unflatten(self._leaves[len(self._xs) : len(self._xs) + len(self._ys)])
         self.scale = scale
         self.class_names = list(class_names) if class_names is not None else None
         refuse_random_crop(augment, "Arrays")
+        if augment is not None and self._xs.structured:
+            raise ValueError("Arrays: augment= applies to a single image array x, not to a dict or tuple")
         self.augment = augment
 
     @property
     def num_samples(self) -> int:
-        return len(self.x)
+        return len(self._leaves[0])
 
     @property
     def num_feeds(self) -> int:
-        return 2
+        return len(self._leaves)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        names = self._xs.names + self._ys.names
+        return tuple(names + (["sample_weight"] if self.sample_weight is not None else []))
+
+    def assemble(self, outputs: Sequence[Any]) -> dict[str, Any]:
+        nx, ny = len(self._xs), len(self._ys)
+        batch = {"x": self._xs.unflatten(outputs[:nx]), "y": self._ys.unflatten(outputs[nx : nx + ny])}
+        if self.sample_weight is not None:
+            batch["sample_weight"] = outputs[nx + ny]
+        return batch
 
     @property
     def label_dtype(self) -> np.dtype:
-        return self.y.dtype
+        return self.y.dtype if not self._ys.structured else np.dtype(object)
 
     @property
     def sample_nbytes(self) -> int:
-        return self.x[0].nbytes + self.y[0].nbytes
+        return sum(a[0].nbytes for a in self._leaves)
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
-        return self.x[indices], self.y[indices]
+        return [a[indices] for a in self._leaves]
 
-    def known_labels(self) -> np.ndarray:
+    def known_labels(self) -> Any:
         return self.y
 
     def locate(self, index: int) -> str:
         return f"x[{index}]"
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        x, y = nodes  # as feed() returns them
-        if self.x.ndim == 4:  # images: name the layout for DALI's image operators
-            from nvidia.dali import fn
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, ...]:
+        x, *rest = nodes  # as feed() returns them
+        if not self._xs.structured and self._leaves[0].ndim == 4:
+            from nvidia.dali import fn  # images: name the layout for DALI's image operators
 
             x = fn.reshape(x, layout="HWC")
         if draws is not None:
             x = apply_drawn(self.augment, x, draws)
         if device == "gpu":
-            return x.gpu(), y.gpu()
-        return x, y
+            return tuple(node.gpu() for node in (x, *rest))
+        return (x, *rest)
 
     def describe(self) -> str:
-        return f"Arrays(x{tuple(self.x.shape)} {self.x.dtype}, y{tuple(self.y.shape)} {self.y.dtype})"
+        parts = [f"{name}{tuple(a.shape)} {a.dtype}" for name, a in zip(self.outputs, self._leaves)]
+        return f"Arrays({', '.join(parts)})"

@@ -9,7 +9,8 @@ and picks its pipeline kind from the source's kind (``easyfit.data.pipelines``).
   the host-side inputs of those samples, one array (or list of per-sample arrays) per DALI
   ``external_source``: cheap (paths, small arrays, the bytes of a record), never decoded pixels
   unless the source is in memory anyway. ``graph(*nodes, device=...)`` gives the DALI operators
-  from those inputs to ``(x, y)``: ``x`` HWC (uint8 for images), ``y`` one label per sample.
+  from those inputs to ``(x, y)``: ``x`` HWC (uint8 for images), ``y`` one label per sample (or
+  more outputs, named by ``outputs`` and put together by ``assemble``: structured arrays).
 * :class:`ReaderSource`: a DALI reader chooses the order (``read(shard_id=..., ...)``).
 
 A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture.md).
@@ -98,9 +99,22 @@ class Source(abc.ABC):
         and copies the batches to the devices itself."""
         return False
 
-    def known_labels(self) -> np.ndarray | None:
-        """Every label, when the source knows them without decoding (checked before training)."""
+    def known_labels(self) -> Any:
+        """Every label, when the source knows them without decoding (checked before training):
+        an array, or a dict or tuple of arrays for several outputs; else None."""
         return None
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the DALI graph's outputs, in order (for messages): ``("x", "y")``, or one
+        per array of a structured :class:`~easyfit.data.sources.arrays.Arrays`."""
+        return ("x", "y")
+
+    def assemble(self, outputs: Sequence[Any]) -> dict[str, Any]:
+        """The batch entries from the graph's outputs (global arrays, in :attr:`outputs`'
+        order): ``{"x": ..., "y": ...}``, plus ``"sample_weight"`` when the source has them."""
+        x, y = outputs
+        return {"x": x, "y": y}
 
     def locate(self, index: int) -> str:
         """Where sample ``index`` comes from (a file, a record), for error messages."""
@@ -137,8 +151,9 @@ class IndexedSource(Source):
         """Host inputs for the samples at ``indices`` (one entry per external source)."""
 
     @abc.abstractmethod
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        """DALI operators turning the fed nodes into ``(x, y)``.
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, ...]:
+        """DALI operators turning the fed nodes into ``(x, y)`` (one node per name of
+        :attr:`outputs`).
 
         Args:
             *nodes: the external_source data nodes, in the order of ``feed``'s result.
@@ -231,11 +246,22 @@ class Subset(IndexedSource):
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, ...]:
         return self.source.graph(*nodes, device=device, draws=draws)
 
-    def known_labels(self) -> np.ndarray | None:
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.source.outputs
+
+    def assemble(self, outputs: Sequence[Any]) -> dict[str, Any]:
+        return self.source.assemble(outputs)
+
+    def known_labels(self) -> Any:
         labels = self.source.known_labels()
+        if isinstance(labels, dict):
+            return {k: v[self.indices] for k, v in labels.items()}
+        if isinstance(labels, tuple):
+            return tuple(v[self.indices] for v in labels)
         return None if labels is None else labels[self.indices]
 
     def check(self) -> None:
