@@ -52,6 +52,19 @@ def example():
     return sys.modules[spec.name]
 
 
+def recipe_source(args):
+    """The recipe's training source (random resized crop, flip, ImageNet normalisation), with
+    ``--hw-load`` applied to easyfit's decoder setting when given."""
+    import easyfit as ef
+
+    if args.hw_load is not None:
+        ef.data.images.HW_DECODER_LOAD = args.hw_load
+    aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
+    return ef.data.ImageFolder(
+        os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
+    )
+
+
 def model_step(name: str, classes: int, batch: int):
     """(state, jitted train step, jitted correct-count) of the recipe, plain JAX: bf16 passes on
     float32 weights."""
@@ -166,12 +179,7 @@ def part_loader(args) -> dict:
     from easyfit.data.loader import make_loader
     from easyfit.parallel import Placement
 
-    if args.hw_load is not None:
-        ef.data.images.HW_DECODER_LOAD = args.hw_load
-    aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
-    train = ef.data.ImageFolder(
-        os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
-    )
+    train = recipe_source(args)
     placement = Placement.create()
     batch = args.batch_size * placement.num_shards
     plan = ef.data.Plan(
@@ -243,12 +251,7 @@ def part_overlap(args) -> dict:
         return one, lambda: None
 
     def easyfit_input():
-        if args.hw_load is not None:
-            ef.data.images.HW_DECODER_LOAD = args.hw_load
-        aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
-        train = ef.data.ImageFolder(
-            os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
-        )
+        train = recipe_source(args)
         placement = Placement.create()
         plan = ef.data.Plan(
             len(train),
@@ -374,10 +377,7 @@ def part_fit(args) -> dict:
     out = {}
     for name in args.models.split(","):
         start = time.perf_counter()
-        aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
-        train = ef.data.ImageFolder(
-            os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
-        )
+        train = recipe_source(args)
         model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](len(train.class_names))
         steps = -(-len(train) // args.batch_size)
         trainer = ef.Trainer(
