@@ -100,6 +100,10 @@ def test_arguments_that_do_not_fit_are_named():
         ef.data.Arrays(x["extra"][:3], y["kind"][:3], sample_weight=[1.0, -1.0, 3.0])
     batches = [x["extra"][:40], x["extra"][40:80], x["extra"][80:]]  # a list of batches
     with pytest.raises(DataError, match=r"x: a list whose items differ in shape \(\(40, 3\) and \(30, 3\)\)"):
+        ef.data.Arrays(batches, y["kind"])
+    # through fit, the refusal of inputs that are not read by index says it too
+    refused = r"x: a list of 3 arrays of different shapes .* dict or tuple of arrays"
+    with pytest.raises(TypeError, match=refused):
         ef.Trainer(nn.Dense(3)).fit(batches, y["kind"], verbose=0)
     with pytest.raises(DataError, match="x has 2 samples but y has 110 .* pass a tuple or a dict"):
         ef.data.Arrays([x["extra"], x["extra"]], y["kind"])  # Keras' list of inputs
