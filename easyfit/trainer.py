@@ -200,9 +200,11 @@ class Trainer(TrainerSteps):
                 2 a line per epoch.
             shuffle: a fresh permutation of the whole dataset every epoch.
             initial_epoch: the epoch to start from (resuming).
-            cache: ``"auto"`` keeps the decoded dataset in device memory after the first epoch
-                when it fits (see ``easyfit.data.cache``) and no random augmentation is asked
-                for, and says what it chose in the log; True insists, False always streams.
+            cache: ``"auto"`` keeps the decoded dataset in device memory when it fits and no
+                random augmentation is asked for (recorded while the first epoch streams; a
+                source read by a DALI reader, such as an LMDB, is read once before it: see
+                ``easyfit.data.cache`` and ``easyfit.data.reader_cache``), and says what it
+                chose in the log; True insists, False always streams.
             class_weight: ``{class index: weight}`` multiplying each training sample's loss.
             validation_freq: validate every that many epochs, or at the (1-based) epochs
                 listed; History holds ``val_*`` for those epochs only.
