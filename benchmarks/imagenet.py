@@ -8,7 +8,8 @@ ROOT is written first if it holds no ``train/`` folder: ``--images`` JPEGs of 30
 about 90 KiB each at quality 90, in 10 classes, nine tenths for training
 (``ef.datasets.synthetic_images``; needs Pillow). Each part runs in a process of its own:
 
-* ``model``: the train step alone, on one batch held on the device (the compute limit);
+* ``model``: the train step alone, on one batch held on the devices (the compute limit; with
+  several GPUs visible, the batch split over them as in ``fit``);
 * ``pipeline``: DALI alone, the training pipeline of the recipe (decode into a random crop,
   resize, flip, normalise) with ``hw_decoder_load`` and thread counts swept (the input limit);
 * ``loader``: easyfit's loader alone;
@@ -44,11 +45,16 @@ def part_model(args) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(jax.devices(), ("data",))  # the global batch split over every visible GPU
+    rows, everywhere = NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
     out = {}
     for name in args.models.split(","):
         state, step, _ = model_step(name, 10, args.batch_size)
+        state = jax.device_put(state, everywhere)
         x = jax.random.normal(jax.random.PRNGKey(1), (args.batch_size, 224, 224, 3), jnp.float16)
-        y = jnp.zeros((args.batch_size,), jnp.int32)
+        x, y = jax.device_put((x, jnp.zeros((args.batch_size,), jnp.int32)), rows)
         for _ in range(5):
             state, loss, _ = step(state, x, y)
         loss.block_until_ready()

@@ -6,9 +6,9 @@ Example:
     (<class 'easyfit.trainer.Trainer'>, ...)
 """
 
-from ._env import arrange_xla_flags
+from ._env import arrange_environment
 
-arrange_xla_flags()  # before anything below can start JAX's backend
+arrange_environment()  # before anything below can start JAX's backend
 
 from . import callbacks, checkpoint, data, datasets, distributed, errors  # noqa: E402
 from .callbacks import Callback, History  # noqa: E402

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from ._env import _FLAG
+from ._env import _FLAG, CONNECTIONS
 
 __all__ = ["Environment", "collect", "problems", "report"]
 
@@ -44,6 +44,7 @@ class Environment:
         devices: one description per device.
         process_count: JAX processes (hosts) taking part.
         xla_flags: ``XLA_FLAGS`` as this process sees it.
+        connections: ``CUDA_DEVICE_MAX_CONNECTIONS`` as this process sees it ("" when unset).
         gpu_present: an NVIDIA GPU device node exists on this machine.
     """
 
@@ -58,6 +59,7 @@ class Environment:
     devices: tuple[str, ...] = ()
     process_count: int = 1
     xla_flags: str = ""
+    connections: str = ""
     gpu_present: bool = False
 
 
@@ -132,6 +134,7 @@ def collect() -> Environment:
         devices=devices,
         process_count=processes,
         xla_flags=os.environ.get("XLA_FLAGS", ""),
+        connections=os.environ.get(CONNECTIONS[0], ""),
         gpu_present=os.path.exists("/dev/nvidia0"),
     )
 
@@ -223,6 +226,7 @@ def report(env: Environment) -> str:
         ("devices", ", ".join(f"{n} x {k}" for k, n in kinds.items()) or "none"),
         ("processes", str(env.process_count)),
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
+        (CONNECTIONS[0], env.connections or "(not set)"),
     ]
     lines = [f"{name:<17} {value}" for name, value in rows]
     found = problems(env)

@@ -50,6 +50,7 @@ def test_info_prints_versions_backend_and_devices(tmp_path):
     assert fields["dali"].startswith(nvidia.dali.__version__ + " ")
     assert fields["backend"] == "cpu" and fields["devices"] == "2 x cpu"
     assert "--xla_gpu_enable_command_buffer=" in fields["XLA_FLAGS"]
+    assert fields["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
 
 
 def test_collect_reads_this_environment():
