@@ -1,6 +1,8 @@
-"""Every encoded record of a Caffe2 LMDB is checked on the host once, before any pipeline of
-the source decodes one: DALI 2.4's CPU decoders crash the process on some broken images, and
-an LMDB's records are read (and decoded) inside DALI (docs/data-formats.md, "Bad data")."""
+"""Every encoded record of a Caffe2 LMDB is checked on the host once, when the source is built,
+before any pipeline of the source decodes one: DALI 2.4's CPU decoders crash the process on
+some broken images, and an LMDB's records are read (and decoded) inside DALI
+(docs/data-formats.md, "Bad data"). The check runs in child processes over ranges of the keys;
+whatever the split, it names the first bad record in key order."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.images import SAMPLED
+from easyfit.data.sources.lmdb_walk import walk_lmdb
 from tests.data.test_integrity import CORRUPTIONS
 from tests.helpers.formats import encode, write_lmdb
 from tests.helpers.models import SmallMLP
@@ -67,15 +70,15 @@ def test_a_broken_record_is_named_by_evaluate_before_any_decode(tmp_path, digits
         trainer.evaluate(db, batch_size=N)
 
 
-def test_a_good_lmdb_trains_and_is_checked_once(tmp_path, digits, trainer):
+def test_a_good_lmdb_trains_and_is_checked_once_when_built(tmp_path, digits, trainer):
     (_, save), corrupt, _ = CORRUPTIONS["png bit depth 3"]
     images = [save(a) for a in digits[0]]
     db = write_lmdb(tmp_path / "db", images, digits[1])
     source = ef.data.Caffe2LMDB(db)
-    assert source.known_labels() is None  # not read yet
+    np.testing.assert_array_equal(source.known_labels(), digits[1])  # read with the check
+    assert source.known_labels().dtype == np.int32
     history = trainer.fit(source, epochs=1, batch_size=50, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
-    np.testing.assert_array_equal(source.known_labels(), digits[1])
     # Once per source object: after the record is broken in place, only a new source sees it.
     write_lmdb(db, images[:MIDDLE] + [corrupt(images[MIDDLE])] + images[MIDDLE + 1 :], digits[1])
     source.check()
@@ -157,3 +160,50 @@ def test_an_unparsable_record_is_named(tmp_path, digits):
         ef.errors.DataError, match=f"^{db}: record {MIDDLE} .in key order.: not a Caffe2 TensorProtos"
     ):
         ef.data.Caffe2LMDB(db)
+
+
+# ------------------------------------------------------- the check split over child processes
+def _walk_message(db: str, parts: int) -> str:
+    with pytest.raises(ef.errors.DataError) as raised:
+        walk_lmdb(db, parts)
+    return str(raised.value)
+
+
+def test_every_split_gives_the_labels_in_key_order(tmp_path, digits):
+    db = write_lmdb(tmp_path / "db", [encode(a) for a in digits[0][:5]], digits[1][:5])
+    for parts in (1, 2, 5, 7):  # 7: more children than records, two with nothing to read
+        num, labels = walk_lmdb(db, parts)
+        assert num == 5
+        np.testing.assert_array_equal(labels, digits[1][:5])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [[N - 1], [MIDDLE, N - 1], [N // 3 - 1, N // 3]],  # the last range; two ranges; a boundary
+)
+def test_every_split_names_the_first_bad_record_in_key_order(tmp_path, digits, bad):
+    (_, save), corrupt, message = CORRUPTIONS["jpeg segment length past its end"]
+    images = [save(a) for a in digits[0]]
+    for k in bad:
+        images[k] = corrupt(images[k])
+    db = write_lmdb(tmp_path / "db", images, digits[1])
+    expected = f"{db}: record {bad[0]} (in key order): "
+    for parts in (1, 3):
+        assert re.match(re.escape(expected) + message, _walk_message(db, parts)), parts
+
+
+def test_every_split_names_the_same_damaged_record(tmp_path, digits):
+    db = _damaged(tmp_path / "db", digits, "smashed page")
+    one = _walk_message(db, 1)
+    assert re.match(rf"^{re.escape(db)}: record \d+ \(in key order\): damaged LMDB \(CorruptedError", one)
+    assert _walk_message(db, 4) == one
+
+
+def test_the_children_apply_max_image_pixels_as_set_in_the_parent(tmp_path, digits, monkeypatch):
+    db = write_lmdb(tmp_path / "db", [encode(a) for a in digits[0][:4]], digits[1][:4])
+    monkeypatch.setattr(ef.data.images, "MAX_IMAGE_PIXELS", 28 * 28 - 1)
+    assert "record 0 (in key order): PNG of 28x28 pixels, more than MAX_IMAGE_PIXELS (783" in (
+        _walk_message(db, 2)
+    )
+    monkeypatch.setattr(ef.data.images, "MAX_IMAGE_PIXELS", None)
+    assert walk_lmdb(db, 2)[0] == 4

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import struct
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,9 +10,10 @@ import numpy as np
 
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
-from ..images import SAMPLED, EncodedImages, image_problem
+from ..images import SAMPLED, EncodedImages
 from ..protos import caffe2_messages
 from .base import READER, ReaderSource
+from .lmdb_walk import walk_lmdb
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
 
@@ -43,19 +38,17 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     so this source is reader-driven: exactly-once evaluation holds, but the batches depend on
     the number of pipelines and ``validation_split`` is not available (see docs/data-formats.md).
 
-    Building the source reads every record once with the ``lmdb`` package, in a child process
+    Building the source reads every record once with the ``lmdb`` package, without decoding,
+    in child processes that split the records by key range over the available cores
     (:mod:`easyfit.data.sources.lmdb_walk`), before DALI touches the file: DALI's reader
     crashes the process on a damaged database (SIGSEGV on a smashed page, SIGBUS on a
-    truncated file), so a damaged database or a record that is not a ``TensorProtos`` raises
-    DataError naming the database and the record instead.
-
-    Encoded records are verified once, before the first pipeline that decodes them is built
-    (:meth:`check`, called by :func:`~easyfit.data.loader.make_loader`): every record is read
-    in key order (``lmdb``), without decoding, and each image is checked on the host like the
-    files of other sources (:func:`~easyfit.data.images.image_problem`), since DALI 2.4's CPU
-    decoders can crash the process on a broken image. A broken one raises DataError naming
-    it (``<path>: record k (in key order): <what is wrong>``). That pass also gives every
-    label (:meth:`known_labels`). Raw (``BYTE``) records are not read ahead.
+    truncated file), and DALI 2.4's CPU decoders on a broken image. So a damaged database, a
+    record that is not a ``TensorProtos`` or, when the records hold encoded images, an image
+    that fails the host's checks of other sources' files
+    (:func:`~easyfit.data.images.image_problem`) raises DataError naming the database and the
+    first such record in key order (``<path>: record k (in key order): <what is wrong>``). The
+    same pass gives every label of encoded records (:meth:`known_labels`). Raw (``BYTE``)
+    images are not checked: DALI does not decode them.
 
     Args:
         path: the LMDB directory.
@@ -86,13 +79,14 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         if not is_lmdb(self.path):
             raise DataError(f"{self.path}: not an LMDB (no data.mdb)")
         self.augment = augment
-        self._labels: np.ndarray | None = None
-        self._verified = False
-        self._num, records = self._probe()
-        images = [r[1] for r in records]
-        self.encoded = images[0].ndim == 1
+        self._num, every_label = walk_lmdb(self.path)  # every record read and checked
+        records = [(self.locate(k), image, label) for k, (image, label) in enumerate(self._records(SAMPLED))]
+        self.encoded = records[0][1].ndim == 1
         labels = np.concatenate([np.ravel(r[2]) for r in records])
         self._label_dtype = np.dtype(np.int32 if labels.dtype.kind in "iu" else np.float32)
+        self._labels = (
+            every_label.astype(self._label_dtype) if self.encoded and every_label is not None else None
+        )
         if self.encoded:
             self._init_images(
                 lambda: [(name, bytes(a)) for name, a, _ in records],
@@ -113,40 +107,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                 )
             self._init_raw(records, image_size, color_mode, transform)
 
-    def _walk(self) -> int:
-        """Reads every record once in a child process (:mod:`.lmdb_walk`): the number of
-        records; DataError naming the record when the database is damaged or a record does
-        not parse, even when reading it crashes the child."""
-        walker = os.path.join(os.path.dirname(__file__), "lmdb_walk.py")
-        with tempfile.NamedTemporaryFile(prefix="easyfit-lmdb-") as progress:
-            progress.write(struct.pack("<q", -1))
-            progress.flush()
-            run = subprocess.run(
-                [sys.executable, walker, self.path, progress.name],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            progress.seek(0)
-            reached = struct.unpack("<q", progress.read(8))[0]
-        if run.returncode != 0:
-            how = (
-                signal.Signals(-run.returncode).name
-                if run.returncode < 0
-                else f"exit status {run.returncode}"
-            )
-            where = f"record {reached} (in key order)" if reached >= 0 else "its meta pages"
-            raise DataError(f"{self.path}: damaged LMDB: reading {where} crashed the reader ({how})")
-        out = json.loads(run.stdout)
-        if "num" not in out:
-            where = "" if out["record"] is None else f" record {out['record']} (in key order):"
-            raise DataError(f"{self.path}:{where} {out['problem']}")
-        if out["num"] == 0:
-            raise DataError(f"{self.path}: the LMDB holds no records")
-        return out["num"]
-
     def _records(self, stop: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(image, label)`` of the records in key order (safe once :meth:`_walk` passed):
+        """``(image, label)`` of the records in key order (safe once ``walk_lmdb`` passed):
         encoded bytes as 1-D uint8, raw pixels as (H, W[, C]) uint8."""
         import lmdb
 
@@ -171,33 +133,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         finally:
             env.close()
 
-    def _probe(self) -> tuple[int, list[tuple[str, np.ndarray, np.ndarray]]]:
-        """Number of records, and ``(name, image, label)`` of the first few."""
-        num = self._walk()
-        return num, [
-            (self.locate(k), image, label) for k, (image, label) in enumerate(self._records(SAMPLED))
-        ]
-
-    def check(self) -> None:
-        """Verifies every encoded record once (see the class docstring); raises DataError."""
-        if self.encoded and not self._verified:
-            self._labels = self._verify()
-            self._verified = True
-
-    def _verify(self) -> np.ndarray | None:
-        """Checks every encoded record in key order; every label when each record holds one."""
-        labels = []
-        for k, (image, label) in enumerate(self._records()):
-            problem = image_problem(image.tobytes())
-            if problem:
-                raise DataError(f"{self.locate(k)}: {problem}")
-            labels.append(label)
-        if any(part.size != 1 for part in labels):
-            return None
-        return np.concatenate(labels).astype(self._label_dtype)
-
     def known_labels(self) -> np.ndarray | None:
-        """Every label in key order, once :meth:`check` has read them (encoded records)."""
+        """Every label in key order, read when the source was built (encoded records)."""
         return self._labels
 
     def _init_raw(self, records, image_size, color_mode, transform) -> None:
