@@ -39,12 +39,14 @@ from pathlib import Path
 from imagenet_recipe import MEAN, STD, example, model_step, recipe_source, train_pipeline
 
 HERE = Path(__file__).resolve().parent
+#: The environment as the user gave it, for every part's process: importing easyfit here (to
+#: write the folder) sets its CUDA settings, which the hand-written loop must not inherit.
+USER_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def part_model(args) -> dict:
     import jax
     import jax.numpy as jnp
-
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     mesh = Mesh(jax.devices(), ("data",))  # the global batch split over every visible GPU
@@ -351,7 +353,7 @@ def launch(cmd: list[str], n: int) -> subprocess.CompletedProcess:
     procs = []
     for i in range(n):
         mine = ",".join(map(str, cores[i * share : (i + 1) * share]))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": str(i)}
+        env = {**USER_ENV, "CUDA_VISIBLE_DEVICES": str(i)}
         procs.append(
             subprocess.Popen(
                 ["taskset", "-c", mine, *cmd, "--process-id", str(i), "--coordinator", f"localhost:{port}"],
@@ -422,9 +424,7 @@ def main() -> None:
         if part == "fit" and args.processes > 1:
             proc = launch(cmd, args.processes)
         else:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-            )
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=USER_ENV)
         print(proc.stdout[-4000:], proc.stderr[-3000:] if proc.returncode else "", flush=True)
         results[part] = (
             json.loads(proc.stdout.strip().splitlines()[-1])
