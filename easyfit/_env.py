@@ -26,6 +26,12 @@ _FLAG = "--xla_gpu_enable_command_buffer="
 CONNECTIONS = ("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS tells it), at least 1."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
+
+
 def _backend_started() -> bool:
     if "jax" not in sys.modules:
         return False

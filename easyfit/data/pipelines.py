@@ -18,13 +18,13 @@ A pipeline's share of a chunk is prepared in runs of at most :data:`RUN_ROWS` ro
 from __future__ import annotations
 
 import concurrent.futures
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._env import available_cores
 from ..errors import DataError
 from ..parallel import Placement
 from .augment import Augment
@@ -43,11 +43,6 @@ __all__ = [
 ]
 
 
-def _cores() -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return cores or 1
-
-
 def default_num_threads(platform: str, pipelines: int) -> int:
     """DALI worker threads per pipeline.
 
@@ -55,7 +50,7 @@ def default_num_threads(platform: str, pipelines: int) -> int:
     machines each pipeline gets its share of the cores, capped at 8 (more does not help; see
     docs/performance.md).
     """
-    cores = _cores()
+    cores = available_cores()
     if platform == "cpu":
         return max(1, cores // 2)
     return max(1, min(8, cores // max(1, pipelines)))
@@ -232,7 +227,7 @@ class FedPipelines:
         local = placement.local_shards
         per = plan.rows_per_shard
         if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
-            cores = _cores() // len(local)
+            cores = available_cores() // len(local)
             parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
             specs = [
                 (rows, d if self.on_gpu else None)

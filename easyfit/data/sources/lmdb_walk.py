@@ -149,8 +149,9 @@ def walk(path: str, progress: str, part: int, parts: int, max_pixels: int | None
 def _parts(path: str) -> int:
     """Children for ``path``: one per :data:`PART_BYTES` of ``data.mdb``, at most one per
     available core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cores or 1, os.path.getsize(os.path.join(path, "data.mdb")) // PART_BYTES))
+    from ..._env import available_cores  # in the parent only: a child imports no easyfit package
+
+    return max(1, min(available_cores(), os.path.getsize(os.path.join(path, "data.mdb")) // PART_BYTES))
 
 
 def walk_lmdb(path: str, parts: int | None = None) -> tuple[int, Any]:
