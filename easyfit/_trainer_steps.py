@@ -86,8 +86,8 @@ class TrainerSteps(TrainerState):
           :meth:`compute_metrics` (the logs' fields: ``loss`` and the metrics asked for).
 
         :meth:`forward` runs the model, :meth:`compute_loss` gives per-sample losses,
-        ``self.optimizer`` is the optax transformation. A step whose rows are all padding (the
-        end of an epoch in a chunk of several steps) is skipped by easyfit.
+        ``self.optimizer`` is the optax transformation. A step whose rows would all be padding (the
+        end of an epoch in a chunk of several steps) is not run.
         """
         return self._context().default_train_step(state, batch)
 
@@ -163,7 +163,7 @@ class TrainerSteps(TrainerState):
             context = _Context(default, loss_fn, collection, scale)
             evaluate = steps.make_eval_step(adapter, self.compute_loss, collection, scale, precision)
             self._compiled[key] = steps.Compiled(
-                train=steps.compile_train(self._within(context, self.train_step), self.placement, k),
+                train=steps.trains(self._within(context, self.train_step), self.placement, k),
                 eval=steps.compile_eval(self._within(context, evaluate), self.placement, k),
                 predict=steps.compile_predict(adapter, scale, self.placement, k, precision),
                 metrics=collection,

@@ -9,6 +9,7 @@ metrics into an accumulator that stays on the device, and donates its input buff
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
     "masked_mean",
     "per_dispatch",
     "prepare_inputs",
+    "trains",
     "weighted",
 ]
 
@@ -229,25 +231,28 @@ def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
     return carry, jax.tree_util.tree_map(lambda a: a[None], out)
 
 
-def compile_train(train_step: Callable, placement: Placement, k: int) -> jax.stages.Wrapped:
-    """``(state, acc, chunk) -> (state, acc)``: k steps in one dispatch.
+def compile_train(
+    train_step: Callable, placement: Placement, k: int, steps: int | None = None
+) -> jax.stages.Wrapped:
+    """``(state, acc, chunk) -> (state, acc)``: a chunk of k steps' rows, its first ``steps``
+    steps (all k by default) trained in one dispatch.
 
-    A step with no valid row (the tail of an epoch's last chunk) leaves the state untouched.
+    An epoch's last chunk has fewer steps to train than rows for (``Plan.live_steps``); the
+    rest, padding, is sliced off inside the compiled function rather than skipped step by step:
+    a ``lax.cond`` per step costs XLA's GPU backend a host round trip each time (ResNet-18 on an
+    H200: 3 % of the step time alone, 5 % beside DALI's decoding; docs/performance.md).
     """
+    used = k if steps is None else steps
 
     def run(state: TrainState, acc: Any, chunk: Batch) -> tuple[TrainState, Any]:
         def body(carry, batch):
-            state, acc = carry
+            state, m = train_step(carry[0], batch)
+            return (state, carry[1].merge(m)), None
 
-            def step(state, acc):
-                state, m = train_step(state, batch)
-                return state, acc.merge(m)
-
-            if k == 1:
-                return step(state, acc), None
-            return jax.lax.cond(batch["mask"].any(), step, lambda s, a: (s, a), state, acc), None
-
-        (state, acc), _ = _scan(body, (state, acc), _unfold(placement, k, chunk), k)
+        batches = _unfold(placement, k, chunk)
+        if used < k:
+            batches = jax.tree_util.tree_map(lambda a: a[:used], batches)
+        (state, acc), _ = _scan(body, (state, acc), batches, used)
         return state, acc
 
     rep = placement.replicated
@@ -311,22 +316,41 @@ def per_dispatch(
     """Optimizer steps per dispatch: ``steps_per_execution``, or for ``"auto"`` about 6,000
     samples per dispatch when streaming and 12,800 from the device cache (GPUs), never more
     than an epoch (``epoch_steps`` steps, or a pass over the data); on CPUs one step, as XLA
-    runs convolutions slower inside a scan."""
+    runs convolutions slower inside a scan. Fewer, down to half, when that many divide the
+    epoch's steps: its last dispatch then needs no function of its own (one compilation less).
+
+    Example:
+        >>> from easyfit.steps import per_dispatch
+        >>> per_dispatch("auto", 60_000, 200, "gpu", False)  # 300 steps, 30 per dispatch
+        30
+        >>> per_dispatch("auto", 60_000, 200, "gpu", True)  # 64 wanted; 60 divides 300
+        60
+        >>> per_dispatch("auto", 22_680, 256, "gpu", False)  # 89 steps: 23, then 20 left
+        23
+    """
     if steps_per_execution != "auto":
         return int(steps_per_execution)
     steps = epoch_steps or -(-num_samples // batch_size)
     wanted = 1 if platform == "cpu" else round((12_800 if cached else 6_000) / batch_size)
-    return min(steps, max(1, wanted))
+    k = min(steps, max(1, wanted))
+    return next((d for d in range(k, k // 2, -1) if steps % d == 0), k)
 
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
-    """The jitted functions of one configuration (loss, metrics, input scale, chunk size)."""
+    """The jitted functions of one configuration (loss, metrics, input scale, chunk size);
+    ``train(n)`` trains a chunk's first n steps (``trains``)."""
 
-    train: jax.stages.Wrapped
+    train: Callable[[int], jax.stages.Wrapped]
     eval: Callable
     predict: Callable
     metrics: type[clu_metrics.Collection]
+
+
+def trains(train_step: Callable, placement: Placement, k: int) -> Callable[[int], jax.stages.Wrapped]:
+    """``n -> `` the jitted function that trains the first n steps of a chunk of k (n = k but
+    for an epoch's last chunk; ``compile_train``), one per n, made when first asked for."""
+    return functools.cache(functools.partial(compile_train, train_step, placement, k))
 
 
 def compile_steps(
@@ -344,26 +368,29 @@ def compile_steps(
     train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision, class_weight)
     eval_step = make_eval_step(adapter, loss_fn, metrics, scale, precision)
     return Compiled(
-        train=compile_train(train_step, placement, k),
+        train=trains(train_step, placement, k),
         eval=compile_eval(eval_step, placement, k),
         predict=compile_predict(adapter, scale, placement, k, precision),
         metrics=metrics,
     )
 
 
-def compile_ahead(jitted: jax.stages.Wrapped, *args: Any) -> threading.Thread:
-    """Compiles ``jitted`` for ``args`` (arrays or ``jax.ShapeDtypeStruct`` with shardings) in a
-    background thread, into the cache its calls use; join the thread before the first call.
+def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> threading.Thread:
+    """Compiles ``jitted`` (or each of a list, one after the other) for ``args`` (arrays or
+    ``jax.ShapeDtypeStruct`` with shardings) in a background thread, into the cache its calls
+    use; join the thread before the first call.
 
     Lets the first step's compilation overlap the work before it (the model's initialisation,
     the input pipeline's start). A failure is left to the first call to report.
     """
+    functions = jitted if isinstance(jitted, list) else [jitted]
 
     def work() -> None:
-        try:
-            jitted.lower(*args).compile()
-        except Exception:  # noqa: BLE001 - the real call compiles again and raises
-            pass
+        for fn in functions:
+            try:
+                fn.lower(*args).compile()
+            except Exception:  # noqa: BLE001 - the real call compiles again and raises
+                pass
 
     thread = threading.Thread(target=work, daemon=True, name="easyfit-compile")
     thread.start()

@@ -73,8 +73,9 @@ class Trainer(TrainerSteps):
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
             callbacks then fire every that many steps. ``"auto"`` (default): on GPUs about 6,000
             samples per dispatch when streaming and about 12,800 when training from the device
-            cache, never more than an epoch; on CPUs one step, since XLA's CPU convolutions
-            run slower inside a scan (the measurements: docs/performance.md).
+            cache, never more than an epoch, and fewer (down to half) when that many divide
+            the epoch's steps; on CPUs one step, since XLA's CPU convolutions run slower inside
+            a scan (the measurements: docs/performance.md).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).
@@ -257,11 +258,21 @@ class Trainer(TrainerSteps):
         fns = self._functions(train, plan, head)
         if verbose and self._loss_note:
             print(f"easyfit: {self._loss_note}", flush=True)
-        compiling = steps.compile_ahead(
-            fns.train, self._abstract_state(head), self._empty(fns), head
-        )  # while the model initialises
+        # the steps trained by the first chunk, by most and by an epoch's last one (fewer when
+        # the steps do not divide evenly): the first chunk's function compiled while the model
+        # initialises, the others after it, while the first chunks train (two compilations at
+        # once stalled on a GPU)
+        first_count = plan.live_steps(resume.batch if resume is not None else 0)
+        abstract, empty = self._abstract_state(head), self._empty(fns)
+        compiling = {first_count: steps.compile_ahead(fns.train(first_count), abstract, empty, head)}
         self._ensure_state(head, train)
-        compiling.join()
+        compiling[first_count].join()
+        others = [
+            n for n in {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)} if n != first_count
+        ]
+        if others:
+            later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
+            compiling.update(dict.fromkeys(others, later))
         acc = None
         first_batch = 0
         if resume is not None:
@@ -289,7 +300,9 @@ class Trainer(TrainerSteps):
                         chunk = first if first is not None else next(loader)
                         first = None
                         cbs.call("on_train_batch_begin", batch)
-                        self.state, acc = fns.train(self.state, acc, chunk)
+                        live = plan.live_steps(batch)
+                        compiling[live].join()
+                        self.state, acc = fns.train(live)(self.state, acc, chunk)
                         self._progress = checkpoint.Progress(epoch, batch + 1, loader.position(), acc, plan)
                         if cbs.wants("on_train_batch_end"):
                             cbs.call(
@@ -321,6 +334,8 @@ class Trainer(TrainerSteps):
             cbs.call("on_interrupt", logs=logs)
             raise
         finally:
+            for thread in compiling.values():  # not left compiling when the interpreter exits
+                thread.join()
             loader.close()
             cbs.call("on_train_end", logs=logs)
             write_back(self._model, self.state)  # the user's NNX module holds the trained state

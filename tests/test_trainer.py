@@ -180,7 +180,8 @@ def test_each_step_function_compiles_once(mnist_arrays):
     )
     trainer.evaluate(x[1000:1500], y[1000:1500], batch_size=96)
     (fns,) = trainer._compiled.values()
-    assert fns.train._cache_size() == 1  # not again for the second chunk, epoch or last chunk
+    assert fns.train(3)._cache_size() == 1  # not again for the second chunk or epoch
+    assert fns.train(2)._cache_size() == 1  # the last chunk: 11 steps = 3 + 3 + 3 + 2
     assert fns.eval._cache_size() == 1
 
 

@@ -105,6 +105,19 @@ class Plan:
             return epoch_permutation(self.num_samples, self.seed, data_pass)
         return np.arange(self.num_samples)
 
+    def live_steps(self, batch: int) -> int:
+        """Steps trained in chunk ``batch`` of an epoch: ``steps_per_execution``, but fewer in
+        an epoch's last chunk when the steps do not divide evenly.
+
+        Example:
+            >>> from easyfit.data.order import Plan
+            >>> plan = Plan(num_samples=11, batch_size=2, steps_per_execution=4)  # 6 steps
+            >>> [plan.live_steps(c) for c in range(plan.chunks_per_epoch)]
+            [4, 2]
+        """
+        k = self.steps_per_execution
+        return min(k, self.steps_per_epoch - batch % self.chunks_per_epoch * k)
+
     def steps(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
         """The stream's step index of each of chunk ``iteration``'s steps, and which of them are
         trained (the tail of an epoch's last chunk is not; it repeats the epoch's last step)."""

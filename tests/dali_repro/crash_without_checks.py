@@ -4,7 +4,9 @@ host-side image checks (``easyfit/data/integrity.py``) exist to prevent.
 Usage: ``python crash_without_checks.py <case> [--checked]``. Writes 100 MNIST digits of the
 sample shipped with easyfit as an image folder, breaks one header field of one file, switches
 easyfit's host-side check off (unless ``--checked``) and trains one epoch. On DALI 2.4.0 (CPU,
-this machine) the process dies with SIGSEGV in ``Pipeline.run`` for the cases below; with the
+this machine) the process dies with SIGSEGV in ``Pipeline.run`` for the cases below in some
+runs (about one in four for the JPEG case; in others DALI raises its own error or decodes
+garbage); with the
 check on, easyfit raises a DataError naming the file. (The same broken files decoded alone by a
 plain DALI pipeline, ``fn.readers.file`` + ``fn.decoders.image``, raise a RuntimeError instead:
 the crash needs the batch that easyfit's pipeline feeds, which is why this reproducer goes

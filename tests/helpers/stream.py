@@ -21,7 +21,7 @@ def passes(n: int, seed: int, count: int) -> np.ndarray:
 
 class Recorder(ef.Trainer):
     """A Trainer whose loss records each trained step's valid inputs in ``self.seen`` (one
-    array per step, in training order); fully masked steps are skipped by the step itself and
+    array per step, in training order); fully masked steps are not run and
     record nothing. Evaluation records too: fit these without validation data."""
 
     def __init__(self, *args, **kwargs):
