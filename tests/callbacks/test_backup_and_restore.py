@@ -120,6 +120,33 @@ def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
     assert not (tmp_path / "b").exists()
 
 
+def test_resume_at_an_epochs_shorter_last_dispatch(tmp_path, data, reference):
+    """Resumed where only the epoch's last dispatch is left (10 steps = 3 + 3 + 3 + 1): the
+    first dispatch trains 1 step with its own function, the next ones 3; the same parameters."""
+    ref, _ = reference
+    trainer = _trainer()
+
+    def crash(batch, logs):
+        if trainer.progress.epoch == 0 and batch == 2:
+            raise Crash
+
+    with pytest.raises(Crash):
+        _fit(
+            trainer,
+            data,
+            [BackupAndRestore(tmp_path / "b", save_freq=1), LambdaCallback(on_train_batch_end=crash)],
+        )
+    point = BackupAndRestore(tmp_path / "b").restore_point()
+    assert (point.epoch, point.batch) == (0, 3)
+    resumed = _trainer()
+    history = _fit(resumed, data, [BackupAndRestore(tmp_path / "b")])
+    assert history.epoch == [0, 1]
+    assert int(resumed.state.step) == int(ref.state.step) == 20
+    assert np.array_equal(flat_params(resumed.params), flat_params(ref.params))
+    (fns,) = resumed._compiled.values()
+    assert fns.train(1)._cache_size() == fns.train(3)._cache_size() == 1
+
+
 def test_ctrl_c_backs_up_runs_on_train_end_and_reraises(tmp_path, data, reference):
     ended = []
     trainer = _trainer()
