@@ -11,9 +11,9 @@ import pytest
 from flax import linen as nn
 
 import easyfit as ef
-from easyfit.callbacks import BackupAndRestore, LambdaCallback
+from easyfit.callbacks import BackupAndRestore
 from easyfit.errors import DataError
-from tests.helpers import flat_params, last_json, run_program
+from tests.helpers import Crash, crash_at, flat_params, last_json, run_program
 from tests.helpers.structured import BATCH, N, TwoHeads, data, run_all, two_heads
 
 #: float32 sums of 110 per-sample losses against NumPy's float64.
@@ -184,10 +184,6 @@ def test_save_load_and_export_with_a_dict_of_inputs(tmp_path):
         np.testing.assert_allclose(np.asarray(served[k]), want[k][:7], rtol=1e-5, atol=1e-6)
 
 
-class Crash(RuntimeError):
-    pass
-
-
 def test_crash_then_resume_mid_epoch_is_exact(tmp_path):
     d = data()
 
@@ -208,16 +204,8 @@ def test_crash_then_resume_mid_epoch_is_exact(tmp_path):
     reference = two_heads(optax.adam(1e-2))
     _, ref_logs = run(reference)
     crashing = two_heads(optax.adam(1e-2))
-
-    def crash(batch, logs):
-        if crashing.progress.epoch == 1 and batch == 1:
-            raise Crash
-
     with pytest.raises(Crash):
-        run(
-            crashing,
-            [BackupAndRestore(tmp_path / "b", save_freq=1), LambdaCallback(on_train_batch_end=crash)],
-        )
+        run(crashing, [BackupAndRestore(tmp_path / "b", save_freq=1), crash_at(crashing, 1, 1)])
     resumed = two_heads(optax.adam(1e-2))
     epochs, logs = run(resumed, [BackupAndRestore(tmp_path / "b", save_freq=1)])
     assert epochs == [1] and int(resumed.state.step) == int(reference.state.step) == 6

@@ -14,7 +14,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
-from tests.helpers import PROGRAMS, flat_params, last_json
+from tests.helpers import PROGRAMS, Crash, crash_at, flat_params, last_json
 from tests.helpers.models import SmallMLP
 
 
@@ -86,24 +86,11 @@ def reference(data):
     return trainer, _fit(trainer, data)
 
 
-class Crash(RuntimeError):
-    pass
-
-
 def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
     ref, ref_history = reference
     trainer = _trainer()
-
-    def crash(batch, logs):
-        if trainer.progress.epoch == 1 and batch == 2:
-            raise Crash
-
     with pytest.raises(Crash):
-        _fit(
-            trainer,
-            data,
-            [BackupAndRestore(tmp_path / "b", save_freq=3), LambdaCallback(on_train_batch_end=crash)],
-        )
+        _fit(trainer, data, [BackupAndRestore(tmp_path / "b", save_freq=3), crash_at(trainer, 1, 2)])
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (1, 2)  # the backup of dispatch 6 of 8
     # a half-written backup (a save killed before its rename) is ignored:
@@ -125,17 +112,8 @@ def test_resume_at_an_epochs_shorter_last_dispatch(tmp_path, data, reference):
     first dispatch trains 1 step with its own function, the next ones 3; the same parameters."""
     ref, _ = reference
     trainer = _trainer()
-
-    def crash(batch, logs):
-        if trainer.progress.epoch == 0 and batch == 2:
-            raise Crash
-
     with pytest.raises(Crash):
-        _fit(
-            trainer,
-            data,
-            [BackupAndRestore(tmp_path / "b", save_freq=1), LambdaCallback(on_train_batch_end=crash)],
-        )
+        _fit(trainer, data, [BackupAndRestore(tmp_path / "b", save_freq=1), crash_at(trainer, 0, 2)])
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (0, 3)
     resumed = _trainer()
