@@ -209,9 +209,17 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[
     return clu_metrics.Collection.create(**fields)
 
 
-@jax.jit
 def _metric_values(acc: Any) -> dict[str, jax.Array]:
-    return acc.compute()
+    """``acc.compute()`` jitted, one jitted function per collection class (kept on the class):
+    collections made by ``Collection.create`` are classes of one name and often one shape, and a
+    jit shared by them once handed one trainer's cached computation to another's collection (its
+    metric names; seen under load in CI)."""
+    cls = type(acc)
+    compute = cls.__dict__.get("_easyfit_compute")
+    if compute is None:
+        compute = jax.jit(lambda a: a.compute())
+        cls._easyfit_compute = compute
+    return compute(acc)
 
 
 def compute_on_host(acc: Any) -> dict[str, float]:
