@@ -2,33 +2,70 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import numbers
 from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
-__all__ = ["class_weights", "validation_epochs"]
+__all__ = ["check_class_weight", "class_weights", "validation_epochs"]
 
 
-def class_weights(class_weight: Mapping[int, float] | None) -> tuple[float, ...] | None:
-    """``{class index: weight}`` as one weight per class index (1.0 for classes not named).
+def _class_index_key(key: object) -> int:
+    """The class index a ``class_weight`` key names: an int, or a numeric string or an integral
+    float as JSON gives them (``"3"``, ``3.0``); ValueError naming the key otherwise."""
+    index: int | None = None
+    if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+        index = int(key)
+    elif isinstance(key, numbers.Real) and not isinstance(key, bool) and float(key).is_integer():
+        index = int(float(key))
+    elif isinstance(key, str):
+        with contextlib.suppress(ValueError):
+            index = int(key.strip())
+    if index is None or index < 0:
+        raise ValueError(
+            f"class_weight: key {key!r} is not a class index: expected an integer >= 0 (or its "
+            "string, as JSON gives it)"
+        )
+    return index
+
+
+def class_weights(class_weight: Mapping[Any, float] | None) -> tuple[float, ...] | None:
+    """``{class index: weight}`` as one weight per class index up to the largest key (1.0 for
+    classes not named; the classes past it weigh 1.0 too, see ``easyfit.steps.weighted``).
+    Keys may be ints, numeric strings or integral floats; ``{}`` weighs nothing (None).
 
     Example:
         >>> from easyfit._fit_options import class_weights
-        >>> class_weights({0: 1.0, 2: 5.0})
+        >>> class_weights({0: 1.0, "2": 5.0})
         (1.0, 1.0, 5.0)
     """
     if class_weight is None:
         return None
-    if not isinstance(class_weight, Mapping) or not class_weight:
-        raise TypeError(f"class_weight={class_weight!r}: expected a dict {{class index: weight}}")
-    for k, w in class_weight.items():
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
-            raise ValueError(f"class_weight: key {k!r} is not a class index (an integer >= 0)")
-        if not isinstance(w, numbers.Real) or w < 0:
-            raise ValueError(f"class_weight[{k}]={w!r}: expected a number >= 0")
-    weights = [1.0] * (max(int(k) for k in class_weight) + 1)
-    for k, w in class_weight.items():
-        weights[int(k)] = float(w)
-    return tuple(weights)
+    if not isinstance(class_weight, Mapping):
+        raise ValueError(f"class_weight={class_weight!r}: expected a dict {{class index: weight}}")
+    weights: dict[int, float] = {}
+    for key, w in class_weight.items():
+        index = _class_index_key(key)
+        if index in weights:
+            raise ValueError(f"class_weight: key {key!r} names class {index}, which another key names too")
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"class_weight[{key!r}]={w!r}: expected a number >= 0")
+        weights[index] = float(w)
+    if not weights:
+        return None
+    return tuple(weights.get(c, 1.0) for c in range(max(weights) + 1))
+
+
+def check_class_weight(class_weight: Mapping[Any, float], num_classes: int) -> None:
+    """ValueError naming the first ``class_weight`` key past the model's ``num_classes``
+    classes (a key that would never weigh a sample)."""
+    for key in class_weight:
+        if _class_index_key(key) >= num_classes:
+            raise ValueError(
+                f"class_weight: key {key!r} names no class: the model's outputs have {num_classes} "
+                f"classes (0 to {num_classes - 1})"
+            )
 
 
 def validation_epochs(validation_freq: int | Collection[int]) -> Callable[[int], bool]:

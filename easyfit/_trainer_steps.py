@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from . import steps
+from ._fit_options import check_class_weight
 from ._trainer_state import TrainerState
 from .metrics import build_collection, default_metrics
 from .models import input_spec
@@ -169,6 +170,15 @@ class TrainerSteps(TrainerState):
                 metrics=collection,
             )
         return self._compiled[key]
+
+    def _check_class_weight(self, class_weight: Mapping[Any, float] | None, chunk: Mapping[str, Any]) -> None:
+        """ValueError for a ``class_weight`` key past the model's classes (its outputs, or 0
+        and 1 for a single output), once the state exists."""
+        if not class_weight or is_structured(chunk["y"]):
+            return
+        state = self._require_state()
+        size = self._adapter.num_outputs(state.params, state.model_state, input_spec(chunk["x"])[0])
+        check_class_weight(class_weight, 2 if size == 1 else int(size))
 
     def _predictor(self, source: Source, plan: Plan) -> Callable[..., Any]:
         """The jitted prediction function for ``source`` (``steps.compile_predict``)."""

@@ -108,8 +108,10 @@ def weighted(per_sample: jax.Array, batch: Batch, class_weight: Any = None) -> j
     ``"sum_over_batch_size"``: ``sum(w * loss) / rows``; a sample of weight 0 adds nothing but
     still counts as a row).
     """
-    if class_weight is not None:
-        per_sample = per_sample * class_weight[_class_index(batch["y"])]
+    if class_weight is not None:  # a class past the table's last key weighs 1.0, as in Keras
+        classes, n = _class_index(batch["y"]), class_weight.shape[0]
+        known = (classes >= 0) & (classes < n)
+        per_sample = per_sample * jnp.where(known, class_weight[jnp.clip(classes, 0, n - 1)], 1.0)
     if "sample_weight" in batch:
         per_sample = per_sample * batch["sample_weight"]
     return per_sample
@@ -178,17 +180,19 @@ def make_train_step(
 
 
 def _class_index(y: jax.Array) -> jax.Array:
-    """Class indices of integer labels (n,) or (n, 1), or of one-hot rows; ValueError for
-    dense labels (a class per pixel), which have no one class per sample (as in Keras)."""
+    """Class indices, as Keras finds them: the argmax of one-hot rows (integer or float), else
+    the label rounded (class indices of shape (n,) or (n, 1), 0/1 labels of a binary output);
+    ValueError for dense labels (a class per pixel), which have no one class per sample."""
     if y.ndim > 2:
         raise ValueError(
             f"class_weight: labels of shape {y.shape[1:]} per sample have no one class per "
             "sample (segmentation masks?); weight the loss per pixel by overriding "
             "Trainer.compute_loss instead"
         )
-    if jnp.issubdtype(y.dtype, jnp.integer):
-        return y.reshape(y.shape[0], -1)[:, 0]
-    return jnp.argmax(y.reshape(y.shape[0], -1), axis=-1)
+    if y.ndim == 2 and y.shape[-1] > 1:
+        return jnp.argmax(y, axis=-1)
+    y = y.reshape(y.shape[0])
+    return y if jnp.issubdtype(y.dtype, jnp.integer) else jnp.round(y).astype(jnp.int32)
 
 
 def make_eval_step(

@@ -174,7 +174,7 @@ class Trainer(TrainerSteps):
         shuffle: bool = True,
         initial_epoch: int = 0,
         cache: bool | str = "auto",
-        class_weight: Mapping[int, float] | None = None,
+        class_weight: Mapping[Any, float] | None = None,
         validation_freq: int | Sequence[int] = 1,
         steps_per_epoch: int | None = None,
         sample_weight: Any = None,
@@ -206,7 +206,12 @@ class Trainer(TrainerSteps):
                 source read by a DALI reader, such as an LMDB, is read once before it: see
                 ``easyfit.data.cache`` and ``easyfit.data.reader_cache``), and says what it
                 chose in the log; True insists, False always streams.
-            class_weight: ``{class index: weight}`` multiplying each training sample's loss.
+            class_weight: ``{class index: weight}`` multiplying each training sample's loss,
+                as in Keras: a class with no key weighs 1.0, ``{}`` weighs nothing; the class
+                of a sample is its label, the argmax of a one-hot row, or a binary label
+                rounded. Keys may be ints, numeric strings or integral floats (``"3"``, ``3.0``,
+                as JSON gives them); a key that names no class of the model's outputs is a
+                ValueError.
             validation_freq: validate every that many epochs, or at the (1-based) epochs
                 listed; History holds ``val_*`` for those epochs only.
             steps_per_epoch: an epoch of that many optimizer steps (default: one pass over the
@@ -266,6 +271,7 @@ class Trainer(TrainerSteps):
         abstract, empty = self._abstract_state(head), self._empty(fns)
         compiling = {first_count: steps.compile_ahead(fns.train(first_count), abstract, empty, head)}
         self._ensure_state(head, train)
+        self._check_class_weight(class_weight, head)
         compiling[first_count].join()
         others = [
             n for n in {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)} if n != first_count
