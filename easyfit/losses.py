@@ -1,17 +1,36 @@
-"""Keras loss names -> optax losses, per sample (the train step weights them by the mask)."""
+"""Keras loss names -> optax losses, per sample (the train step weights them by the mask), and
+the rule by which easyfit calls the functions users give as ``loss=`` or in ``metrics=``.
+
+The rule (:func:`user_function`): Keras' order, ``fn(y_true, y_pred)``, with two exceptions so
+that no function is called with its arguments the other way round from what it declares:
+
+* optax's own losses (``optax.softmax_cross_entropy_with_integer_labels``,
+  ``optax.sigmoid_binary_cross_entropy``, ..., or a ``functools.partial`` of one) take
+  ``(predictions, targets)`` and are called so;
+* a function whose first parameter is named like the model's outputs (``y_pred``, ``outputs``,
+  ``logits``, ``predictions``, ``preds``) is called outputs first, as its names say.
+
+As Keras does, labels and outputs whose ranks differ by a trailing axis of 1 are first brought to
+the same rank (labels ``(n,)`` against outputs ``(n, 1)`` become ``(n, 1)``, not a broadcast
+``(n, n)``), and values with more than one per sample are averaged per sample.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["LossFn", "get_loss", "infer_loss"]
+__all__ = ["LossFn", "get_loss", "infer_loss", "user_function"]
 
-#: ``loss(outputs, labels) -> per-sample losses, shape (batch,)``.
+#: ``loss(outputs, labels) -> per-sample losses, shape (batch,)``: easyfit's internal order (a
+#: user's function is adapted to it by :func:`user_function`).
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
 
 
@@ -83,8 +102,86 @@ LOSSES: dict[str, LossFn] = {
 }
 
 
-def get_loss(loss: str | LossFn) -> LossFn:
-    """A loss by Keras name, or a callable ``(outputs, labels) -> per-sample losses``.
+#: First parameter names that say a function takes the model's outputs first.
+_OUTPUTS_FIRST = frozenset(
+    {"y_pred", "outputs", "output", "logits", "predictions", "prediction", "preds", "pred"}
+)
+
+
+def _is_optax(fn: Any) -> bool:
+    """Whether ``fn`` (or the function a ``functools.partial`` wraps) is optax's own."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = getattr(fn, "__module__", None) or ""
+    return module == "optax" or module.startswith("optax.")
+
+
+def outputs_first(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes the model's outputs first: an optax loss, or a function whose first
+    positional parameter is named like outputs (see the module's docstring); else it takes the
+    labels first, as Keras calls ``fn(y_true, y_pred)``."""
+    if _is_optax(fn):
+        return True
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: Keras' order
+        return False
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return bool(positional) and positional[0] in _OUTPUTS_FIRST
+
+
+def same_rank(labels: jax.Array, outputs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Labels and outputs whose ranks differ by a trailing axis of size 1, brought to the same
+    rank as Keras does before a loss: a rank-1 side gains the axis, another loses it.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from easyfit.losses import same_rank
+        >>> [a.shape for a in same_rank(jnp.zeros(3), jnp.zeros((3, 1)))]
+        [(3, 1), (3, 1)]
+    """
+    if labels.ndim == outputs.ndim + 1 and labels.shape[-1] == 1:
+        return (labels, outputs[..., None]) if outputs.ndim == 1 else (labels[..., 0], outputs)
+    if outputs.ndim == labels.ndim + 1 and outputs.shape[-1] == 1:
+        return (labels[..., None], outputs) if labels.ndim == 1 else (labels, outputs[..., 0])
+    return labels, outputs
+
+
+def user_function(fn: Callable[..., Any], argument: str) -> LossFn:
+    """A user's loss or metric function as easyfit calls it, ``(outputs, labels) -> per-sample
+    values``: called in the order it takes (:func:`outputs_first`), labels and outputs of the
+    same rank, values averaged per sample. One value for the whole batch is a ValueError
+    (``argument`` names where it was given): easyfit averages per-sample values over the
+    valid rows, and a batch's mean would count its padding rows.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from easyfit.losses import user_function
+        >>> def under(y_true, y_pred):  # Keras' order
+        ...     return jnp.maximum(y_true - y_pred, 0.0)
+        >>> user_function(under, "loss")(jnp.array([[1.0], [5.0]]), jnp.array([3.0, 3.0])).tolist()
+        [2.0, 0.0]
+    """
+    first = outputs_first(fn)
+    name = getattr(fn, "__name__", type(fn).__name__)
+
+    def call(outputs: jax.Array, labels: jax.Array) -> jax.Array:
+        labels, outputs = same_rank(jnp.asarray(labels), jnp.asarray(outputs))
+        values = jnp.asarray(fn(outputs, labels) if first else fn(labels, outputs))
+        if values.ndim == 0 or values.shape[0] != outputs.shape[0]:
+            raise ValueError(
+                f"{argument}: {name} returned shape {values.shape} for a batch of "
+                f"{outputs.shape[0]}; return one value per sample (shape ({outputs.shape[0]},)): "
+                "easyfit averages them over the valid rows, so that padding never counts"
+            )
+        return _per_sample(values)
+
+    return call
+
+
+def get_loss(loss: str | Callable[..., Any]) -> LossFn:
+    """A loss by Keras name, or a user's function (Keras' ``fn(y_true, y_pred)``, or an optax
+    loss: see :func:`user_function`), as ``(outputs, labels) -> per-sample losses``.
 
     Models output logits: the cross-entropies apply softmax or sigmoid themselves (Keras'
     ``from_logits=True``).
@@ -96,13 +193,13 @@ def get_loss(loss: str | LossFn) -> LossFn:
         (2,)
     """
     if callable(loss):
-        return loss
+        return user_function(loss, "loss")
     try:
         return LOSSES[loss]
     except KeyError:
         raise ValueError(
-            f"loss={loss!r}: unknown; expected one of {sorted(LOSSES)} or a "
-            "callable (outputs, labels) -> per-sample losses"
+            f"loss={loss!r}: unknown; expected one of {sorted(LOSSES)}, an optax loss or a "
+            "function (y_true, y_pred) -> per-sample losses"
         ) from None
 
 

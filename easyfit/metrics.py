@@ -1,6 +1,8 @@
 """Keras metric names -> clu metrics, merged on the device inside the jitted steps.
 
-Every metric receives the model outputs as keyword arguments: ``outputs`` (also as ``logits``,
+A metric function is called as Keras calls it, ``fn(y_true, y_pred) -> per-sample values`` (the
+exceptions, for optax's functions and those named outputs first: ``easyfit.losses``). A clu
+metric class receives the model outputs as keyword arguments: ``outputs`` (also as ``logits``,
 the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
 (per-sample losses), ``mask`` (False for padding rows, which never count) and, when the data
 has them, ``sample_weight``. For a model with several outputs, :func:`for_output` gives a
@@ -19,6 +21,7 @@ from clu import metrics as clu_metrics
 from flax import struct
 
 from .learning_rate import get_learning_rate
+from .losses import user_function
 
 __all__ = [
     "build_collection",
@@ -111,9 +114,8 @@ def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
     if isinstance(metric, type) and issubclass(metric, clu_metrics.Metric):
         return metric.__name__.lower(), metric
     if callable(metric):
-        fn = metric
         name = getattr(metric, "__name__", type(metric).__name__)
-        return name, _from_values(lambda outputs, labels, **_: fn(outputs, labels))
+        return name, _from_values(user_function(metric, f"metrics ({name})"))
     raise ValueError(f"metrics: cannot use {metric!r} as a metric")
 
 
@@ -184,7 +186,8 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[
 
     Args:
         metrics: Keras names (``"accuracy"``, ``"top_k_accuracy"``, ``"mse"``, ``"mae"``, ...),
-            callables ``(outputs, labels) -> per-sample values`` (averaged over valid samples),
+            functions ``(y_true, y_pred) -> per-sample values`` (averaged over valid samples;
+            see ``easyfit.losses.user_function``),
             clu ``Metric`` classes (given ``outputs``/``logits``, ``labels``, ``loss``, ``mask``), or a dict
             of any of those by name.
 

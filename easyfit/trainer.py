@@ -56,14 +56,16 @@ class Trainer(TrainerSteps):
             name with Keras' defaults: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``,
             ``"adagrad"`` (see ``easyfit.optimizers``).
         loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
-            ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``) or a
-            callable ``(outputs, labels) -> per-sample losses``. Models output logits. None:
+            ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``), a
+            function ``(y_true, y_pred) -> per-sample losses`` (Keras' order), or an optax loss
+            (called in optax's order; the rule: ``easyfit.losses``). Models output logits. None:
             sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
             categorical cross-entropy for one-hot float labels, mse for other float labels
             (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
             dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
             tuple), as in Keras (``easyfit.outputs``).
-        metrics: Keras metric names, callables or clu metrics (see ``easyfit.metrics``).
+        metrics: Keras metric names, functions ``(y_true, y_pred) -> per-sample values``
+            (called as ``loss`` functions are) or clu metrics (see ``easyfit.metrics``).
             None: ``["accuracy"]`` for classification losses, none otherwise. For several
             outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
         loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
