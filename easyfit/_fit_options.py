@@ -85,8 +85,10 @@ def validation_epochs(validation_freq: int | Collection[int]) -> Callable[[int],
         freq = int(validation_freq)
         return lambda epoch: (epoch + 1) % freq == 0
     if isinstance(validation_freq, Collection) and not isinstance(validation_freq, str):
-        epochs = {int(e) for e in validation_freq}
+        epochs = set(validation_freq)
+        if not all(isinstance(e, numbers.Integral) and not isinstance(e, bool) and e >= 1 for e in epochs):
+            raise ValueError(f"validation_freq={validation_freq!r}: the epochs listed must be integers >= 1")
         return lambda epoch: epoch + 1 in epochs
-    raise TypeError(
+    raise ValueError(
         f"validation_freq={validation_freq!r}: expected an integer >= 1 or a collection of epochs"
     )

@@ -180,6 +180,7 @@ class Trainer(TrainerSteps):
         validation_freq: int | Sequence[int] = 1,
         steps_per_epoch: int | None = None,
         sample_weight: Any = None,
+        validation_steps: int | None = None,
     ) -> History:
         """Trains for ``epochs`` epochs.
 
@@ -225,6 +226,8 @@ class Trainer(TrainerSteps):
             sample_weight: with arrays, one weight (>= 0) per sample multiplying its loss
                 (Keras' reduction: the mean over the rows of ``weight * loss``); it travels with
                 its sample through shuffling and sharding, and multiplies ``class_weight``.
+            validation_steps: validate on the first that many batches of the validation data,
+                the same ones every time, as Keras (default, or more than it has: all of it).
 
         ``BackupAndRestore`` (a callback's ``restore_point()``) resumes an earlier run, mid-epoch
         too. On Ctrl-C or SIGTERM fit stops after the step in progress, calls ``on_interrupt``
@@ -237,6 +240,7 @@ class Trainer(TrainerSteps):
         check_int("epochs", epochs, 0)
         check_int("initial_epoch", initial_epoch, 0)
         check_int("steps_per_epoch", steps_per_epoch, 1, none=True)
+        check_int("validation_steps", validation_steps, 1, none=True)
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         self._class_weight = class_weights(class_weight)
         validates = validation_epochs(validation_freq)
@@ -331,7 +335,7 @@ class Trainer(TrainerSteps):
                     acc = None
                     first_batch = 0
                     if val is not None and validates(epoch):
-                        val_logs = self._evaluate(val, batch_size, cbs)
+                        val_logs = self._evaluate(val, batch_size, cbs, validation_steps)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
                     if interrupted():
@@ -367,6 +371,7 @@ class Trainer(TrainerSteps):
         verbose: int = 0,
         return_dict: bool = True,
         sample_weight: Any = None,
+        steps: int | None = None,
     ) -> dict[str, float] | float | list[float]:
         """Loss and metrics over every sample of ``x`` exactly once.
 
@@ -380,23 +385,28 @@ class Trainer(TrainerSteps):
                 callbacks' logs. False: Keras' default form, the loss alone, or
                 ``[loss, *metrics]`` when there are metrics.
             sample_weight: with arrays, one weight per sample multiplying its loss.
+            steps: evaluate the first that many batches only, as Keras (default, or more
+                than there are: every sample once).
 
         Returns:
             ``{"loss": ..., "accuracy": ..., ...}`` (a float or a list with ``return_dict=False``).
         """
         check_int("batch_size", batch_size, 1, none=True)
+        check_int("steps", steps, 1, none=True)
         source = self._data.source(x, y, sample_weight)
         batch_size = int(batch_size or self.batch_size)
-        logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}))
+        logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}), steps)
         if verbose and jax.process_index() == 0:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
         return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
 
     @contextlib.contextmanager
-    def _pass(self, source: Source, batch_size: int, predict: bool = False) -> Iterator[tuple[Any, Any]]:
-        """A leased loader over ``source`` and the compiled steps for it (``evaluate``), or
-        with ``predict`` the prediction function (no labels: no loss)."""
-        with self._data.lease(source, batch_size) as loader:
+    def _pass(
+        self, source: Source, batch_size: int, predict: bool = False, steps: int | None = None
+    ) -> Iterator[tuple[Any, Any]]:
+        """A leased loader over ``source`` (its first ``steps`` batches) and the compiled steps
+        for it (``evaluate``), or with ``predict`` the prediction function (no labels: no loss)."""
+        with self._data.lease(source, batch_size, steps) as loader:
             first = loader.peek()
             self._ensure_state(first, source, labels=not predict)
             if predict:
@@ -404,8 +414,10 @@ class Trainer(TrainerSteps):
             else:
                 yield loader, self._functions(source, loader.plan, first)
 
-    def _evaluate(self, source: Source, batch_size: int, cbs: CallbackList) -> dict[str, float]:
-        with self._pass(source, batch_size) as (loader, fns):
+    def _evaluate(
+        self, source: Source, batch_size: int, cbs: CallbackList, steps: int | None = None
+    ) -> dict[str, float]:
+        with self._pass(source, batch_size, steps=steps) as (loader, fns):
             cbs.call("on_test_begin")
             acc = self._empty(fns)
             for batch in range(loader.plan.chunks_per_epoch):
@@ -424,11 +436,13 @@ class Trainer(TrainerSteps):
         batch_size: int | None = None,
         callbacks: Sequence[Callback] | None = None,
         verbose: int = 0,
+        steps: int | None = None,
     ) -> Any:
         """Model outputs for every sample of ``x``, once each, in the source's order.
 
         For a folder: sorted class folders, sorted files (``ImageFolder.files``). ``x`` may be
-        a dict or a tuple of arrays (several inputs).
+        a dict or a tuple of arrays (several inputs). ``steps``: the outputs of the first that
+        many batches only, as Keras (default, or more than there are: every sample).
 
         Returns:
             A NumPy array with one row per sample; for a model with several outputs, a dict or
@@ -436,11 +450,12 @@ class Trainer(TrainerSteps):
         """
         del verbose
         check_int("batch_size", batch_size, 1, none=True)
+        check_int("steps", steps, 1, none=True)
         source = self._data.source(x, inputs_only=True)
         batch_size = int(batch_size or self.batch_size)
         cbs = CallbackList(callbacks or [], self, {})
         outputs = []
-        with self._pass(source, batch_size, predict=True) as (loader, infer):
+        with self._pass(source, batch_size, predict=True, steps=steps) as (loader, infer):
             cbs.call("on_predict_begin")
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)

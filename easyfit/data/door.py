@@ -224,10 +224,16 @@ class DataDoor:
         )
         return (CachedLoader(loader) if use_cache else loader), why
 
-    def lease(self, source: Source, batch_size: int) -> Lease:
+    def lease(self, source: Source, batch_size: int, steps: int | None = None) -> Lease:
         """A loader for one pass over ``source`` in order (evaluation, prediction), kept for
-        the next pass; use it as a context manager."""
-        return self._passes.lease(source, self.plan(source, batch_size, shuffle=False), self.cache)
+        the next pass; use it as a context manager. ``steps``: only the pass's first that many
+        batches (Keras' ``steps`` and ``validation_steps``), streamed afresh each time so that
+        every such pass starts at the first batch; None, or as many as the pass has, for all."""
+        plan = self.plan(source, batch_size, shuffle=False)
+        if steps is None or steps >= plan.steps_per_pass:
+            return self._passes.lease(source, plan, self.cache)
+        plan = self.plan(source, batch_size, shuffle=False, steps_per_epoch=steps)
+        return self._passes.lease(source, plan, False, keep=False)
 
     # ------------------------------------------------------------------------------- checks
     def check_labels(

@@ -33,12 +33,14 @@ class PassLoaders:
         self.options = options
         self._loaders: dict[tuple, tuple[Source, Any]] = {}
 
-    def lease(self, source: Source, plan: Plan, cache: bool | str = "auto") -> Lease:
+    def lease(self, source: Source, plan: Plan, cache: bool | str = "auto", keep: bool = True) -> Lease:
         """The loader for one pass over ``source`` (use it as a context manager).
 
         Args:
             cache: the fit's cache choice: ``False`` keeps streaming; otherwise the data is
                 cached when :func:`decide_cache` says it fits.
+            keep: keep the loader for the next pass; False closes it after this one (a plan
+                whose next "epoch" would go on with other batches: ``plan.epoch_steps``).
         """
         key = (id(source), plan)
         hit = self._loaders.get(key)
@@ -52,7 +54,7 @@ class PassLoaders:
                 loader = CachedLoader(Loader(source, plan, self.placement, **self.options))
             hit = (source, loader)
             self._loaders[key] = hit
-        return Lease(self._loaders, key, hit[1])
+        return Lease(self._loaders, key, hit[1], keep)
 
     def close(self) -> None:
         """Closes every kept loader: their DALI pipelines and device caches are released."""
@@ -65,9 +67,10 @@ class Lease:
     """A kept loader for one pass; dropped if the pass does not complete (its stream would no
     longer start at a pass's first chunk)."""
 
-    def __init__(self, loaders: dict, key: tuple, loader: Any):
+    def __init__(self, loaders: dict, key: tuple, loader: Any, keep: bool = True):
         self._loaders = loaders
         self._key = key
+        self._keep = keep
         self.loader = loader
         self.peek = loader.peek
         self._start = loader.iteration
@@ -84,6 +87,6 @@ class Lease:
 
     def __exit__(self, kind, *_):
         done = self.loader.iteration - self._start
-        if kind is not None or done % self.loader.plan.chunks_per_epoch:
+        if kind is not None or not self._keep or done % self.loader.plan.chunks_per_epoch:
             self._loaders.pop(self._key, None)
             self.loader.close()
