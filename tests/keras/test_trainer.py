@@ -351,6 +351,16 @@ def test_sample_weight_in_validation_data(mnist):
     assert history["val_loss"][0] != pytest.approx(trainer.evaluate(xv, yv)["loss"], rel=1e-3)
 
 
+def test_sample_weight_is_split_with_validation_split():
+    # Keras: Trainer.fit splits sample_weight with x and y (train_validation_split): the held-out
+    # samples keep their weights in val_loss (a model that outputs 0 on labels 1: loss = weight)
+    x, y = np.zeros((100, 4), np.float32), np.ones((100, 1), np.float32)
+    trainer = ef.Trainer(Example(1), optimizer=optax.sgd(0.0), loss="mse", metrics=[])
+    w = np.full(100, 3.0)
+    history = trainer.fit(x, y, batch_size=20, validation_split=0.2, sample_weight=w, verbose=0).history
+    assert history["loss"] == pytest.approx([3.0]) and history["val_loss"] == pytest.approx([3.0])
+
+
 @pytest.mark.parametrize("bad", [np.ones(7), -np.ones(200), np.ones((200, 2))])
 def test_sample_weight_that_is_not_one_weight_per_sample_is_refused(mnist, bad):
     # Keras: Trainer.fit's sample_weight (one weight per sample, as many as x); easyfit refuses
