@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -31,40 +33,57 @@ def small_trainer(learning_rate=1e-3, **kwargs) -> ef.Trainer:
     return ef.Trainer(SmallMLP(), optimizer=optimizer, seed=0, **kwargs)
 
 
+_SHARED: dict[str, object] = {}
+
+
 @pytest.fixture(scope="module")
 def data(mnist_arrays) -> tuple[ef.data.Arrays, ef.data.Arrays]:
-    """A test module's training and validation slices (``mnist_slices``)."""
-    return mnist_slices(mnist_arrays)
+    """Training and validation slices (``mnist_slices``), the same for every module."""
+    if "data" not in _SHARED:
+        _SHARED["data"] = mnist_slices(mnist_arrays)
+    return _SHARED["data"]  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="module")
 def trainer(data) -> ef.Trainer:
-    """A test module's ``small_trainer``, compiled by a first epoch (batches of 100)."""
-    trainer = small_trainer()
-    trainer.fit(data[0], epochs=1, batch_size=100, verbose=0, validation_data=data[1])
-    return trainer
+    """One ``small_trainer`` for every module that uses the fixture (its steps compile once),
+    given to each module as a first epoch (batches of 100) left it: the same parameters,
+    optimizer state and rate (1e-3), whatever the modules before did with it."""
+    if "trainer" not in _SHARED:
+        shared = small_trainer()
+        shared.fit(data[0], epochs=1, batch_size=100, verbose=0, validation_data=data[1])
+        _SHARED["trainer"] = (shared, _copy(shared.state))
+    shared, state = _SHARED["trainer"]  # type: ignore[misc]
+    shared.state, shared.stop_training = _copy(state), False  # a copy: fit donates the state
+    return shared
+
+
+def _copy(tree):
+    return jax.tree_util.tree_map(jnp.copy, tree)
 
 
 def exploding_data(mnist_arrays, bad_from: int = 150, n: int = 200) -> ef.data.Arrays:
     """Regression targets of 0, and from sample ``bad_from`` on 1e30: an mse of those rows
-    overflows float32 to inf (fit with ``shuffle=False`` to know the batch)."""
-    x = mnist_arrays["train"][0][:n]
-    y = np.zeros((n, 10), np.float32)
-    y[bad_from:] = 1e30
-    return ef.data.Arrays(x, y, scale=1 / 255)
+    overflows float32 to inf (fit with ``shuffle=False`` to know the batch). One source per
+    ``bad_from``, kept: its loader is built once."""
+    key = f"exploding-{bad_from}-{n}"
+    if key not in _SHARED:
+        x = mnist_arrays["train"][0][:n]
+        y = np.zeros((n, 10), np.float32)
+        y[bad_from:] = 1e30
+        _SHARED[key] = ef.data.Arrays(x, y, scale=1 / 255)
+    return _SHARED[key]  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=1)
-def _mse_trainer() -> ef.Trainer:
-    return ef.Trainer(SmallMLP(), loss="mse", seed=0, steps_per_execution=1)
-
-
-def mse_trainer() -> ef.Trainer:
+def mse_trainer(mnist_arrays) -> ef.Trainer:
     """A SmallMLP with an mse loss (compiled once, shared by the modules that make the loss
-    infinite), its state dropped: the next fit starts from fresh parameters, not from those
-    an infinite loss left."""
-    trainer = _mse_trainer()
-    trainer.state = None
+    infinite), back at its first parameters: not those an infinite loss left."""
+    if "mse" not in _SHARED:
+        trainer = ef.Trainer(SmallMLP(), loss="mse", seed=0, steps_per_execution=1)
+        trainer.fit(exploding_data(mnist_arrays, bad_from=200), epochs=0, batch_size=50, verbose=0)
+        _SHARED["mse"] = (trainer, _copy(trainer.state))
+    trainer, state = _SHARED["mse"]  # type: ignore[misc]
+    trainer.state, trainer.stop_training = _copy(state), False
     return trainer
 
 

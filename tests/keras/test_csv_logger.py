@@ -69,7 +69,7 @@ def test_a_key_first_logged_later_gets_its_column(trainer, data, tmp_path):
 def test_stop_training_csv(mnist_arrays, tmp_path):
     # keras: csv_logger_test.py::test_stop_training_csv
     path = tmp_path / "log.csv"
-    history = mse_trainer().fit(
+    history = mse_trainer(mnist_arrays).fit(
         exploding_data(mnist_arrays),
         epochs=20,
         batch_size=50,

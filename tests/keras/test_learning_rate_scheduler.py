@@ -11,19 +11,15 @@ import pytest
 
 from easyfit.callbacks import LearningRateScheduler
 from easyfit.learning_rate import get_learning_rate, set_learning_rate
-from tests.helpers.kerasfit import mnist_slices, scheduled_trainer, small_trainer
+from tests.helpers import kerasfit
+from tests.helpers.kerasfit import scheduled_trainer
+
+data, trainer = kerasfit.data, kerasfit.trainer  # the module's fixtures
 
 
 @pytest.fixture(scope="module")
-def train(mnist_arrays):
-    return mnist_slices(mnist_arrays)[0]
-
-
-@pytest.fixture(scope="module")
-def trainer(train):
-    trainer = small_trainer(learning_rate=0.01)
-    trainer.fit(train, epochs=1, batch_size=100, verbose=0)
-    return trainer
+def train(data):
+    return data[0]
 
 
 def _fit(trainer, train, callback, epochs):

@@ -12,19 +12,10 @@ import pytest
 
 from easyfit.callbacks import ReduceLROnPlateau
 from easyfit.learning_rate import get_learning_rate, set_learning_rate
-from tests.helpers.kerasfit import mnist_slices, scheduled_trainer, small_trainer
+from tests.helpers import kerasfit
+from tests.helpers.kerasfit import scheduled_trainer
 
-
-@pytest.fixture(scope="module")
-def data(mnist_arrays):
-    return mnist_slices(mnist_arrays)
-
-
-@pytest.fixture(scope="module")
-def shared(data):
-    trainer = small_trainer(learning_rate=0.1)
-    trainer.fit(data[0], epochs=1, batch_size=100, verbose=0, validation_data=data[1])
-    return trainer
+data, shared = kerasfit.data, kerasfit.trainer  # the module's fixtures
 
 
 @pytest.fixture

@@ -27,35 +27,39 @@ class _Steps(Callback):
         self.seen.append(batch)
 
 
-def _fit(data, callbacks, epochs=2, batch_size=50):
-    return mse_trainer().fit(
+@pytest.fixture
+def mse(mnist_arrays):
+    return mse_trainer(mnist_arrays)
+
+
+def _fit(trainer, data, callbacks, epochs=2, batch_size=50):
+    return trainer.fit(
         data, epochs=epochs, batch_size=batch_size, shuffle=False, verbose=0, callbacks=callbacks
     )
 
 
-def test_terminate_on_nan(mnist_arrays):
+def test_terminate_on_nan(mse, mnist_arrays):
     # keras: terminate_on_nan_test.py::test_TerminateOnNaN
-    trainer = mse_trainer()
-    history = _fit(exploding_data(mnist_arrays), [TerminateOnNaN()], epochs=20)
+    history = _fit(mse, exploding_data(mnist_arrays), [TerminateOnNaN()], epochs=20)
     assert len(history.history["loss"]) == 1 and not np.isfinite(history.history["loss"][0])
-    assert trainer.stop_training
+    assert mse.stop_training
 
 
-def test_terminate_on_nan_graceful_stop(mnist_arrays):
+def test_terminate_on_nan_graceful_stop(mse, mnist_arrays):
     # keras: terminate_on_nan_test.py::test_terminate_on_nan_graceful_stop
     steps = []
     stop = TerminateOnNaN()  # stops after the 4th batch (samples 150 to 199)
-    history = _fit(exploding_data(mnist_arrays), [stop, _Steps(steps)], epochs=2)
+    history = _fit(mse, exploding_data(mnist_arrays), [stop, _Steps(steps)], epochs=2)
     assert history.epoch == [0] and steps == [0, 1, 2, 3]
 
 
-def test_terminate_on_nan_raise_error_raises_error(mnist_arrays):
+def test_terminate_on_nan_raise_error_raises_error(mse, mnist_arrays):
     # keras: terminate_on_nan_test.py::test_terminate_on_nan_raise_error_raises_error
     with pytest.raises(RuntimeError, match="NaN or Inf loss encountered"):
-        _fit(exploding_data(mnist_arrays, bad_from=0), [TerminateOnNaN(raise_error=True)])
+        _fit(mse, exploding_data(mnist_arrays, bad_from=0), [TerminateOnNaN(raise_error=True)])
 
 
-def test_raise_error_terminate_and_on_train_end(mnist_arrays):
+def test_raise_error_terminate_and_on_train_end(mse, mnist_arrays):
     # keras: terminate_on_nan_test.py::test_raise_error_terminate_does_not_trigger_on_train_end.
     # easyfit differs on purpose (docs/keras.md): on_train_end runs, with the error in sys.exc_info()
     class Tracking(Callback):
@@ -68,29 +72,29 @@ def test_raise_error_terminate_and_on_train_end(mnist_arrays):
 
     tracking = Tracking()
     with pytest.raises(RuntimeError):
-        _fit(exploding_data(mnist_arrays, bad_from=0), [tracking, TerminateOnNaN(raise_error=True)])
+        _fit(mse, exploding_data(mnist_arrays, bad_from=0), [tracking, TerminateOnNaN(raise_error=True)])
     assert tracking.failure is RuntimeError
 
 
-def test_raise_error_terminate_preserves_backup(mnist_arrays, tmp_path):
+def test_raise_error_terminate_preserves_backup(mse, mnist_arrays, tmp_path):
     # keras: terminate_on_nan_test.py::test_raise_error_terminate_preserves_backup
     backup_dir = tmp_path / "backups"
     backup = BackupAndRestore(backup_dir, save_freq=1)
     with pytest.raises(RuntimeError):
-        _fit(exploding_data(mnist_arrays), [backup, TerminateOnNaN(raise_error=True)])
+        _fit(mse, exploding_data(mnist_arrays), [backup, TerminateOnNaN(raise_error=True)])
     assert os.path.isdir(backup_dir) and os.listdir(backup_dir)
 
 
 @pytest.mark.parametrize("raise_error", [False, True])
-def test_normal_training_does_not_raise(mnist_arrays, raise_error):
+def test_normal_training_does_not_raise(mse, mnist_arrays, raise_error):
     # keras: terminate_on_nan_test.py::test_normal_training_does_not_raise
-    history = _fit(exploding_data(mnist_arrays, bad_from=200), [TerminateOnNaN(raise_error=raise_error)])
+    history = _fit(mse, exploding_data(mnist_arrays, bad_from=200), [TerminateOnNaN(raise_error=raise_error)])
     assert len(history.history["loss"]) == 2
 
 
-def test_raise_error_terminate_stops_on_later_batch(mnist_arrays):
+def test_raise_error_terminate_stops_on_later_batch(mse, mnist_arrays):
     # keras: terminate_on_nan_test.py::test_raise_error_terminate_stops_on_later_batch
     seen = []
     with pytest.raises(RuntimeError, match="at batch 3"):
-        _fit(exploding_data(mnist_arrays), [_Steps(seen), TerminateOnNaN(raise_error=True)])
+        _fit(mse, exploding_data(mnist_arrays), [_Steps(seen), TerminateOnNaN(raise_error=True)])
     assert seen == [0, 1, 2, 3]
