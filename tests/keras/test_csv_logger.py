@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from easyfit.callbacks import Callback, CSVLogger, TerminateOnNaN
 from tests.helpers import kerasfit
 from tests.helpers.kerasfit import exploding_data, mse_trainer
@@ -81,3 +83,16 @@ def test_stop_training_csv(mnist_arrays, tmp_path):
     with open(path, newline="") as f:
         rows = [row for row in csv.reader(f) if row]
     assert len(rows) == 2 and rows[-1][rows[0].index("loss")] == "inf"
+
+
+def test_append_follows_the_existing_header(trainer, data, tmp_path):
+    # keras: csv_logger.py::on_train_begin (append: no second header). easyfit writes the rows
+    # in the file's own columns, and warns about a key its header lacks (docs/keras.md)
+    path = tmp_path / "log.csv"
+    path.write_text("epoch,val_loss,loss\n0,1.5,2.5\n")
+    with pytest.warns(UserWarning, match="accuracy.*not written"):
+        history = _fit(trainer, data, [CSVLogger(path, append=True)])
+    rows = _rows(path)
+    assert list(rows[1]) == ["epoch", "val_loss", "loss"] and len(rows) == 2
+    assert float(rows[1]["loss"]) == history.history["loss"][0]
+    assert float(rows[1]["val_loss"]) == history.history["val_loss"][0]
