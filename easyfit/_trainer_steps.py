@@ -107,6 +107,19 @@ class TrainerSteps(TrainerState):
         loss that was minimised). For :meth:`train_step`."""
         return steps.batch_metrics(self._context().metrics, outputs, dict(batch), loss)
 
+    def metric_direction(self, name: str) -> str | None:
+        """Whether a higher (``"up"``) or a lower (``"down"``) value of the metric logged as
+        ``name`` is better, as the metric declares it (Keras' ``_direction``: easyfit's named
+        metrics declare it, a custom metric may); None when no metric of the compiled steps
+        has that name and a direction. What ``mode="auto"`` of the callbacks with a
+        ``monitor`` goes by."""
+        for compiled in self._compiled.values():
+            if isinstance(compiled, steps.Compiled):
+                for field in dataclasses.fields(compiled.metrics):
+                    if field.name == name:
+                        return getattr(field.type, "_direction", None)
+        return None
+
     def _context(self) -> _Context:
         context = getattr(self._tracing, "context", None)
         if context is None:

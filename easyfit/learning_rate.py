@@ -42,6 +42,12 @@ def _states(opt_state: Any) -> list[Any]:
     return [leaf for leaf in leaves if _injected(leaf)]
 
 
+def _scheduled(node: Any) -> bool:
+    """Whether the injected learning rate of ``node`` is an optax schedule (optax keeps a
+    schedule's state in ``hyperparams_states`` and sets the rate from it at every step)."""
+    return _KEY in getattr(node, "hyperparams_states", {})
+
+
 def has_learning_rate(opt_state: Any) -> bool:
     """Whether ``opt_state`` holds an injected learning rate."""
     return bool(_states(opt_state))
@@ -62,12 +68,22 @@ def set_learning_rate(opt_state: Any, value: float) -> Any:
 
     Raises:
         ValueError: the optimizer has no injected learning rate.
+        TypeError: the injected learning rate is an optax schedule: the optimizer sets it
+            from the schedule at every step, so a value set here would not last (Keras raises
+            TypeError for an optimizer made with a ``LearningRateSchedule`` too).
     """
     if not has_learning_rate(opt_state):
         raise ValueError(
             "the optimizer's learning rate cannot be changed: build it with "
             "optax.inject_hyperparams, e.g. optimizer=optax.inject_hyperparams(optax.adam)"
             "(learning_rate=1e-3)"
+        )
+    if any(_scheduled(node) for node in _states(opt_state)):
+        raise TypeError(
+            "the optimizer's learning rate is an optax schedule, which sets it at every step: "
+            "it cannot be set from outside (LearningRateScheduler, ReduceLROnPlateau). Either "
+            "keep the schedule and drop the callback, or give inject_hyperparams a number as "
+            "learning_rate and let the callback change it"
         )
 
     def replace(node: Any) -> Any:

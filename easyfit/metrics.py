@@ -103,7 +103,31 @@ def _from_values(fn: Callable[..., jax.Array]) -> type[clu_metrics.Metric]:
     return clu_metrics.Average.from_fun(values)
 
 
+#: Which way each named metric improves (Keras' ``_direction``), for ``mode="auto"``.
+_DIRECTIONS = {
+    "accuracy": "up",
+    "acc": "up",
+    "top_k_accuracy": "up",
+    "sparse_top_k_categorical_accuracy": "up",
+    "top_k_categorical_accuracy": "up",
+    "mse": "down",
+    "mean_squared_error": "down",
+    "mae": "down",
+    "mean_absolute_error": "down",
+}
+
+
 def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
+    """``(name, metric class)``, the class carrying the direction the metric declares (Keras'
+    ``_direction``: a named metric's, or a custom one's own attribute) for ``mode="auto"``."""
+    name, cls = _resolve_metric(metric)
+    direction = _DIRECTIONS.get(metric) if isinstance(metric, str) else getattr(metric, "_direction", None)
+    if direction is not None and getattr(cls, "_direction", None) != direction:
+        cls._direction = direction  # type: ignore[attr-defined]  # a class made for this metric
+    return name, cls
+
+
+def _resolve_metric(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
     if isinstance(metric, str):
         if metric not in _BY_NAME:
             raise ValueError(

@@ -25,8 +25,8 @@ from ._fit_options import class_weights, validation_epochs
 from ._input_wait import EpochInputWait
 from ._interrupt import deferred_signals
 from ._trainer_steps import TrainerSteps
-from .callbacks import Callback, CallbackList, History, ProgbarLogger
-from .callbacks.callback_list import LazyLogs
+from .callbacks import Callback, CallbackList, History
+from .callbacks.callback_list import LazyLogs, fit_callbacks
 from .data.door import DataDoor
 from .errors import Preempted
 from .losses import LossFn, get_loss
@@ -73,7 +73,8 @@ class Trainer(TrainerSteps):
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
-            callbacks then fire every that many steps. ``"auto"`` (default): on GPUs about 6,000
+            callbacks then fire once per dispatch, as in Keras, their ``batch`` counting
+            dispatches (docs/keras.md). ``"auto"`` (default): on GPUs about 6,000
             samples per dispatch when streaming and about 12,800 when training from the device
             cache, never more than an epoch, and fewer (down to half) when that many divide
             the epoch's steps; on CPUs one step, since XLA's CPU convolutions run slower inside
@@ -131,6 +132,8 @@ class Trainer(TrainerSteps):
         self.placement = Placement.create(devices)
         self.state: TrainState | None = None
         self.stop_training = False
+        self.stop_evaluating = False
+        self.stop_predicting = False
         self.history: History | None = None
         self.class_names: list[str] | None = None
         self.batch_size = 32
@@ -199,7 +202,8 @@ class Trainer(TrainerSteps):
             validation_split: hold this fraction of the training data out for validation
                 (seeded by ``seed``: the same samples on every run and device count); it
                 replaces a folder found beside ``train/``.
-            callbacks: ``easyfit.callbacks.Callback`` instances.
+            callbacks: ``easyfit.callbacks.Callback`` instances, called in this order, then
+                a History (unless one is given: fit returns it) and the progress bar.
             verbose: 0 silent, 1 progress bar (a line per epoch when stdout is not a terminal),
                 2 a line per epoch.
             shuffle: a fresh permutation of the whole dataset every epoch.
@@ -234,7 +238,8 @@ class Trainer(TrainerSteps):
         and ``on_train_end``, then raises KeyboardInterrupt or ``easyfit.errors.Preempted``.
 
         Returns:
-            The History of this fit (also ``trainer.history``).
+            The History of this fit (the one in ``callbacks`` if given; also
+            ``trainer.history``).
         """
         check_int("batch_size", batch_size, 1, none=True)
         check_int("epochs", epochs, 0)
@@ -291,9 +296,9 @@ class Trainer(TrainerSteps):
             self.state, acc = resume.restore(self.state, self._empty(fns))
             first_batch = resume.batch
         self._progress = checkpoint.Progress(initial_epoch, first_batch, start, acc, plan)
-        history = History()
+        listed, history = fit_callbacks(callbacks, verbose)
         cbs = CallbackList(
-            [history, *([ProgbarLogger(verbose)] if verbose else []), *(callbacks or [])],
+            listed,
             self,
             {"epochs": epochs, "steps": plan.chunks_per_epoch, "verbose": verbose, "batch_size": batch_size},
         )
@@ -418,12 +423,17 @@ class Trainer(TrainerSteps):
         self, source: Source, batch_size: int, cbs: CallbackList, steps: int | None = None
     ) -> dict[str, float]:
         with self._pass(source, batch_size, steps=steps) as (loader, fns):
+            self.stop_evaluating = False
             cbs.call("on_test_begin")
             acc = self._empty(fns)
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_test_batch_begin", batch)
                 acc = fns.eval(self.state, acc, next(loader))
-                cbs.call("on_test_batch_end", batch)
+                if cbs.wants("on_test_batch_end"):
+                    running = LazyLogs(functools.partial(compute_on_host, acc))
+                    cbs.call("on_test_batch_end", batch, logs=running)
+                if self.stop_evaluating:
+                    break
             logs = compute_on_host(acc)
         cbs.call("on_test_end", logs=logs)
         return logs
@@ -456,15 +466,28 @@ class Trainer(TrainerSteps):
         cbs = CallbackList(callbacks or [], self, {})
         outputs = []
         with self._pass(source, batch_size, predict=True, steps=steps) as (loader, infer):
+            self.stop_predicting = False
             cbs.call("on_predict_begin")
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_predict_batch_begin", batch)
                 outputs.append(infer(self.state, next(loader)))
-                cbs.call("on_predict_batch_end", batch)
-        masks = [gather_to_host(mask) for _, mask in outputs]
-        result = jax.tree_util.tree_map(
-            lambda *outs: np.concatenate([gather_to_host(o)[m] for o, m in zip(outs, masks, strict=True)]),
-            *[out for out, _ in outputs],
-        )
+                if cbs.wants("on_predict_batch_end"):
+                    batch_outputs = LazyLogs(functools.partial(_host_outputs, outputs[-1]))
+                    cbs.call("on_predict_batch_end", batch, logs=batch_outputs)
+                if self.stop_predicting:
+                    break
+        result = jax.tree_util.tree_map(lambda *outs: np.concatenate(outs), *[_on_host(o) for o in outputs])
         cbs.call("on_predict_end")
         return result
+
+
+def _on_host(output: tuple[Any, Any]) -> Any:
+    """One dispatch's predictions (``(outputs, mask)``) on the host, padding rows dropped."""
+    out, mask = output
+    keep = gather_to_host(mask)
+    return jax.tree_util.tree_map(lambda o: gather_to_host(o)[keep], out)
+
+
+def _host_outputs(output: tuple[Any, Any]) -> dict[str, Any]:
+    """``on_predict_batch_end``'s logs, as Keras': ``{"outputs": ...}``."""
+    return {"outputs": _on_host(output)}

@@ -17,14 +17,23 @@ class Callback:
     """Base class of callbacks: override the hooks you need.
 
     Hooks get ``logs``, a mapping of metric names to floats (``loss``, ``accuracy``,
-    ``val_loss``, ...). Batch-level ``logs`` are computed only when read: a callback that does
-    not look at them costs no host synchronisation, and hooks nobody overrides are never called.
-    ``batch`` counts *dispatches*: with ``steps_per_execution=k`` batch hooks fire every k steps,
-    as in Keras.
+    ``val_loss``, ...), and ``{}`` where there is nothing to report (the begin hooks), as in
+    Keras. ``on_train_batch_end`` and ``on_test_batch_end`` get the running metrics of the
+    epoch (or evaluation) so far, ``on_predict_batch_end`` gets ``{"outputs": ...}`` (the
+    batch's predictions, on the host). Batch-level ``logs`` are computed only when read: a
+    callback that does not look at them costs no host synchronisation, and hooks nobody
+    overrides are never called. ``on_train_batch_begin`` / ``on_train_batch_end`` call
+    ``on_batch_begin`` / ``on_batch_end`` unless overridden, as in Keras.
 
-    Set ``self.trainer.stop_training = True`` to stop training (after the current batch; the
-    epoch's end hooks still run). ``self.model`` is the Trainer too (Keras' name), and
-    ``self.trainer.state`` the training state.
+    With ``steps_per_execution=k`` batch hooks fire once per dispatch of k steps, as in Keras;
+    but ``batch`` counts dispatches (0, 1, 2, ...), where Keras gives the index of the
+    dispatch's first step to the begin hooks and of its last step to the end hooks (see
+    docs/keras.md).
+
+    Set ``self.model.stop_training = True`` to stop training (after the current batch; the
+    epoch's end hooks still run), ``self.model.stop_evaluating`` / ``stop_predicting`` to end
+    ``evaluate`` / ``predict`` after the current batch. ``self.model`` is the Trainer
+    (``self.trainer`` too), and ``self.model.state`` the training state.
 
     A hook may also be given per instance (``self.on_train_batch_end = fn`` in ``__init__``):
     a callback that wants batch hooks only in some configurations then costs nothing in the
@@ -38,7 +47,7 @@ class Callback:
         ...         self.accuracy = accuracy
         ...     def on_epoch_end(self, epoch, logs=None):
         ...         if logs["accuracy"] >= self.accuracy:
-        ...             self.trainer.stop_training = True
+        ...             self.model.stop_training = True
     """
 
     def __init__(self) -> None:
@@ -59,8 +68,13 @@ class Callback:
     def trainer(self, trainer: Trainer) -> None:
         self._trainer = trainer
 
+    def set_model(self, model: Trainer) -> None:
+        """Attaches the Trainer (Keras' name; fit, evaluate and predict call it)."""
+        self.trainer = model
+
     def set_trainer(self, trainer: Trainer) -> None:
-        self.trainer = trainer
+        """easyfit's name for ``set_model``."""
+        self.set_model(trainer)
 
     def set_params(self, params: dict[str, Any]) -> None:
         """Run parameters: ``epochs``, ``steps`` (dispatches per epoch), ``verbose``, ..."""
@@ -88,11 +102,20 @@ class Callback:
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         """After each epoch, with training and validation metrics."""
 
+    def on_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        """Before each training dispatch (called by ``on_train_batch_begin``)."""
+
+    def on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        """After each training dispatch (called by ``on_train_batch_end``)."""
+
     def on_train_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
-        """Before each training dispatch."""
+        """Before each training dispatch; calls ``on_batch_begin`` unless overridden."""
+        self.on_batch_begin(batch, logs=logs)
 
     def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        """After each training dispatch, with the epoch's running metrics."""
+        """After each training dispatch, with the epoch's running metrics; calls
+        ``on_batch_end`` unless overridden."""
+        self.on_batch_end(batch, logs=logs)
 
     def on_test_begin(self, logs: Logs | None = None) -> None:
         """Before evaluation (also the validation inside fit)."""
@@ -104,7 +127,7 @@ class Callback:
         """Before each evaluation dispatch."""
 
     def on_test_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        """After each evaluation dispatch."""
+        """After each evaluation dispatch, with the running metrics of the evaluation."""
 
     def on_predict_begin(self, logs: Logs | None = None) -> None:
         """Before prediction."""
@@ -116,4 +139,5 @@ class Callback:
         """Before each prediction dispatch."""
 
     def on_predict_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        """After each prediction dispatch."""
+        """After each prediction dispatch, with ``{"outputs": ...}``: its predictions (NumPy,
+        padding rows dropped)."""

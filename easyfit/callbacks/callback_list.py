@@ -6,8 +6,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .callback import Callback
+from .history import History
+from .progbar import ProgbarLogger
 
-__all__ = ["CallbackList", "LazyLogs"]
+__all__ = ["CallbackList", "LazyLogs", "fit_callbacks"]
+
+#: Keras' older batch hooks, called by the default ``on_train_batch_*``.
+_ALIASES = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}
 
 
 class LazyLogs(Mapping):
@@ -40,6 +45,34 @@ def _overrides(cb: Callback, hook: str) -> bool:
     return getattr(method, "__func__", method) is not getattr(Callback, hook)
 
 
+def _listens(cb: Callback, hook: str) -> bool:
+    """Whether ``cb`` overrides ``hook``, or the older hook that Callback's ``hook`` calls."""
+    return _overrides(cb, hook) or (hook in _ALIASES and _overrides(cb, _ALIASES[hook]))
+
+
+def fit_callbacks(callbacks: Sequence[Callback] | None, verbose: int) -> tuple[list[Callback], History]:
+    """fit's callbacks, as Keras lists them: the user's, then a History and (with ``verbose``)
+    a ProgbarLogger, each unless the user's list holds one already. History runs after the
+    user's callbacks, so keys they add to the epoch logs reach it; the History is the one
+    ``fit`` returns.
+
+    Example:
+        >>> from easyfit.callbacks import Callback
+        >>> mine = Callback()
+        >>> listed, history = fit_callbacks([mine], verbose=0)
+        >>> listed[0] is mine, listed[1] is history
+        (True, True)
+    """
+    listed = list(callbacks or [])
+    history = next((cb for cb in listed if isinstance(cb, History)), None)
+    if history is None:
+        history = History()
+        listed.append(history)
+    if verbose and not any(isinstance(cb, ProgbarLogger) for cb in listed):
+        listed.append(ProgbarLogger(verbose))
+    return listed, history
+
+
 class CallbackList:
     """Dispatches each hook to the callbacks that override it, in order."""
 
@@ -48,7 +81,7 @@ class CallbackList:
         for cb in self.callbacks:
             if not isinstance(cb, Callback):
                 raise TypeError(f"callbacks: {cb!r} is not an easyfit.callbacks.Callback")
-            cb.set_trainer(trainer)
+            cb.set_model(trainer)
             cb.set_params(params)
         self._by_hook: dict[str, list[Callback]] = {}
 
@@ -58,9 +91,15 @@ class CallbackList:
 
     def _listeners(self, hook: str) -> list[Callback]:
         if hook not in self._by_hook:
-            self._by_hook[hook] = [cb for cb in self.callbacks if _overrides(cb, hook)]
+            self._by_hook[hook] = [cb for cb in self.callbacks if _listens(cb, hook)]
         return self._by_hook[hook]
 
     def call(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
+        """Calls ``hook`` of each callback that listens, with ``logs`` (``{}`` when None, as
+        Keras): by keyword for the batch hooks, by position for the others, as Keras does."""
+        logs = {} if logs is None else logs
         for cb in self._listeners(hook):
-            getattr(cb, hook)(*args, logs)
+            if "batch" in hook:
+                getattr(cb, hook)(*args, logs=logs)
+            else:
+                getattr(cb, hook)(*args, logs)

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._monitor import Monitor
+from ._monitor import Monitor, monitor_op_property
 from .callback import Callback, Logs
 
 __all__ = ["EarlyStopping"]
@@ -22,7 +22,11 @@ class EarlyStopping(Callback):
         min_delta: the smallest change that counts as an improvement.
         patience: epochs without improvement after which training stops.
         verbose: 1 prints a line when stopping and when restoring weights.
-        mode: ``"min"``, ``"max"`` or ``"auto"`` (from the name).
+        mode: ``"min"``, ``"max"`` or ``"auto"``: ``loss`` is minimised, a metric goes the way
+            it declares (easyfit's named metrics do), anything else raises ValueError at the
+            first epoch's end, as in Keras (``easyfit.callbacks._monitor.Monitor``). Another
+            value warns and means ``"auto"``. A monitor missing from the logs warns and
+            changes nothing.
         baseline: a value the metric must beat; until then ``patience`` keeps counting.
         restore_best_weights: at the end of training, put back the parameters (and model state)
             of the best epoch. The copies stay on the device.
@@ -30,14 +34,17 @@ class EarlyStopping(Callback):
 
     Attributes:
         stopped_epoch: the epoch at which training stopped (0 if it did not stop early).
-        best: the best value seen; ``best_epoch`` its epoch.
+        best: the best value seen (None before the first); ``best_epoch`` its epoch.
+        monitor_op: ``np.greater`` or ``np.less`` once the direction is settled, as Keras'.
 
     Example:
         >>> from easyfit.callbacks import EarlyStopping
         >>> stop = EarlyStopping(monitor="val_accuracy", patience=2)
-        >>> stop.mode
-        'max'
+        >>> stop.mode, stop.monitor_op is None  # settled at the first epoch's end
+        ('auto', True)
     """
+
+    monitor_op = monitor_op_property
 
     def __init__(
         self,
@@ -51,7 +58,7 @@ class EarlyStopping(Callback):
         start_from_epoch: int = 0,
     ):
         super().__init__()
-        self._monitor = Monitor(monitor, mode, min_delta)
+        self._monitor = Monitor(monitor, mode, min_delta, "EarlyStopping")
         self.monitor = monitor
         self.mode = self._monitor.mode
         self.patience = int(patience)
@@ -65,7 +72,7 @@ class EarlyStopping(Callback):
         self.wait = 0
         self.stopped_epoch = 0
         self.best_epoch = 0
-        self.best: float = self._monitor.worst
+        self.best: float | None = None
         self.best_weights: Any = None
 
     def _weights(self) -> Any:
@@ -74,7 +81,8 @@ class EarlyStopping(Callback):
         return jax.tree_util.tree_map(jnp.copy, (state.params, state.model_state))
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
-        current = self._monitor.value(logs, "EarlyStopping")
+        self._monitor.resolve(self._trainer)
+        current = self._monitor.value(logs)
         if current is None or epoch < self.start_from_epoch:
             return
         if self.restore_best_weights and self.best_weights is None:

@@ -16,6 +16,10 @@ __all__ = ["History"]
 class History(Callback):
     """Records every epoch's logs; ``fit`` returns it.
 
+    fit adds one after the other callbacks, so that the keys they add to the epoch logs are
+    recorded too; a History given in ``callbacks`` is used (and returned) instead, where it
+    stands in the list, as in Keras.
+
     Attributes:
         history: ``{"loss": [...], "accuracy": [...], "val_loss": [...], ...}``, one value per
             epoch.
@@ -42,6 +46,8 @@ class History(Callback):
         self.epoch.append(epoch)
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(value)
+        if self._trainer is not None:
+            self._trainer.history = self  # as Keras: the model's history is the latest run's
 
     def plot(self, path: str | os.PathLike | None = None) -> Figure:
         """Draws loss and every metric per epoch (training and validation) with matplotlib.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -17,13 +18,16 @@ def _hooks() -> set[str]:
 class LambdaCallback(Callback):
     """Calls the given functions at the matching hooks (Keras semantics).
 
-    Epoch hooks get ``(epoch, logs)``, batch hooks ``(batch, logs)``, the others ``(logs)``.
-    Hooks not given cost nothing (batch logs are never built for them).
+    Epoch hooks get ``(epoch, logs)``, batch hooks ``(batch, logs=...)``, the others
+    ``(logs)``. Hooks not given cost nothing (batch logs are never built for them).
 
     Args:
         on_epoch_begin, on_epoch_end, on_train_begin, on_train_end, on_train_batch_begin,
-        on_train_batch_end: functions; any other hook name (``on_test_end``, ...) may be given
-            as a keyword too.
+        on_train_batch_end: functions.
+        **kwargs: any other hook (``on_test_end``, ``on_batch_end``, ``on_predict_batch_end``,
+            ...) as a keyword; as in Keras, any other keyword becomes an attribute
+            (``LambdaCallback(custom_method=fn).custom_method``), with a warning when its name
+            starts with ``on_`` but is no hook (a typo would never be called).
 
     Example:
         >>> from easyfit.callbacks import LambdaCallback
@@ -31,10 +35,6 @@ class LambdaCallback(Callback):
         >>> cb = LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(epoch))
         >>> cb.on_epoch_end(0, {"loss": 1.0}); seen
         [0]
-        >>> LambdaCallback(on_epoch_ending=print)
-        Traceback (most recent call last):
-        ...
-        TypeError: LambdaCallback: on_epoch_ending is not a callback hook
     """
 
     def __init__(
@@ -59,7 +59,12 @@ class LambdaCallback(Callback):
         }
         hooks = _hooks()
         for name, fn in given.items():
-            if name not in hooks:
-                raise TypeError(f"LambdaCallback: {name} is not a callback hook")
+            if name.startswith("on_") and name not in hooks:
+                warnings.warn(
+                    f"LambdaCallback: {name} is not a callback hook (hooks: {', '.join(sorted(hooks))}); "
+                    "it is kept as an attribute and never called",
+                    UserWarning,
+                    stacklevel=2,
+                )
             if fn is not None:
                 setattr(self, name, fn)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..learning_rate import get_learning_rate, set_learning_rate
 from .callback import Callback, Logs
 
@@ -23,10 +25,13 @@ class LearningRateScheduler(Callback):
     The optimizer must hold its learning rate in its state: build it with
     ``optax.inject_hyperparams``, e.g. ``optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)``
     (fit raises ValueError otherwise). The learning rate then appears in the epoch logs as
-    ``learning_rate``. For a per-step schedule, give optax the schedule itself instead.
+    ``learning_rate``. For a per-step schedule, give optax the schedule itself instead, without
+    this callback: with a schedule as the injected rate, fit raises TypeError (the schedule
+    would overwrite the rate at the next step; Keras raises too).
 
     Args:
-        schedule: ``(epoch, lr) -> new lr`` (``epoch`` from 0), or ``(epoch) -> new lr``.
+        schedule: ``(epoch, lr) -> new lr`` (``epoch`` from 0), or ``(epoch) -> new lr``; the
+            new rate must be a float (Python's or NumPy's), as in Keras.
         verbose: 1 prints the learning rate set at each epoch.
 
     Example:
@@ -52,8 +57,10 @@ class LearningRateScheduler(Callback):
             value = self.schedule(epoch, current)
         except TypeError:  # a schedule of the epoch alone, as Keras accepts
             value = self.schedule(epoch)
-        if not isinstance(value, (float, int)) and not hasattr(value, "__float__"):
-            raise ValueError(f"LearningRateScheduler: the schedule returned {value!r}, not a number")
+        if not isinstance(value, (float, np.floating)):
+            raise ValueError(
+                f"LearningRateScheduler: the output of the schedule should be a float, got {value!r}"
+            )
         apply_learning_rate(self.trainer, float(value))
         if self.verbose > 0:
             print(

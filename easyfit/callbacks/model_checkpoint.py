@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 
-from ._monitor import Monitor, check_freq
+from ._monitor import Monitor, check_freq, monitor_op_property
 from .callback import Callback, Logs
 
 __all__ = ["ModelCheckpoint"]
@@ -29,11 +29,16 @@ class ModelCheckpoint(Callback):
         filepath: the checkpoint directory, with optional placeholders.
         monitor: the metric compared when ``save_best_only``.
         verbose: 1 prints a line per save (and per non-improvement).
-        save_best_only: save only when ``monitor`` improves on the best so far.
+        save_best_only: save only when ``monitor`` improves on the best so far. When
+            ``monitor`` is not in the logs (a typo, no validation data, or the batch logs of
+            an integer ``save_freq``, which hold no ``val_*``) it warns and saves, as Keras.
         save_weights_only: save parameters and model state only, not the optimizer state.
-        mode: ``"min"``, ``"max"`` or ``"auto"`` (from the name of ``monitor``).
-        save_freq: ``"epoch"``, or an integer: every that many batches (the logs are then the
-            epoch's running metrics, read from the device only at those batches).
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (as ``EarlyStopping``'s: a monitor of no
+            known direction raises ValueError in auto mode; another value warns and means
+            auto).
+        save_freq: ``"epoch"``, or an integer: every that many batches, counted across epochs
+            (dispatches with ``steps_per_execution``; the logs are then the epoch's running
+            metrics, read from the device only at those batches).
         initial_value_threshold: the value ``monitor`` must beat for the first save.
         max_to_keep: keep only this many of the checkpoints this callback wrote, the latest
             (with ``save_best_only``, the best); older ones it deletes once a newer one is
@@ -43,8 +48,10 @@ class ModelCheckpoint(Callback):
         >>> from easyfit.callbacks import ModelCheckpoint
         >>> ModelCheckpoint("ckpt/{epoch:02d}-{val_accuracy:.3f}", monitor="val_accuracy",
         ...                 save_best_only=True).mode
-        'max'
+        'auto'
     """
+
+    monitor_op = monitor_op_property
 
     def __init__(
         self,
@@ -64,7 +71,7 @@ class ModelCheckpoint(Callback):
         self.max_to_keep = max_to_keep
         self._written: list[str] = []
         self.filepath = os.fspath(filepath)
-        self._monitor = Monitor(monitor, mode)
+        self._monitor = Monitor(monitor, mode, owner="ModelCheckpoint")
         self.monitor = monitor
         self.mode = self._monitor.mode
         self.verbose = verbose
@@ -83,6 +90,7 @@ class ModelCheckpoint(Callback):
         self._epoch = epoch
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        self._monitor.resolve(self._trainer)  # as Keras: an unknown direction raises here
         if self.save_freq == "epoch":
             self._save(epoch, None, logs)
 
@@ -110,11 +118,10 @@ class ModelCheckpoint(Callback):
     def _save(self, epoch: int, batch: int | None, logs: Logs | None) -> None:
         logs = logs or {}
         what = "saving"
-        if self.save_best_only:
-            current = self._monitor.value(logs, "ModelCheckpoint")
-            if current is None:
-                return
-            best = f"{self.best:.5f}" if self.best is not None else str(self._monitor.worst)
+        current = self._monitor.value(logs, "; saving the model") if self.save_best_only else None
+        if current is not None:
+            self._monitor.resolve(self._trainer)
+            best = f"{self.best:.5f}" if self.best is not None else "None"
             if not self._monitor.improved(current, self.best):
                 if self.verbose > 0:
                     print(f"Epoch {epoch + 1}: {self.monitor} did not improve from {best}", flush=True)

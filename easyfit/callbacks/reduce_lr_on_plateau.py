@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..learning_rate import get_learning_rate, set_learning_rate
-from ._monitor import Monitor
+from ._monitor import Monitor, monitor_op_property
 from .callback import Callback, Logs
 from .learning_rate_scheduler import apply_learning_rate
 
@@ -16,15 +16,18 @@ class ReduceLROnPlateau(Callback):
     """Multiplies the learning rate by ``factor`` when ``monitor`` has not improved for
     ``patience`` epochs (Keras semantics).
 
-    The optimizer must be built with ``optax.inject_hyperparams`` (see
-    ``LearningRateScheduler``); fit raises ValueError otherwise.
+    The optimizer must be built with ``optax.inject_hyperparams`` and a number as its rate (see
+    ``LearningRateScheduler``); fit raises ValueError otherwise, and TypeError when the rate
+    is an optax schedule (as Keras does for a ``LearningRateSchedule``).
 
     Args:
         monitor: the metric to watch.
         factor: the multiplier, below 1.
         patience: epochs without improvement before reducing.
         verbose: 1 prints a line at each reduction.
-        mode: ``"min"``, ``"max"`` or ``"auto"``.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (as ``EarlyStopping``'s: a monitor of no
+            known direction raises ValueError in auto mode; another value warns and means
+            auto).
         min_delta: the smallest change that counts as an improvement.
         cooldown: epochs to wait after a reduction before counting again.
         min_lr: the learning rate never goes below this.
@@ -32,8 +35,10 @@ class ReduceLROnPlateau(Callback):
     Example:
         >>> from easyfit.callbacks import ReduceLROnPlateau
         >>> ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=2).mode
-        'min'
+        'auto'
     """
+
+    monitor_op = monitor_op_property
 
     def __init__(
         self,
@@ -49,7 +54,7 @@ class ReduceLROnPlateau(Callback):
         super().__init__()
         if factor >= 1.0:
             raise ValueError(f"ReduceLROnPlateau: factor={factor} must be below 1")
-        self._monitor = Monitor(monitor, mode, min_delta)
+        self._monitor = Monitor(monitor, mode, min_delta, "ReduceLROnPlateau")
         self.monitor = monitor
         self.mode = self._monitor.mode
         self.factor = float(factor)
@@ -61,14 +66,15 @@ class ReduceLROnPlateau(Callback):
         self.on_train_begin()
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self.best = self._monitor.worst
+        self.best: float | None = None
         self.wait = 0
         self.cooldown_counter = 0
         if self._trainer is not None and self._trainer.state is not None:
             set_learning_rate(self._trainer.state.opt_state, 0.0)  # raises if there is none
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
-        current = self._monitor.value(logs, "ReduceLROnPlateau")
+        self._monitor.resolve(self._trainer)
+        current = self._monitor.value(logs)
         if current is None:
             return
         if self.cooldown_counter > 0:

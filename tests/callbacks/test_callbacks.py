@@ -60,8 +60,8 @@ def test_early_stopping_patience_baseline_start_and_min_delta(trainer, data):
     assert _fit(trainer, data, [stop]).epoch == [0, 1]
     stop = EarlyStopping(monitor="loss", patience=1)  # falling: trains every epoch
     assert _fit(trainer, data, [stop], epochs=3).epoch == [0, 1, 2] and stop.stopped_epoch == 0
-    with pytest.warns(RuntimeWarning, match="'val_auc' is not in the logs"):
-        _fit(trainer, data, [EarlyStopping(monitor="val_auc")], epochs=1)
+    with pytest.warns(UserWarning, match="'val_auc', which is not available"):
+        _fit(trainer, data, [EarlyStopping(monitor="val_auc", mode="max")], epochs=1)
 
 
 def test_early_stopping_restores_the_best_weights(trainer, data):
