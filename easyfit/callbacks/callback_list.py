@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .callback import Callback
 
-__all__ = ["CallbackList", "LazyLogs"]
+__all__ = ["CallbackList", "LazyLogs", "as_list"]
+
+
+def as_list(callbacks: Any) -> list[Callback]:
+    """``callbacks`` as a list, read once: None, one Callback (wrapped, as Keras does), or any
+    iterable of them (a list, a tuple, a generator); else TypeError naming the argument."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        return [callbacks]
+    if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable):
+        raise TypeError(f"callbacks={callbacks!r}: expected an easyfit.callbacks.Callback or a list of them")
+    return list(callbacks)
 
 
 class LazyLogs(Mapping):
@@ -43,7 +55,7 @@ def _overrides(cb: Callback, hook: str) -> bool:
 class CallbackList:
     """Dispatches each hook to the callbacks that override it, in order."""
 
-    def __init__(self, callbacks: Sequence[Callback], trainer: Any, params: dict[str, Any]):
+    def __init__(self, callbacks: Iterable[Callback], trainer: Any, params: dict[str, Any]):
         self.callbacks = list(callbacks)
         for cb in self.callbacks:
             if not isinstance(cb, Callback):
@@ -64,3 +76,15 @@ class CallbackList:
     def call(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
         for cb in self._listeners(hook):
             getattr(cb, hook)(*args, logs)
+
+    def call_all(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
+        """As :meth:`call`, but every listener runs even when one raises (a hook that lets go
+        of resources: ``on_train_end``); the first exception is raised after the last one."""
+        error: BaseException | None = None
+        for cb in self._listeners(hook):
+            try:
+                getattr(cb, hook)(*args, logs)
+            except BaseException as e:  # noqa: BLE001 - raised below, once all have run
+                error = error or e
+        if error is not None:
+            raise error
