@@ -198,13 +198,20 @@ class BackupAndRestore(Callback):
             return
         args = checkpoint_args(self.trainer.state, progress, self.trainer.checkpoint_meta)
         manager = self._open()
-        if not os.path.isdir(self._root):
+        if not self._intact():
             raise self._gone()
         try:
             manager.save(step, args=args, force=True)
-        except FileNotFoundError as e:
-            raise self._gone() from e
+        except Exception as e:  # Orbax's or TensorStore's own, about a temporary directory
+            if not self._intact():
+                raise self._gone() from e
+            raise
         self._saved = step
+
+    def _intact(self) -> bool:
+        """Whether the backups' directory still holds its marker (Orbax, writing on, may
+        recreate the directory itself after it was deleted)."""
+        return os.path.isfile(os.path.join(self._root, BACKUPS_MARKER))
 
     def _gone(self) -> CheckpointError:
         return CheckpointError(
@@ -235,8 +242,8 @@ class BackupAndRestore(Callback):
                     manager.wait_until_finished()
                 finally:
                     manager.close()
-        except FileNotFoundError as e:
-            if not os.path.isdir(self._root):
+        except Exception as e:  # an asynchronous save that failed
+            if not self._intact():
                 raise self._gone() from e
             raise
         finally:
