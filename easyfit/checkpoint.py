@@ -390,7 +390,7 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
         found["files"] = _hash(*((os.path.relpath(os.path.abspath(f), top), _size(f)) for f in files))
     elif hasattr(base, "x") and hasattr(base, "y"):
         leaves = jax.tree_util.tree_leaves((base.x, base.y))
-        rows = [
+        rows: list[Any] = [
             np.unique(np.linspace(0, len(a) - 1, _SAMPLED_ROWS).astype(np.int64)) if len(a) else []
             for a in leaves
         ]
