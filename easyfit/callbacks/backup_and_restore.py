@@ -152,6 +152,10 @@ class BackupAndRestore(Callback):
 
         Each backup is verified (every array against its checksum) before it is offered; a
         damaged one is renamed ``damaged-<step>`` with a warning, and the next older one tried.
+
+        Raises:
+            CheckpointError: there were backups but none is intact (the run does not start
+                afresh on its own), or ``backup_dir/easyfit-backups`` was not made by easyfit.
         """
         if not os.path.isdir(self.backup_dir):
             return None
@@ -163,7 +167,8 @@ class BackupAndRestore(Callback):
                 self._lock.release()
 
     def _newest_intact(self) -> ResumePoint | None:
-        for step in self._steps():
+        steps = self._steps()
+        for step in steps:
             where = os.path.join(self._root, str(step))
             try:
                 meta = verify(where)
@@ -182,6 +187,11 @@ class BackupAndRestore(Callback):
                 meta=meta,
                 read=reader(where),
                 source=f"{self.backup_dir} (backup {step})",
+            )
+        if steps:  # as Keras, which raises when its backup cannot be loaded: never start afresh
+            raise CheckpointError(
+                f"BackupAndRestore: no intact backup in {self._root} (each was damaged and set "
+                f"aside as damaged-<step>); delete {self._root} to start afresh"
             )
         return None
 

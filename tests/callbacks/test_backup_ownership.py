@@ -210,3 +210,33 @@ def test_a_single_callback_is_wrapped_and_other_values_are_refused(data):
     assert seen == [0, 1]
     with pytest.raises(TypeError, match=r"callbacks=3: expected an easyfit.callbacks.Callback or a list"):
         _fit(_trainer(), data, 3)
+
+
+def test_with_every_backup_damaged_fit_refuses_to_start_afresh(tmp_path, data):
+    # Keras raises when its backup cannot be loaded; easyfit too, once none is intact
+    backup_dir = tmp_path / "run"
+    crashing = _trainer()
+    with pytest.raises(Crash):
+        _fit(crashing, data, [BackupAndRestore(backup_dir, save_freq=1), crash_at(crashing, 0, 0)])
+    (step,) = [n for n in os.listdir(backup_dir / BACKUPS) if n.isdigit()]
+    metadata = backup_dir / BACKUPS / step / "metadata" / "metadata"
+    metadata.write_text(metadata.read_text().replace('"epoch": 0', '"epoch": 1'))
+    with (
+        pytest.warns(RuntimeWarning, match="is damaged"),
+        pytest.raises(ef.CheckpointError, match="no intact backup"),
+    ):
+        _fit(_trainer(), data, [BackupAndRestore(backup_dir)])
+    assert sorted(os.listdir(backup_dir / BACKUPS)) == ["EASYFIT_BACKUPS", f"damaged-{step}"]
+
+
+def test_model_checkpoint_max_to_keep_deletes_only_its_own_checkpoints(tmp_path, data):
+    # an old checkpoint that someone replaced by their own directory is not deleted
+    def swap(epoch, logs):
+        if epoch == 0:
+            shutil.rmtree(tmp_path / "ep1")
+            _user_files(tmp_path / "ep1")
+
+    ckpt = ModelCheckpoint(str(tmp_path / "ep{epoch}"), max_to_keep=1)
+    _fit(_trainer(), data, [ckpt, LambdaCallback(on_epoch_end=swap)], epochs=2)
+    assert (tmp_path / "ep1" / "config.yaml").read_text() == "lr: 0.1\n"
+    assert ef.checkpoint.read_metadata(tmp_path / "ep2")["epoch"] == 2
