@@ -124,10 +124,12 @@ def test_a_failure_in_on_train_begin_releases_the_lock(tmp_path, data):
     def fail(logs):
         raise RuntimeError("on_train_begin failed")
 
+    first = BackupAndRestore(backup_dir)  # still referenced (its lock would go with it otherwise)
     with pytest.raises(RuntimeError, match="on_train_begin failed"):
-        _fit(_trainer(), data, [BackupAndRestore(backup_dir), LambdaCallback(on_train_begin=fail)])
+        _fit(_trainer(), data, [first, LambdaCallback(on_train_begin=fail)])
     assert not os.path.exists(str(backup_dir) + ".lock")
     assert _fit(_trainer(), data, [BackupAndRestore(backup_dir)]).epoch == [0, 1]  # the retry runs
+    assert first.backup_dir == str(backup_dir)
 
 
 def test_a_backup_dir_deleted_mid_run_gives_an_error_naming_it(tmp_path, data):
