@@ -187,7 +187,9 @@ def test_backup_falls_back_to_the_newest_intact_one(tmp_path, data, capsys):
     assert f"backup {newest} is damaged" in capsys.readouterr().out
     assert point.source.endswith(f"(backup {steps[0]})")
     assert (point.epoch, point.batch) == (0, 2)  # the backup after batch 2 of 3
-    assert sorted(os.listdir(backup / BACKUPS)) == sorted([BACKUPS_MARKER, str(steps[0]), f"damaged-{steps[1]}"])
+    assert sorted(os.listdir(backup / BACKUPS)) == sorted(
+        [BACKUPS_MARKER, str(steps[0]), f"damaged-{steps[1]}"]
+    )
     # a fit resumes from it and ends where an uninterrupted one does
     resumed = _trainer()  # (no backup written after the resume: save_freq is 100 batches)
     _fit(resumed, data, [BackupAndRestore(backup, save_freq=100)])

@@ -188,7 +188,8 @@ class BackupAndRestore(Callback):
                 read=reader(where),
                 source=f"{self.backup_dir} (backup {step})",
             )
-        if steps:  # as Keras, which raises when its backup cannot be loaded: never start afresh
+        # as Keras, which raises when its backup cannot be loaded: never start afresh
+        if steps or any(n.startswith("damaged-") for n in os.listdir(self._root)):
             raise CheckpointError(
                 f"BackupAndRestore: no intact backup in {self._root} (each was damaged and set "
                 f"aside as damaged-<step>); delete {self._root} to start afresh"

@@ -229,6 +229,8 @@ def test_with_every_backup_damaged_fit_refuses_to_start_afresh(tmp_path, data):
     ):
         _fit(_trainer(), data, [BackupAndRestore(backup_dir)])
     assert sorted(os.listdir(backup_dir / BACKUPS)) == ["EASYFIT_BACKUPS", f"damaged-{step}"]
+    with pytest.raises(ef.CheckpointError, match="no intact backup"):  # again: not afresh by retrying
+        _fit(_trainer(), data, [BackupAndRestore(backup_dir)])
 
 
 def test_model_checkpoint_max_to_keep_deletes_only_its_own_checkpoints(tmp_path, data):
