@@ -11,7 +11,7 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from .._integrity import WriterLock
+from .._integrity import WriterLock, owned
 from ..checkpoint import ResumePoint, checkpoint_args, reader, verify
 from ..errors import CheckpointError
 from ._monitor import check_freq
@@ -42,10 +42,11 @@ class BackupAndRestore(Callback):
 
     The backups live in ``backup_dir/easyfit-backups/``, a directory this callback makes and
     marks (the file ``EASYFIT_BACKUPS``); other files in ``backup_dir`` (a config, a CSVLogger
-    log) are never touched. When fit returns normally, ``delete_checkpoint`` removes that
-    directory, and ``backup_dir`` too if this callback made it and it is left empty; a fit
-    that ends in an exception (Ctrl-C, a crash, a callback failing in ``on_train_end``)
-    deletes nothing.
+    log) are never touched. Backups an earlier easyfit wrote into ``backup_dir`` itself (known
+    by their easyfit metadata) are resumed from, and deleted with the others. When fit returns
+    normally, ``delete_checkpoint`` removes that directory, and ``backup_dir`` too if this
+    callback made it and it is left empty; a fit that ends in an exception (Ctrl-C, a crash, a
+    callback failing in ``on_train_end``) deletes nothing.
 
     fit asks this callback for its ``restore_point`` before building the loader, and calls
     its ``fit_completed`` once fit returns. Starting again with other data (other files or
@@ -143,9 +144,15 @@ class BackupAndRestore(Callback):
             self._manager = ocp.CheckpointManager(self._root, options=options)
         return self._manager
 
-    def _steps(self) -> list[int]:
-        names = os.listdir(self._root) if os.path.isdir(self._root) else []
+    def _steps(self, folder: str | None = None) -> list[int]:
+        folder = folder or self._root
+        names = os.listdir(folder) if os.path.isdir(folder) else []
         return sorted((int(n) for n in names if n.isdigit()), reverse=True)
+
+    def _legacy(self) -> list[int]:
+        """Backups an easyfit from before ``easyfit-backups/`` wrote into ``backup_dir`` itself
+        (known by their easyfit metadata): resumed from, and deleted with the others."""
+        return [s for s in self._steps(self.backup_dir) if owned(os.path.join(self.backup_dir, str(s)))]
 
     def restore_point(self) -> ResumePoint | None:
         """The newest intact backup, as a ResumePoint for fit; None when there is none.
@@ -161,22 +168,24 @@ class BackupAndRestore(Callback):
             return None
         self._lock.acquire()  # fit's on_train_begin takes it again for the whole run
         try:
-            return self._newest_intact() if self._marker() is not None else None
+            if self._marker() is not None:
+                return self._newest_intact(self._root)
+            return self._newest_intact(self.backup_dir) if self._legacy() else None
         finally:
             if self._manager is None:
                 self._lock.release()
 
-    def _newest_intact(self) -> ResumePoint | None:
-        steps = self._steps()
+    def _newest_intact(self, folder: str) -> ResumePoint | None:
+        steps = self._steps(folder) if folder == self._root else self._legacy()
         for step in steps:
-            where = os.path.join(self._root, str(step))
+            where = os.path.join(folder, str(step))
             try:
                 meta = verify(where)
             except CheckpointError as e:
                 message = f"BackupAndRestore: backup {where} is damaged, set aside ({e})"
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
                 if jax.process_index() == 0:
-                    os.rename(where, os.path.join(self._root, f"damaged-{step}"))
+                    os.rename(where, os.path.join(folder, f"damaged-{step}"))
                     print(message, flush=True)
                 continue
             self._saved = step
@@ -189,10 +198,10 @@ class BackupAndRestore(Callback):
                 source=f"{self.backup_dir} (backup {step})",
             )
         # as Keras, which raises when its backup cannot be loaded: never start afresh
-        if steps or any(n.startswith("damaged-") for n in os.listdir(self._root)):
+        if steps or any(n.startswith("damaged-") for n in os.listdir(folder)):
             raise CheckpointError(
-                f"BackupAndRestore: no intact backup in {self._root} (each was damaged and set "
-                f"aside as damaged-<step>); delete {self._root} to start afresh"
+                f"BackupAndRestore: no intact backup in {folder} (each was damaged and set "
+                f"aside as damaged-<step>); delete them to start afresh"
             )
         return None
 
@@ -273,6 +282,8 @@ class BackupAndRestore(Callback):
             warnings.warn(f"BackupAndRestore: backups kept, {e}", RuntimeWarning, stacklevel=2)
             return
         try:
+            for step in self._legacy():
+                shutil.rmtree(os.path.join(self.backup_dir, str(step)))
             marker = self._marker()
             if marker is None:
                 return

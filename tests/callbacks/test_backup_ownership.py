@@ -244,3 +244,18 @@ def test_model_checkpoint_max_to_keep_deletes_only_its_own_checkpoints(tmp_path,
     _fit(_trainer(), data, [ckpt, LambdaCallback(on_epoch_end=swap)], epochs=2)
     assert (tmp_path / "ep1" / "config.yaml").read_text() == "lr: 0.1\n"
     assert ef.checkpoint.read_metadata(tmp_path / "ep2")["epoch"] == 2
+
+
+def test_a_backup_of_an_earlier_easyfit_in_backup_dir_itself_is_resumed_then_deleted(tmp_path, data):
+    backup_dir = tmp_path / "run"
+    crashing = _trainer()
+    with pytest.raises(Crash):
+        _fit(crashing, data, [BackupAndRestore(backup_dir, save_freq=1), crash_at(crashing, 1, 0)])
+    (step,) = [n for n in os.listdir(backup_dir / BACKUPS) if n.isdigit()]
+    os.rename(backup_dir / BACKUPS / step, backup_dir / step)  # the layout before easyfit-backups/
+    shutil.rmtree(backup_dir / BACKUPS)
+    os.makedirs(backup_dir / "7")  # a user's folder named like a step
+    point = BackupAndRestore(backup_dir).restore_point()
+    assert (point.epoch, point.batch) == (1, 1)
+    assert _fit(_trainer(), data, [BackupAndRestore(backup_dir)]).epoch == [1]
+    assert sorted(os.listdir(backup_dir)) == ["7"]  # the old backup went, the user's folder stays
