@@ -114,6 +114,18 @@ def _all_processes_agree(ok: bool) -> bool:
     return bool(multihost_utils.broadcast_one_to_all(np.int32(ok)))
 
 
+def _lock_file_or_none(path: str) -> bool:
+    """Whether ``path`` is absent or looks like a lock file easyfit wrote (empty, or a process
+    id and a newline: one a killed writer left): the lock may take it over and remove it."""
+    if not os.path.lexists(path):
+        return True
+    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 32:
+        return False
+    with open(path, "rb") as f:
+        text = f.read()
+    return text == b"" or text.rstrip(b"\n").isdigit()
+
+
 class WriterLock:
     """An exclusive ``fcntl.flock`` on ``<path>.lock`` (process 0's, for several processes):
     a second holder, in this process or another, gets a CheckpointError naming ``path``."""
@@ -128,7 +140,10 @@ class WriterLock:
         if self._held:
             return self
         ok = True
-        if jax.process_index() == 0:
+        foreign = jax.process_index() == 0 and not _lock_file_or_none(self.file)
+        if foreign:
+            ok = False
+        elif jax.process_index() == 0:
             os.makedirs(os.path.dirname(self.file), exist_ok=True)
             while True:
                 fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
@@ -150,6 +165,12 @@ class WriterLock:
                 os.close(fd)
         if not _all_processes_agree(ok):
             self.release()
+            if foreign:
+                raise CheckpointError(
+                    f"{self.path}: {self.file} exists and is not an easyfit lock file (those hold "
+                    f"a process id); easyfit would replace it, so it stops: move it away, or "
+                    f"use another path"
+                )
             raise CheckpointError(
                 f"{self.path}: another writer holds {self.file} (another "
                 f"program saving here now); use another path, or wait "

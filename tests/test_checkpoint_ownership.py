@@ -127,3 +127,14 @@ def test_a_leftover_staging_directory_is_removed_only_with_its_marker(trained, t
     _integrity.write_marker(staging, _integrity.STAGING_MARKER)
     trained.save(path)
     assert not os.path.exists(staging)
+
+
+def test_a_users_file_named_like_the_lock_is_left_alone(trained, tmp_path):
+    lock = tmp_path / "ckpt.lock"
+    lock.write_text("my notes about the lock\n")
+    with pytest.raises(ef.CheckpointError, match=r"ckpt.lock exists and is not an easyfit lock file"):
+        trained.save(tmp_path / "ckpt")
+    assert lock.read_text() == "my notes about the lock\n"
+    lock.write_text("12345\n")  # one a killed writer left: taken over
+    trained.save(tmp_path / "ckpt")
+    assert not lock.exists()
