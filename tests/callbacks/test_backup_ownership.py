@@ -214,13 +214,19 @@ def test_a_single_callback_is_wrapped_and_other_values_are_refused(data):
         _fit(_trainer(), data, 3)
 
 
+def _crash_with_one_backup(backup_dir, data, epoch, batch):
+    """A fit backing up every batch that crashes at ``(epoch, batch)``; its one backup's step."""
+    crashing = _trainer()
+    with pytest.raises(Crash):
+        _fit(crashing, data, [BackupAndRestore(backup_dir, save_freq=1), crash_at(crashing, epoch, batch)])
+    (step,) = [n for n in os.listdir(backup_dir / BACKUPS) if n.isdigit()]
+    return step
+
+
 def test_with_every_backup_damaged_fit_refuses_to_start_afresh(tmp_path, data):
     # Keras raises when its backup cannot be loaded; easyfit too, once none is intact
     backup_dir = tmp_path / "run"
-    crashing = _trainer()
-    with pytest.raises(Crash):
-        _fit(crashing, data, [BackupAndRestore(backup_dir, save_freq=1), crash_at(crashing, 0, 0)])
-    (step,) = [n for n in os.listdir(backup_dir / BACKUPS) if n.isdigit()]
+    step = _crash_with_one_backup(backup_dir, data, 0, 0)
     metadata = backup_dir / BACKUPS / step / "metadata" / "metadata"
     metadata.write_text(metadata.read_text().replace('"epoch": 0', '"epoch": 1'))
     with (
@@ -248,10 +254,7 @@ def test_model_checkpoint_max_to_keep_deletes_only_its_own_checkpoints(tmp_path,
 
 def test_a_backup_of_an_earlier_easyfit_in_backup_dir_itself_is_resumed_then_deleted(tmp_path, data):
     backup_dir = tmp_path / "run"
-    crashing = _trainer()
-    with pytest.raises(Crash):
-        _fit(crashing, data, [BackupAndRestore(backup_dir, save_freq=1), crash_at(crashing, 1, 0)])
-    (step,) = [n for n in os.listdir(backup_dir / BACKUPS) if n.isdigit()]
+    step = _crash_with_one_backup(backup_dir, data, 1, 0)
     os.rename(backup_dir / BACKUPS / step, backup_dir / step)  # the layout before easyfit-backups/
     shutil.rmtree(backup_dir / BACKUPS)
     os.makedirs(backup_dir / "7")  # a user's folder named like a step
