@@ -7,10 +7,17 @@
   is let go) while a process writes at ``path``; a second writer gets a
   :class:`~easyfit.errors.CheckpointError` at once. With several processes only process 0
   locks, and the others learn the outcome from it.
-* :func:`swap_in` moves a complete new checkpoint (``<path>.easyfit-new``) in place of the old
-  one with directory renames (old -> ``<path>.easyfit-old``, new -> ``path``);
-  :func:`resolve` finds the complete one when a kill fell between the two renames, and
-  :func:`recover` puts it back in place.
+* :func:`stage` makes the directory Orbax writes a new checkpoint into (``.easyfit-tmp-<hash>``
+  beside ``path``, or in the nearest ancestor whose path has no glob characters: Orbax globs
+  for its OCDBT parts, so ``[`` and ``]`` in the path would lose them); :func:`swap_in` moves
+  the complete checkpoint to ``<path>.easyfit-new`` and then in place of the old one with
+  directory renames (old -> ``<path>.easyfit-old``, new -> ``path``); :func:`resolve` finds
+  the complete one when a kill fell between the two renames, and :func:`recover` puts it back
+  in place.
+* Ownership: easyfit deletes, renames or replaces only what carries a marker it wrote: the
+  file :data:`MARKER` in every checkpoint (:func:`owned`; a checkpoint of an easyfit from
+  before the marker is known by its own ``metadata`` item), :data:`STAGING_MARKER` in a
+  staging directory. :func:`check_target` refuses a ``path`` that holds anything else.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ from .errors import CheckpointError
 NEW, OLD = ".easyfit-new", ".easyfit-old"
 #: The item of a checkpoint that holds the checksums.
 ITEM = "checksums"
+#: The ``format`` of a checkpoint's metadata item.
+FORMAT = "easyfit-checkpoint"
+#: The file easyfit writes into every checkpoint directory: what it may replace or delete.
+MARKER = "EASYFIT_CHECKPOINT"
+#: The file easyfit writes into a staging directory it made.
+STAGING_MARKER = "EASYFIT_STAGING"
 
 
 def _host(leaf: Any) -> np.ndarray:
@@ -101,6 +114,18 @@ def _all_processes_agree(ok: bool) -> bool:
     return bool(multihost_utils.broadcast_one_to_all(np.int32(ok)))
 
 
+def _lock_file_or_none(path: str) -> bool:
+    """Whether ``path`` is absent or looks like a lock file easyfit wrote (empty, or a process
+    id and a newline: one a killed writer left): the lock may take it over and remove it."""
+    if not os.path.lexists(path):
+        return True
+    if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > 32:
+        return False
+    with open(path, "rb") as f:
+        text = f.read()
+    return text == b"" or text.rstrip(b"\n").isdigit()
+
+
 class WriterLock:
     """An exclusive ``fcntl.flock`` on ``<path>.lock`` (process 0's, for several processes):
     a second holder, in this process or another, gets a CheckpointError naming ``path``."""
@@ -115,7 +140,10 @@ class WriterLock:
         if self._held:
             return self
         ok = True
-        if jax.process_index() == 0:
+        foreign = jax.process_index() == 0 and not _lock_file_or_none(self.file)
+        if foreign:
+            ok = False
+        elif jax.process_index() == 0:
             os.makedirs(os.path.dirname(self.file), exist_ok=True)
             while True:
                 fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
@@ -137,6 +165,12 @@ class WriterLock:
                 os.close(fd)
         if not _all_processes_agree(ok):
             self.release()
+            if foreign:
+                raise CheckpointError(
+                    f"{self.path}: {self.file} exists and is not an easyfit lock file (those hold "
+                    f"a process id); easyfit would replace it, so it stops: move it away, or "
+                    f"use another path"
+                )
             raise CheckpointError(
                 f"{self.path}: another writer holds {self.file} (another "
                 f"program saving here now); use another path, or wait "
@@ -171,31 +205,126 @@ def complete(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA"))
 
 
+def write_marker(path: str, name: str = MARKER, **fields: Any) -> None:
+    """Writes the marker file ``name`` (JSON) into the directory ``path``."""
+    with open(os.path.join(path, name), "w") as f:
+        json.dump({"format": FORMAT, **fields}, f)
+
+
+def owned(path: str) -> bool:
+    """Whether the directory ``path`` (not a link) is a checkpoint easyfit wrote: it holds
+    :data:`MARKER`, or (written before the marker) a ``metadata`` item of easyfit's format."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    if os.path.isfile(os.path.join(path, MARKER)):
+        return True
+    try:
+        with open(os.path.join(path, "metadata", "metadata")) as f:
+            return json.load(f).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _refuse(path: str, what: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: {what}; easyfit replaces only checkpoints it wrote (a directory holding "
+        f"{MARKER}), so it leaves it as it is: save to another path, or move it away first"
+    )
+
+
+def check_target(path: str) -> None:
+    """Raises CheckpointError unless ``path`` and its two swap siblings are absent, empty
+    directories, or checkpoints easyfit wrote (nothing else is ever replaced)."""
+    for where in (path, path + NEW, path + OLD):
+        if os.path.islink(where):
+            raise _refuse(where, "is a symbolic link, not an easyfit checkpoint")
+        if not os.path.exists(where):
+            continue
+        if not os.path.isdir(where):
+            raise _refuse(where, "is a file, not an easyfit checkpoint")
+        if os.listdir(where) and not owned(where):
+            raise _refuse(where, "is a directory that is not an easyfit checkpoint")
+
+
+def staging_dir(path: str) -> str:
+    """Where a new checkpoint for ``path`` is written: ``.easyfit-tmp-<hash of path>`` in the
+    nearest ancestor of ``path`` whose path has no glob characters (Orbax globs its own paths)."""
+    parent = os.path.dirname(path)
+    while glob.has_magic(parent):
+        parent = os.path.dirname(parent)
+    tag = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return os.path.join(parent, f".easyfit-tmp-{tag}")
+
+
+def _remove_staging(where: str) -> None:
+    if not os.path.lexists(where):
+        return
+    if os.path.islink(where) or not os.path.isfile(os.path.join(where, STAGING_MARKER)):
+        raise _refuse(where, "is in the way of a save's staging directory and was not made by easyfit")
+    shutil.rmtree(where)
+
+
+def stage(path: str) -> str:
+    """Makes (afresh, marked) the directory a new checkpoint for ``path`` is written into;
+    returns the path Orbax writes the checkpoint to, inside it (process 0, holding the lock).
+
+    Raises:
+        CheckpointError: the staging directory cannot be renamed onto ``path`` (another
+            filesystem: a path with ``[`` or ``]`` below a mount point).
+    """
+    where = staging_dir(path)
+    _remove_staging(where)
+    parent = os.path.dirname(path)
+    if os.stat(os.path.dirname(where)).st_dev != os.stat(parent).st_dev:
+        raise CheckpointError(
+            f"{path}: Orbax cannot write below a path containing '[' or ']', and "
+            f"{os.path.dirname(where)} (where easyfit would write it first) is on another "
+            f"filesystem than {parent}; save to a path without brackets"
+        )
+    os.mkdir(where)
+    write_marker(where, STAGING_MARKER, target=path)
+    return os.path.join(where, "checkpoint")
+
+
+def staged(path: str) -> str:
+    """The path Orbax writes the new checkpoint for ``path`` to (every process)."""
+    return os.path.join(staging_dir(path), "checkpoint")
+
+
 def resolve(path: str) -> str:
     """``path``, or the complete copy a save killed between its two renames left beside it."""
     if os.path.exists(path):
         return path
     for sibling in (path + NEW, path + OLD):  # the newer first
-        if complete(sibling):
+        if complete(sibling) and owned(sibling):
             return sibling
     return path
 
 
 def recover(path: str) -> None:
     """Puts the complete copy back at ``path`` (a save was killed between its renames) and
-    removes what is left of unfinished saves. Call it holding the writer lock, on process 0."""
+    removes what is left of unfinished saves, each known by its marker. Call it holding the
+    writer lock, on process 0, after :func:`check_target`."""
     found = resolve(path)
     if found != path:
         os.rename(found, path)
-    for leftover in (path + NEW, path + OLD, *glob.glob(glob.escape(path + NEW) + ".orbax-*")):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in (path + NEW, path + OLD):
+        if os.path.isdir(leftover):  # check_target let it through: empty, or ours
+            shutil.rmtree(leftover)
+    _remove_staging(staging_dir(path))
 
 
 def swap_in(path: str) -> None:
-    """Replaces ``path`` with the complete ``<path>.easyfit-new`` (process 0, holding the lock):
-    at every instant a complete checkpoint is at ``path``, ``<path>.easyfit-old`` or
+    """Replaces ``path`` with the complete checkpoint Orbax wrote into the staging directory
+    (process 0, holding the lock): it is marked, moved to ``<path>.easyfit-new``, then at every
+    instant a complete checkpoint is at ``path``, ``<path>.easyfit-old`` or
     ``<path>.easyfit-new``."""
-    if os.path.exists(path):
+    new = staged(path)
+    write_marker(new)
+    os.rename(new, path + NEW)
+    _remove_staging(staging_dir(path))
+    if os.path.exists(path):  # an easyfit checkpoint or an empty directory (check_target)
         os.rename(path, path + OLD)
     os.rename(path + NEW, path)
-    shutil.rmtree(path + OLD, ignore_errors=True)
+    if os.path.isdir(path + OLD):
+        shutil.rmtree(path + OLD)

@@ -40,6 +40,7 @@ class TrainerState:
     _progress: checkpoint.Progress | None
     _input_spec: tuple[Any, Any] | None  # one sample's shape and dtype (see models.input_spec)
     _input_scale: float | None
+    _data_fingerprint: dict[str, Any] | None  # the last fit's training data (with a backup)
     _adapter: ModelAdapter
     _model: Any
     _nnx_variables: Any
@@ -70,7 +71,8 @@ class TrainerState:
     @property
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint records beside the state and the progress: the seed, the input
-        shape and dtype, the class names."""
+        shape and dtype, the class names, the training data's fingerprint (a fit with a
+        backup)."""
         shape, dtype = self._input_spec or (None, None)
         return {
             "seed": self.seed,
@@ -79,6 +81,7 @@ class TrainerState:
             "input_scale": self._input_scale,
             "class_names": self.class_names,
             "precision": self.precision.name,
+            "data": self._data_fingerprint,
         }
 
     def summary(self, print_fn: Any = print) -> str:

@@ -15,11 +15,14 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   at load time (a mismatch, or an item that cannot be read, raises CheckpointError naming the
   path and the item).
 
-``save`` writes beside the old checkpoint (``<path>.easyfit-new``, itself written by Orbax
-into a temporary directory renamed when complete) and swaps the new one in by directory renames,
-holding ``<path>.lock`` against a second writer: a process killed while saving leaves the
-previous checkpoint or the complete new one beside it (which loading finds), never a
-checkpoint that loads as something else. Restored arrays take
+``save`` writes the new checkpoint into a staging directory it makes and marks
+(``.easyfit-tmp-<hash>`` beside ``path``), moves it beside the old one (``<path>.easyfit-new``)
+and swaps it in by directory renames, holding ``<path>.lock`` against a second writer. Each
+checkpoint carries the marker file ``EASYFIT_CHECKPOINT``; ``save`` replaces only a directory
+that carries it (or an easyfit checkpoint written before the marker, known by its
+``metadata`` item) or an empty one, and refuses anything else at ``path``. A process killed
+while saving leaves the previous checkpoint or the complete new one beside it (which loading
+finds), never a checkpoint that loads as something else. Restored arrays take
 the shardings of the target state. The functions work on plain values (a state, a
 :class:`Progress`, a dict of metadata); ``Trainer.save``/``load`` call them.
 
@@ -40,8 +43,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -59,7 +63,9 @@ __all__ = [
     "Progress",
     "ResumePoint",
     "checkpoint_args",
+    "data_fingerprint",
     "find_resume_point",
+    "fit_completed",
     "read_metadata",
     "reader",
     "restore",
@@ -67,7 +73,7 @@ __all__ = [
     "verify",
 ]
 
-FORMAT = "easyfit-checkpoint"
+FORMAT = _integrity.FORMAT
 #: 2: with checksums (version 1 checkpoints load unchecked).
 VERSION = 2
 #: Plan fields that give a loader position its meaning (the number of devices does not).
@@ -121,6 +127,7 @@ def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any], ki
         "plan": _plan_json(progress.plan),
         "has_metrics": kind == "full" and progress.metrics is not None,
         "precision": meta.get("precision", "float32"),
+        "data": meta.get("data"),
     }
 
 
@@ -176,20 +183,29 @@ def save(
     by directory renames once complete (by process 0, after every process wrote its part), so a
     complete checkpoint exists at every instant. ``<path>.lock`` keeps a second writer out.
 
+    Only an easyfit checkpoint (or an empty directory) at ``path`` is replaced; any path works,
+    ``[``, ``]``, spaces and non-ASCII names included (the checkpoint is written where Orbax
+    can take it, then renamed).
+
     Raises:
-        CheckpointError: another program is saving at ``path``.
+        CheckpointError: another program is saving at ``path``; or ``path`` (or
+            ``<path>.easyfit-new``/``-old``) is a file, a link, or a directory that is not an
+            easyfit checkpoint (nothing is written).
 
     Returns:
         The absolute path written.
     """
     path = os.path.abspath(os.fspath(path))
+    _integrity.check_target(path)
     args = checkpoint_args(state, progress, meta, weights_only=weights_only)
     main = jax.process_index() == 0
     with _integrity.WriterLock(path):
         if main:
+            _integrity.check_target(path)  # again, holding the lock
             _integrity.recover(path)
+            _integrity.stage(path)
         _sync("easyfit-checkpoint-recovered")
-        _checkpointer().save(path + _integrity.NEW, args=args)
+        _checkpointer().save(_integrity.staged(path), args=args)
         _sync("easyfit-checkpoint-written")
         if main:
             _integrity.swap_in(path)
@@ -341,6 +357,59 @@ def restore(
     return got["state"].replace(dynamic_scale=scale), got.get("epoch_metrics")
 
 
+#: Rows of an array source hashed for its fingerprint (evenly spaced; never the whole array).
+_SAMPLED_ROWS = 64
+
+
+def _hash(*parts: Any) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else repr(part).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def data_fingerprint(source: Any) -> dict[str, Any]:
+    """What identifies a training source, cheaply (no file is read): its kind, the number of
+    samples, the class names, and a hash of its files' paths (relative to the folder they
+    share) and sizes, or for arrays of their shapes, dtypes and a few evenly spaced rows; a
+    ``Subset`` (``validation_split``) adds the indices it keeps. Recorded in backups, compared
+    when a fit resumes (:meth:`ResumePoint.check_data`)."""
+    base, indices = source, None
+    while hasattr(base, "indices") and hasattr(base, "source"):  # a Subset of a source
+        indices = np.asarray(base.indices) if indices is None else np.asarray(base.indices)[indices]
+        base = base.source
+    found: dict[str, Any] = {
+        "kind": type(base).__name__,
+        "samples": int(len(source)),
+        "class_names": list(source.class_names) if source.class_names is not None else None,
+    }
+    files = getattr(base, "files", None)
+    if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
+        top = os.path.commonpath([os.path.abspath(f) for f in files])
+        top = top if os.path.isdir(top) else os.path.dirname(top)
+        found["files"] = _hash(*((os.path.relpath(os.path.abspath(f), top), _size(f)) for f in files))
+    elif hasattr(base, "x") and hasattr(base, "y"):
+        leaves = jax.tree_util.tree_leaves((base.x, base.y))
+        rows: list[Any] = [
+            np.unique(np.linspace(0, len(a) - 1, _SAMPLED_ROWS).astype(np.int64)) if len(a) else []
+            for a in leaves
+        ]
+        found["arrays"] = _hash(
+            *((a.shape, a.dtype.str) for a in leaves),
+            *(np.ascontiguousarray(np.asarray(a)[r]).tobytes() for a, r in zip(leaves, rows, strict=False)),
+        )
+    if indices is not None:
+        found["subset"] = _hash(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
+    return found
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
 @dataclasses.dataclass(frozen=True)
 class ResumePoint:
     """Where a fit should resume, offered by a callback's ``restore_point()``.
@@ -375,9 +444,45 @@ class ResumePoint:
                 f"batching changed ({diff}); delete the backup to start afresh"
             )
 
+    def check_data(self, fingerprint: Mapping[str, Any]) -> None:
+        """Raises ValueError naming what differs between the data the backup was taken on and
+        ``fingerprint`` (:func:`data_fingerprint` of the data fit has now). A backup written
+        before fingerprints were recorded is not checked."""
+        saved = self.meta.get("data")
+        if not saved:
+            return
+        what = {
+            "kind": "the kind of source",
+            "samples": "the number of samples",
+            "class_names": "the class names",
+            "files": "the files (their names or sizes)",
+            "arrays": "the arrays (their shapes, dtypes or values)",
+            "subset": "the samples validation_split keeps",
+        }
+        changed = [k for k in what if saved.get(k) != fingerprint.get(k)]
+        if changed:
+            shown = {"kind", "samples", "class_names"}
+            diff = "; ".join(
+                f"{what[k]}: {saved.get(k)} -> {fingerprint.get(k)}" if k in shown else f"{what[k]} changed"
+                for k in changed
+            )
+            raise ValueError(
+                f"{self.source}: cannot resume, the training data is not the data the backup was "
+                f"taken on ({diff}); train on the same data, or delete the backup to start afresh"
+            )
+
     def restore(self, target: Any, metrics_template: Any) -> tuple[Any, Any]:
         """``(state, the epoch's metric accumulator)`` restored onto ``target``'s structure."""
         return restore(self.read, target, self.meta, metrics_template)
+
+
+def fit_completed(callbacks: Iterable[Any]) -> None:
+    """Tells each callback that has a ``fit_completed()`` method that fit returned normally
+    (every ``on_train_end`` ran without an error): a backup may now be deleted."""
+    for cb in callbacks:
+        done = getattr(cb, "fit_completed", None)
+        if callable(done):
+            done()
 
 
 def find_resume_point(callbacks: Any) -> ResumePoint | None:

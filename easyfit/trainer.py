@@ -12,7 +12,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -26,7 +26,7 @@ from ._input_wait import EpochInputWait
 from ._interrupt import deferred_signals
 from ._trainer_steps import TrainerSteps
 from .callbacks import Callback, CallbackList, History
-from .callbacks.callback_list import LazyLogs, fit_callbacks
+from .callbacks.callback_list import LazyLogs, as_list, fit_callbacks
 from .data.door import DataDoor
 from .errors import Preempted
 from .losses import LossFn, get_loss
@@ -150,6 +150,7 @@ class Trainer(TrainerSteps):
         self._class_weight: tuple[float, ...] | None = None
         self._loss_fn: LossFn = get_loss("mse")
         self._progress: checkpoint.Progress | None = None
+        self._data_fingerprint: dict[str, Any] | None = None  # the last fit's, with a backup
 
     # ----------------------------------------------------------------------------- public state
     def close(self) -> None:
@@ -174,7 +175,7 @@ class Trainer(TrainerSteps):
         epochs: int = 1,
         validation_data: Any = None,
         validation_split: float = 0.0,
-        callbacks: Sequence[Callback] | None = None,
+        callbacks: Iterable[Callback] | Callback | None = None,
         verbose: int = 1,
         shuffle: bool = True,
         initial_epoch: int = 0,
@@ -202,8 +203,9 @@ class Trainer(TrainerSteps):
             validation_split: hold this fraction of the training data out for validation
                 (seeded by ``seed``: the same samples on every run and device count); it
                 replaces a folder found beside ``train/``.
-            callbacks: ``easyfit.callbacks.Callback`` instances, called in this order, then
-                a History (unless one is given: fit returns it) and the progress bar.
+            callbacks: ``easyfit.callbacks.Callback`` instances (any iterable, read once, or
+                one Callback), called in this order, then a History (unless one is given: fit
+                returns it) and the progress bar.
             verbose: 0 silent, 1 progress bar (a line per epoch when stdout is not a terminal),
                 2 a line per epoch.
             shuffle: a fresh permutation of the whole dataset every epoch.
@@ -253,7 +255,12 @@ class Trainer(TrainerSteps):
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
         self.batch_size = batch_size
-        resume = checkpoint.find_resume_point(callbacks or [])
+        callbacks = as_list(callbacks)
+        resume = checkpoint.find_resume_point(callbacks)
+        if any(hasattr(cb, "restore_point") for cb in callbacks):  # a backup: note the data
+            self._data_fingerprint = checkpoint.data_fingerprint(train)
+            if resume is not None:
+                resume.check_data(self._data_fingerprint)
         loader, why = self._data.train_loader(
             train,
             batch_size,
@@ -305,8 +312,8 @@ class Trainer(TrainerSteps):
         self.history = history
         self.stop_training = False
         logs: dict[str, float] = {}
-        cbs.call("on_train_begin")
         try:
+            cbs.call("on_train_begin")  # in the try: on_train_end lets go of what it took
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.call("on_epoch_begin", epoch)
@@ -354,8 +361,11 @@ class Trainer(TrainerSteps):
             for thread in compiling.values():  # not left compiling when the interpreter exits
                 thread.join()
             loader.close()
-            cbs.call("on_train_end", logs=logs)
-            write_back(self._model, self.state)  # the user's NNX module holds the trained state
+            try:
+                cbs.call_all("on_train_end", logs=logs)  # every callback, even after one raised
+            finally:
+                write_back(self._model, self.state)  # the user's NNX module holds the trained state
+        checkpoint.fit_completed(callbacks)  # only now may a backup go (BackupAndRestore)
         return history
 
     @classmethod
@@ -372,7 +382,7 @@ class Trainer(TrainerSteps):
         y: Any = None,
         *,
         batch_size: int | None = None,
-        callbacks: Sequence[Callback] | None = None,
+        callbacks: Iterable[Callback] | Callback | None = None,
         verbose: int = 0,
         return_dict: bool = True,
         sample_weight: Any = None,
@@ -400,7 +410,7 @@ class Trainer(TrainerSteps):
         check_int("steps", steps, 1, none=True)
         source = self._data.source(x, y, sample_weight)
         batch_size = int(batch_size or self.batch_size)
-        logs = self._evaluate(source, batch_size, CallbackList(callbacks or [], self, {}), steps)
+        logs = self._evaluate(source, batch_size, CallbackList(as_list(callbacks), self, {}), steps)
         if verbose and jax.process_index() == 0:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
         return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
@@ -444,7 +454,7 @@ class Trainer(TrainerSteps):
         x: Any,
         *,
         batch_size: int | None = None,
-        callbacks: Sequence[Callback] | None = None,
+        callbacks: Iterable[Callback] | Callback | None = None,
         verbose: int = 0,
         steps: int | None = None,
     ) -> Any:
@@ -463,7 +473,7 @@ class Trainer(TrainerSteps):
         check_int("steps", steps, 1, none=True)
         source = self._data.source(x, inputs_only=True)
         batch_size = int(batch_size or self.batch_size)
-        cbs = CallbackList(callbacks or [], self, {})
+        cbs = CallbackList(as_list(callbacks), self, {})
         outputs = []
         with self._pass(source, batch_size, predict=True, steps=steps) as (loader, infer):
             self.stop_predicting = False

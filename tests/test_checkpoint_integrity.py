@@ -14,6 +14,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore
+from easyfit.callbacks.backup_and_restore import BACKUPS, BACKUPS_MARKER
 from tests.helpers import flat_params
 from tests.helpers.models import SmallMLP
 
@@ -160,8 +161,9 @@ def test_a_second_fit_on_a_backup_dir_does_not_delete_the_first_ones_save(tmp_pa
     backup = tmp_path / "backup"
     first = BackupAndRestore(backup)
     first.on_train_begin()  # the first fit runs: it holds the directory
-    in_progress = backup / "3.orbax-checkpoint-tmp-1700000000"  # its save being written
+    in_progress = backup / BACKUPS / "3.orbax-checkpoint-tmp-1700000000"  # its save being written
     os.makedirs(in_progress / "state")
+    (backup / BACKUPS / BACKUPS_MARKER).write_text('{"format": "easyfit-backups"}')  # as it made it
     with pytest.raises(ef.CheckpointError, match="another writer holds"):
         _fit(_trainer(), data, [BackupAndRestore(backup, save_freq=1)])
     assert in_progress.is_dir()
@@ -172,17 +174,22 @@ def test_a_second_fit_on_a_backup_dir_does_not_delete_the_first_ones_save(tmp_pa
 def test_backup_falls_back_to_the_newest_intact_one(tmp_path, data, capsys):
     backup = tmp_path / "backup"
     trainer = _trainer()
-    _fit(trainer, data, [BackupAndRestore(backup, save_freq=1, delete_checkpoint=False)])
-    steps = sorted(int(n) for n in os.listdir(backup) if n.isdigit())
-    assert len(steps) == 2  # the two latest are kept
-    newest, older = (str(backup / str(s)) for s in steps[::-1])
+    backup_and_restore = BackupAndRestore(
+        backup, save_freq=1, double_checkpoint=True, delete_checkpoint=False
+    )
+    _fit(trainer, data, [backup_and_restore])
+    steps = sorted(int(n) for n in os.listdir(backup / BACKUPS) if n.isdigit())
+    assert len(steps) == 2  # the two latest are kept (double_checkpoint)
+    newest, older = (str(backup / BACKUPS / str(s)) for s in steps[::-1])
     _flip(_largest_array_file(newest))
     with pytest.warns(RuntimeWarning, match=rf"backup {newest} is damaged"):
         point = BackupAndRestore(backup).restore_point()
     assert f"backup {newest} is damaged" in capsys.readouterr().out
     assert point.source.endswith(f"(backup {steps[0]})")
     assert (point.epoch, point.batch) == (0, 2)  # the backup after batch 2 of 3
-    assert sorted(os.listdir(backup)) == [str(steps[0]), f"damaged-{steps[1]}"]
+    assert sorted(os.listdir(backup / BACKUPS)) == sorted(
+        [BACKUPS_MARKER, str(steps[0]), f"damaged-{steps[1]}"]
+    )
     # a fit resumes from it and ends where an uninterrupted one does
     resumed = _trainer()  # (no backup written after the resume: save_freq is 100 batches)
     _fit(resumed, data, [BackupAndRestore(backup, save_freq=100)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import shutil
 import warnings
@@ -9,7 +11,7 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from .._integrity import WriterLock
+from .._integrity import WriterLock, owned
 from ..checkpoint import ResumePoint, checkpoint_args, reader, verify
 from ..errors import CheckpointError
 from ._monitor import check_freq
@@ -18,36 +20,57 @@ from .callback import Callback, Logs
 __all__ = ["BackupAndRestore"]
 
 
+#: The directory inside ``backup_dir`` that holds the backups, and its marker file.
+BACKUPS, BACKUPS_MARKER = "easyfit-backups", "EASYFIT_BACKUPS"
+
+
 class BackupAndRestore(Callback):
     """Backs the training up in ``backup_dir`` and, when fit starts again with a backup there,
     resumes from it: same epoch, same batch, same samples next, same state.
 
     A backup holds the whole training state (parameters, optimizer state, step, RNG key), the
-    epoch's running metrics and the training loader's position. Sample order is a pure function
-    of (seed, data pass), so a run killed at any moment (even with SIGKILL) and started again with
-    the same command ends with the same parameters as a run never interrupted, bit for bit on
-    CPU. Backups are written by Orbax into a temporary directory and renamed when complete (a
-    half-written one is ignored), and asynchronously: training goes on while they are written.
-    The two latest are kept: a backup whose arrays or metadata fail their checksums is set
-    aside (renamed ``damaged-<step>``) with a warning naming it, and fit resumes from the
-    newest intact one. ``<backup_dir>.lock`` keeps a second fit out of the directory while one
-    runs: it gets a CheckpointError and touches nothing there.
+    epoch's running metrics, the training loader's position and a fingerprint of the training
+    data. Sample order is a pure function of (seed, data pass), so a run killed at any moment
+    (even with SIGKILL) and started again with the same command ends with the same parameters
+    as a run never interrupted, bit for bit on CPU. Backups are written by Orbax into a
+    temporary directory and renamed when complete (a half-written one is ignored), and
+    asynchronously: training goes on while they are written. A backup whose arrays or metadata
+    fail their checksums is set aside (renamed ``damaged-<step>``) with a warning naming it,
+    and fit resumes from the newest intact one (with ``double_checkpoint``, the one before).
+    ``<backup_dir>.lock`` keeps a second fit out of the directory while one runs: it gets a
+    CheckpointError and touches nothing there.
 
-    fit asks this callback for its ``restore_point`` before building the loader. Starting
-    again with other data, batch size, seed, ``steps_per_execution`` or ``steps_per_epoch``
-    raises ValueError (the backup would not mean the same samples); delete ``backup_dir`` to
-    start afresh.
+    The backups live in ``backup_dir/easyfit-backups/``, a directory this callback makes and
+    marks (the file ``EASYFIT_BACKUPS``); other files in ``backup_dir`` (a config, a CSVLogger
+    log) are never touched. Backups an earlier easyfit wrote into ``backup_dir`` itself (known
+    by their easyfit metadata) are resumed from, and deleted with the others. When fit returns
+    normally, ``delete_checkpoint`` removes that directory, and ``backup_dir`` too if this
+    callback made it and it is left empty; a fit that ends in an exception (Ctrl-C, a crash, a
+    callback failing in ``on_train_end``) deletes nothing.
+
+    fit asks this callback for its ``restore_point`` before building the loader, and calls
+    its ``fit_completed`` once fit returns. Starting again with other data (other files or
+    sizes, class names, number of samples), batch size, seed, ``steps_per_execution`` or
+    ``steps_per_epoch`` raises ValueError naming what changed (the backup would not mean the
+    same samples); delete ``backup_dir/easyfit-backups`` to start afresh.
 
     On Ctrl-C, a backup of the last completed step is written before the KeyboardInterrupt
     goes through. Other callbacks' own counters (EarlyStopping's patience, ...) are not backed
     up, as in Keras.
 
     Args:
-        backup_dir: where the backup lives (one per training run).
+        backup_dir: where the backups live (one per training run); not empty or None, and
+            without ``[`` or ``]`` (Orbax's backup directories cannot take them).
         save_freq: ``"epoch"``: at each epoch's end; an integer: every that many batches
             (dispatches) as well as on Ctrl-C.
-        delete_checkpoint: delete ``backup_dir`` when training finishes (not when it is
+        double_checkpoint: keep the previous backup as well as the latest, and resume from it
+            when the latest is damaged (twice the disk space), as in Keras.
+        delete_checkpoint: delete the backups when fit returns normally (not when it is
             interrupted or fails).
+
+    Raises:
+        ValueError: ``backup_dir`` is empty, None, holds ``[`` or ``]``, or is a file; or
+            ``save_freq`` is neither ``"epoch"`` nor a positive integer.
 
     Example:
         >>> from easyfit.callbacks import BackupAndRestore
@@ -57,11 +80,30 @@ class BackupAndRestore(Callback):
     """
 
     def __init__(
-        self, backup_dir: str | os.PathLike, save_freq: str | int = "epoch", delete_checkpoint: bool = True
+        self,
+        backup_dir: str | os.PathLike,
+        save_freq: str | int = "epoch",
+        double_checkpoint: bool = False,
+        delete_checkpoint: bool = True,
     ):
         super().__init__()
+        if backup_dir is None or not os.fspath(backup_dir).strip():
+            raise ValueError(
+                f"BackupAndRestore: empty backup_dir ({backup_dir!r}); pass the directory "
+                f"to keep the backups in (it must not be the empty string or None)"
+            )
         self.backup_dir = os.path.abspath(os.fspath(backup_dir))
+        if glob.has_magic(self.backup_dir):
+            raise ValueError(
+                f"BackupAndRestore: backup_dir {self.backup_dir!r} holds a glob character "
+                f"('[', ']', '*' or '?'), which Orbax's backups cannot be written under; "
+                f"choose a path without them"
+            )
+        if os.path.exists(self.backup_dir) and not os.path.isdir(self.backup_dir):
+            raise ValueError(f"BackupAndRestore: backup_dir {self.backup_dir!r} is a file; pass a directory")
+        self._root = os.path.join(self.backup_dir, BACKUPS)
         self.save_freq = check_freq(save_freq, "save_freq")
+        self.double_checkpoint = bool(double_checkpoint)
         self.delete_checkpoint = delete_checkpoint
         self._manager: ocp.CheckpointManager | None = None
         self._saved: int | None = None
@@ -72,42 +114,78 @@ class BackupAndRestore(Callback):
             # on purpose, per instance: CallbackList calls the batch hook only when it is set
             self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
 
+    def _marker(self) -> dict | None:
+        """The marker of ``backup_dir/easyfit-backups`` (None when absent); CheckpointError
+        when that directory exists without it (not ours: never written to or deleted)."""
+        if not os.path.lexists(self._root):
+            return None
+        try:
+            with open(os.path.join(self._root, BACKUPS_MARKER)) as f:
+                return dict(json.load(f))
+        except (OSError, ValueError, TypeError) as e:
+            raise CheckpointError(
+                f"BackupAndRestore: {self._root} exists but was not made by easyfit (no "
+                f"readable {BACKUPS_MARKER} in it), so it is left as it is; move it away or "
+                f"choose another backup_dir"
+            ) from e
+
     def _open(self) -> ocp.CheckpointManager:
         if self._manager is None:
             self._lock.acquire()  # before Orbax cleans temporary directories up
-            options = ocp.CheckpointManagerOptions(max_to_keep=2, create=True, cleanup_tmp_directories=True)
-            self._manager = ocp.CheckpointManager(self.backup_dir, options=options)
+            if self._marker() is None and jax.process_index() == 0:
+                made = not os.path.exists(self.backup_dir)
+                os.makedirs(self._root)
+                with open(os.path.join(self._root, BACKUPS_MARKER), "w") as f:
+                    json.dump({"format": "easyfit-backups", "made_backup_dir": made}, f)
+            keep = 2 if self.double_checkpoint else 1
+            options = ocp.CheckpointManagerOptions(
+                max_to_keep=keep, create=True, cleanup_tmp_directories=True
+            )
+            self._manager = ocp.CheckpointManager(self._root, options=options)
         return self._manager
 
-    def _steps(self) -> list[int]:
-        names = os.listdir(self.backup_dir) if os.path.isdir(self.backup_dir) else []
+    def _steps(self, folder: str | None = None) -> list[int]:
+        folder = folder or self._root
+        names = os.listdir(folder) if os.path.isdir(folder) else []
         return sorted((int(n) for n in names if n.isdigit()), reverse=True)
+
+    def _legacy(self) -> list[int]:
+        """Backups an easyfit from before ``easyfit-backups/`` wrote into ``backup_dir`` itself
+        (known by their easyfit metadata): resumed from, and deleted with the others."""
+        return [s for s in self._steps(self.backup_dir) if owned(os.path.join(self.backup_dir, str(s)))]
 
     def restore_point(self) -> ResumePoint | None:
         """The newest intact backup, as a ResumePoint for fit; None when there is none.
 
         Each backup is verified (every array against its checksum) before it is offered; a
         damaged one is renamed ``damaged-<step>`` with a warning, and the next older one tried.
+
+        Raises:
+            CheckpointError: there were backups but none is intact (the run does not start
+                afresh on its own), or ``backup_dir/easyfit-backups`` was not made by easyfit.
         """
         if not os.path.isdir(self.backup_dir):
             return None
         self._lock.acquire()  # fit's on_train_begin takes it again for the whole run
         try:
-            return self._newest_intact()
+            if self._marker() is not None:
+                return self._newest_intact(self._root)
+            return self._newest_intact(self.backup_dir) if self._legacy() else None
         finally:
             if self._manager is None:
                 self._lock.release()
 
-    def _newest_intact(self) -> ResumePoint | None:
-        for step in self._steps():
-            where = os.path.join(self.backup_dir, str(step))
+    def _newest_intact(self, folder: str) -> ResumePoint | None:
+        steps = self._steps(folder) if folder == self._root else self._legacy()
+        for step in steps:
+            where = os.path.join(folder, str(step))
             try:
                 meta = verify(where)
             except CheckpointError as e:
                 message = f"BackupAndRestore: backup {where} is damaged, set aside ({e})"
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
                 if jax.process_index() == 0:
-                    os.rename(where, os.path.join(self.backup_dir, f"damaged-{step}"))
+                    os.rename(where, os.path.join(folder, f"damaged-{step}"))
                     print(message, flush=True)
                 continue
             self._saved = step
@@ -118,6 +196,12 @@ class BackupAndRestore(Callback):
                 meta=meta,
                 read=reader(where),
                 source=f"{self.backup_dir} (backup {step})",
+            )
+        # as Keras, which raises when its backup cannot be loaded: never start afresh
+        if steps or any(n.startswith("damaged-") for n in os.listdir(folder)):
+            raise CheckpointError(
+                f"BackupAndRestore: no intact backup in {folder} (each was damaged and set "
+                f"aside as damaged-<step>); delete them to start afresh"
             )
         return None
 
@@ -133,8 +217,28 @@ class BackupAndRestore(Callback):
         if step == self._saved:
             return
         args = checkpoint_args(self.trainer.state, progress, self.trainer.checkpoint_meta)
-        self._open().save(step, args=args, force=True)
+        manager = self._open()
+        if not self._intact():
+            raise self._gone()
+        try:
+            manager.save(step, args=args, force=True)
+        except Exception as e:  # Orbax's or TensorStore's own, about a temporary directory
+            if not self._intact():
+                raise self._gone() from e
+            raise
         self._saved = step
+
+    def _intact(self) -> bool:
+        """Whether the backups' directory still holds its marker (Orbax, writing on, may
+        recreate the directory itself after it was deleted)."""
+        return os.path.isfile(os.path.join(self._root, BACKUPS_MARKER))
+
+    def _gone(self) -> CheckpointError:
+        return CheckpointError(
+            f"BackupAndRestore: the backup directory {self._root} was deleted while fit was "
+            f"running (by another program?); fit stops rather than train on without a backup. "
+            f"Start it again to back up afresh in {self.backup_dir}"
+        )
 
     def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
         self._since += 1
@@ -151,19 +255,40 @@ class BackupAndRestore(Callback):
         self._backup()
 
     def on_train_end(self, logs: Logs | None = None) -> None:
-        if self._manager is not None:
-            self._manager.wait_until_finished()
-            self._manager.close()
-            self._manager = None
-        trainer = self._trainer  # None when fit stopped before attaching it (a refused lock)
-        progress = None if trainer is None else trainer.progress
-        finished = (
-            trainer is not None
-            and progress is not None
-            and (trainer.stop_training or (progress.batch == 0 and progress.epoch >= self.params["epochs"]))
-        )
-        if self.delete_checkpoint and finished and not self._interrupted:
-            self._saved = None
-            if jax.process_index() == 0:
-                shutil.rmtree(self.backup_dir, ignore_errors=True)
-        self._lock.release()
+        try:
+            if self._manager is not None:
+                manager, self._manager = self._manager, None
+                try:
+                    manager.wait_until_finished()
+                finally:
+                    manager.close()
+        except Exception as e:  # an asynchronous save that failed
+            if not self._intact():
+                raise self._gone() from e
+            raise
+        finally:
+            self._lock.release()
+
+    def fit_completed(self) -> None:
+        """Called by fit once it returns normally (after every ``on_train_end``): with
+        ``delete_checkpoint``, removes the backups (``backup_dir/easyfit-backups``, known by
+        its marker) and ``backup_dir`` if this callback made it and nothing else is in it."""
+        self._saved = None
+        if not self.delete_checkpoint or self._interrupted or jax.process_index() != 0:
+            return
+        try:
+            self._lock.acquire()
+        except CheckpointError as e:  # another fit took the directory meanwhile: its backups now
+            warnings.warn(f"BackupAndRestore: backups kept, {e}", RuntimeWarning, stacklevel=2)
+            return
+        try:
+            for step in self._legacy():
+                shutil.rmtree(os.path.join(self.backup_dir, str(step)))
+            marker = self._marker()
+            if marker is None:
+                return
+            shutil.rmtree(self._root)
+            if marker.get("made_backup_dir") and not os.listdir(self.backup_dir):
+                os.rmdir(self.backup_dir)
+        finally:
+            self._lock.release()

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .callback import Callback
 from .history import History
 from .progbar import ProgbarLogger
 
-__all__ = ["CallbackList", "LazyLogs", "fit_callbacks"]
+__all__ = ["CallbackList", "LazyLogs", "as_list", "fit_callbacks"]
 
 #: Keras' older batch hooks, called by the default ``on_train_batch_*``.
 _ALIASES = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}
+
+
+def as_list(callbacks: Any) -> list[Callback]:
+    """``callbacks`` as a list, read once: None, one Callback (wrapped, as Keras does), or any
+    iterable of them (a list, a tuple, a generator); else TypeError naming the argument."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        return [callbacks]
+    if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable):
+        raise TypeError(f"callbacks={callbacks!r}: expected an easyfit.callbacks.Callback or a list of them")
+    return list(callbacks)
 
 
 class LazyLogs(Mapping):
@@ -50,7 +62,7 @@ def _listens(cb: Callback, hook: str) -> bool:
     return _overrides(cb, hook) or (hook in _ALIASES and _overrides(cb, _ALIASES[hook]))
 
 
-def fit_callbacks(callbacks: Sequence[Callback] | None, verbose: int) -> tuple[list[Callback], History]:
+def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[list[Callback], History]:
     """fit's callbacks, as Keras lists them: the user's, then a History and (with ``verbose``)
     a ProgbarLogger, each unless the user's list holds one already. History runs after the
     user's callbacks, so keys they add to the epoch logs reach it; the History is the one
@@ -73,10 +85,18 @@ def fit_callbacks(callbacks: Sequence[Callback] | None, verbose: int) -> tuple[l
     return listed, history
 
 
+def _invoke(cb: Callback, hook: str, args: tuple[Any, ...], logs: Mapping[str, Any] | None) -> None:
+    logs = {} if logs is None else logs
+    if "batch" in hook:
+        getattr(cb, hook)(*args, logs=logs)
+    else:
+        getattr(cb, hook)(*args, logs)
+
+
 class CallbackList:
     """Dispatches each hook to the callbacks that override it, in order."""
 
-    def __init__(self, callbacks: Sequence[Callback], trainer: Any, params: dict[str, Any]):
+    def __init__(self, callbacks: Iterable[Callback], trainer: Any, params: dict[str, Any]):
         self.callbacks = list(callbacks)
         for cb in self.callbacks:
             if not isinstance(cb, Callback):
@@ -97,9 +117,17 @@ class CallbackList:
     def call(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
         """Calls ``hook`` of each callback that listens, with ``logs`` (``{}`` when None, as
         Keras): by keyword for the batch hooks, by position for the others, as Keras does."""
-        logs = {} if logs is None else logs
         for cb in self._listeners(hook):
-            if "batch" in hook:
-                getattr(cb, hook)(*args, logs=logs)
-            else:
-                getattr(cb, hook)(*args, logs)
+            _invoke(cb, hook, args, logs)
+
+    def call_all(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
+        """As :meth:`call`, but every listener runs even when one raises (a hook that lets go
+        of resources: ``on_train_end``); the first exception is raised after the last one."""
+        error: BaseException | None = None
+        for cb in self._listeners(hook):
+            try:
+                _invoke(cb, hook, args, logs)
+            except BaseException as e:  # noqa: BLE001 - raised below, once all have run
+                error = error or e
+        if error is not None:
+            raise error

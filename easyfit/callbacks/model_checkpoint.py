@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 
+from .._integrity import owned
 from ._monitor import Monitor, check_freq, monitor_op_property
 from .callback import Callback, Logs
 
@@ -23,7 +24,9 @@ class ModelCheckpoint(Callback):
     ``str.format``: ``{epoch}`` (1-based, as in Keras), ``{batch}`` (1-based, with an integer
     ``save_freq``) and any key of the logs, e.g. ``"ckpt/{epoch:02d}-{val_loss:.3f}"``. Load
     one with ``trainer.load(path)`` or ``Trainer.from_checkpoint(path, model)``. A checkpoint
-    already at the path is replaced only once the new one is complete.
+    already at the path is replaced only once the new one is complete; anything else there (a
+    file, a directory that is not an easyfit checkpoint) stops fit with a CheckpointError and
+    is left as it is.
 
     Args:
         filepath: the checkpoint directory, with optional placeholders.
@@ -144,5 +147,5 @@ class ModelCheckpoint(Callback):
         self._written.append(path)
         while len(self._written) > self.max_to_keep:
             old = self._written.pop(0)
-            if jax.process_index() == 0:
-                shutil.rmtree(old, ignore_errors=True)
+            if jax.process_index() == 0 and owned(old):  # still the checkpoint it wrote
+                shutil.rmtree(old)

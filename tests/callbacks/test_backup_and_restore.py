@@ -14,6 +14,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
+from easyfit.callbacks.backup_and_restore import BACKUPS
 from tests.helpers import PROGRAMS, Crash, crash_at, flat_params, last_json
 from tests.helpers.models import SmallMLP
 
@@ -94,7 +95,7 @@ def test_crash_then_resume_mid_epoch(tmp_path, data, reference):
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (1, 2)  # the backup of dispatch 6 of 8
     # a half-written backup (a save killed before its rename) is ignored:
-    os.makedirs(tmp_path / "b" / "99.orbax-checkpoint-tmp-1234567" / "state")
+    os.makedirs(tmp_path / "b" / BACKUPS / "99.orbax-checkpoint-tmp-1234567" / "state")
     resumed = _trainer()
     history = _fit(resumed, data, [BackupAndRestore(tmp_path / "b", save_freq=3)])
     assert history.epoch == [1]
