@@ -117,6 +117,9 @@ class Trainer(TrainerSteps):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
+        self._optimizer_name = optimizer if isinstance(optimizer, str) else None
+        self._optimizer_given = optimizer is not None
+        self._inference_only: str | None = None
         self.loss = loss
         self.loss_weights = loss_weights
         self._loss_note: str | None = None
@@ -226,6 +229,7 @@ class Trainer(TrainerSteps):
         Returns:
             The History of this fit (also ``trainer.history``).
         """
+        self._check_trainable()
         check_int("batch_size", batch_size, 1, none=True)
         check_int("epochs", epochs, 0)
         check_int("initial_epoch", initial_epoch, 0)
@@ -343,7 +347,13 @@ class Trainer(TrainerSteps):
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, model: Any, **kwargs: Any) -> Trainer:
-        """A Trainer for ``model`` (built with ``kwargs``) holding the checkpoint at ``path``."""
+        """A Trainer for ``model`` (built with ``kwargs``) holding the checkpoint at ``path``,
+        reading data as the training data was read (the checkpoint's input recipe).
+
+        Without ``optimizer=``, a checkpoint saved with another optimizer than the default
+        loads its weights for inference (evaluate, predict, export); ``fit`` then says which
+        optimizer to pass. With one that differs from the saved one: CheckpointError naming
+        both."""
         trainer = cls(model, **kwargs)
         trainer.load(path)
         return trainer
