@@ -190,7 +190,7 @@ def jpegs(tmp_path_factory):
     return root
 
 
-#: docs/models.md ("Serving"): the server's steps, with Pillow, as the exported model.json says.
+#: The server of docs/models.md ("Serving"), its ``prepare`` the same: Pillow, as model.json says.
 SERVER = """
 import importlib.abc, json, sys
 class Refuse(importlib.abc.MetaPathFinder):
@@ -204,16 +204,20 @@ from PIL import Image
 export, files = sys.argv[1], sys.argv[2:]
 fn = jax.export.deserialize(bytearray(open(export + "/model.stablehlo", "rb").read())).call
 recipe = json.load(open(export + "/model.json"))["recipe"]["images"]
-h, w = recipe["image_size"]
-shorter = recipe["resize_shorter"]
 
-def prepare(path):
-    image = Image.open(path).convert("RGB" if recipe["channels"] == 3 else "L")
-    width, height = image.size
-    scale = shorter / min(width, height)
-    image = image.resize((round(width * scale), round(height * scale)), Image.BILINEAR)
-    left, top = (image.width - w + 1) // 2, (image.height - h + 1) // 2
-    return np.asarray(image.crop((left, top, left + w, top + h))).reshape(h, w, -1)
+
+def prepare(file):
+    h, w = recipe["image_size"]
+    image = Image.open(file).convert("L" if recipe["channels"] == 1 else "RGB")
+    if recipe["resize_shorter"]:  # evaluation's center crop
+        scale = recipe["resize_shorter"] / min(image.size)
+        image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
+        left, top = (image.width - w + 1) // 2, (image.height - h + 1) // 2
+        image = image.crop((left, top, left + w, top + h))
+    elif recipe["resize"]:
+        image = image.resize((w, h), Image.BILINEAR)
+    return np.asarray(image).reshape(h, w, recipe["channels"])
+
 
 out = np.asarray(fn(np.stack([prepare(f) for f in files])))
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("easyfit", "nvidia"))
