@@ -206,12 +206,12 @@ class EncodedImages:
 
     @property
     def channels(self) -> int:
-        return 1 if self.color_mode == "grayscale" else 3
+        return self.image_recipe().channels
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """``(height, width, channels)`` of the images the model receives."""
-        return (*self.image_size, self.channels)
+        return self.image_recipe().shape
 
     @property
     def sample_nbytes(self) -> int:
