@@ -164,8 +164,14 @@ class TrainerState:
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
 
-        The trainer must have the same model and optimizer. A full checkpoint also restores the
-        seed, the class names and the epoch: go on with ``fit(..., initial_epoch=meta["epoch"])``.
+        The trainer must have the same model, and to go on training the same optimizer. A full
+        checkpoint also restores the seed, the class names and the epoch: go on with
+        ``fit(..., initial_epoch=meta["epoch"])``. The training data's input recipe comes back
+        too: paths and arrays are then read as in training (``easyfit.data.recipe``); a
+        checkpoint without one (an older easyfit's) warns and leaves the trainer's reading as
+        it was. Saved with another optimizer than this trainer's: when none was given to the
+        trainer, the parameters, model state and step load for inference (``fit`` then says
+        which optimizer to pass); when one was, CheckpointError naming both.
 
         Returns:
             The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).

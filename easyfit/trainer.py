@@ -373,7 +373,8 @@ class Trainer(TrainerSteps):
         """Loss and metrics over every sample of ``x`` exactly once.
 
         Args:
-            x: a folder, a source, or arrays (with ``y``; dicts or tuples of arrays too).
+            x: a folder, a source, or arrays (with ``y``; dicts or tuples of arrays too), read
+                as the training data was (see ``predict``).
             y: labels, when ``x`` is an array.
             batch_size: global batch size (default: the last fit's).
             callbacks: callbacks whose ``on_test_*`` hooks run.
@@ -430,7 +431,11 @@ class Trainer(TrainerSteps):
         """Model outputs for every sample of ``x``, once each, in the source's order.
 
         For a folder: sorted class folders, sorted files (``ImageFolder.files``). ``x`` may be
-        a dict or a tuple of arrays (several inputs).
+        a dict or a tuple of arrays (several inputs). Paths and arrays are read as the training
+        data was (its input recipe, also after a load): after training on images, a uint8
+        array of images is resized, center-cropped, scaled and normalised as the image files
+        were, and a float array is taken as already prepared; after training on arrays, their
+        ``scale`` applies. A source given as ``x`` is read as it is configured.
 
         Returns:
             A NumPy array with one row per sample; for a model with several outputs, a dict or
