@@ -199,8 +199,8 @@ class TrainerState:
         if recipe is None:
             warnings.warn(
                 f"{where}: the checkpoint carries no input recipe (saved by an older easyfit, "
-                "or before the trainer saw data): data is read with default settings; give "
-                "sources the settings of training (image_size=, normalize=, ...)",
+                "or before the trainer saw data): data is read as without it (the sources' "
+                "defaults); give sources the settings of training (image_size=, normalize=, ...)",
                 stacklevel=2,
             )
         else:
