@@ -219,6 +219,7 @@ class TrainerSteps(TrainerState):
             if self.class_names is None:
                 self.class_names = source.class_names
             self._input_scale = source.scale
+            self._data.adopt(source)
         if not labels:
             return
         self._resolved_loss(source, chunk)  # sets self.loss when it was None

@@ -10,7 +10,10 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   from ``state``, so that a checkpoint loads into a trainer of any precision: parameters are
   float32 under every precision);
 * ``metadata``: JSON: the epoch and the batch reached, the train loader's position, the seed,
-  the input shape, the class names and the batching plan;
+  the input shape, the class names, the batching plan, the optimizer (its name, or its
+  state's layout) and the input recipe of the training data (``recipe``: image size, colour
+  mode, scale, normalisation, evaluation's resize and crop, class names; the structure of
+  array inputs: ``easyfit.data.recipe``), readable in ``<path>/metadata/metadata``;
 * ``checksums``: JSON: a hash of every array of the other items and of the metadata, checked
   at load time (a mismatch, or an item that cannot be read, raises CheckpointError naming the
   path and the item).
@@ -128,6 +131,8 @@ def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any], ki
         "has_metrics": kind == "full" and progress.metrics is not None,
         "precision": meta.get("precision", "float32"),
         "data": meta.get("data"),
+        "optimizer": meta.get("optimizer"),
+        "recipe": meta.get("recipe"),
     }
 
 
@@ -321,7 +326,12 @@ def verify(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def restore(
-    read: Reader, target: Any, meta: Mapping[str, Any], metrics_template: Any = None
+    read: Reader,
+    target: Any,
+    meta: Mapping[str, Any],
+    metrics_template: Any = None,
+    *,
+    weights_only: bool = False,
 ) -> tuple[Any, Any]:
     """The state (and mid-epoch metric accumulator) of a checkpoint.
 
@@ -333,10 +343,21 @@ def restore(
             model state, so it must hold arrays.
         meta: the checkpoint's metadata (:func:`read_metadata`).
         metrics_template: an empty metric accumulator, to restore a mid-epoch one.
+        weights_only: restore the parameters, the model state and the step alone, also from
+            a full checkpoint (for inference: the optimizer state may be of another layout);
+            ``target`` must then hold arrays.
 
     Returns:
         ``(state, metrics or None)``.
     """
+    if meta["kind"] == "full" and weights_only:
+        part = {"step": target.step, "params": target.params, "model_state": target.model_state}
+        restore_args = jax.tree_util.tree_map(
+            lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding, global_shape=a.shape, dtype=a.dtype), part
+        )
+        item = ocp.args.PyTreeRestore(_abstract(part), restore_args=restore_args, partial_restore=True)
+        got = read(ocp.args.Composite(state=item))["state"]
+        return target.replace(**{k: got[k] for k in part}), None
     if meta["kind"] == "weights":
         weights = {"params": target.params, "model_state": target.model_state}
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))

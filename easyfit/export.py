@@ -95,11 +95,13 @@ def export(
     sample_shape: Any,
     dtype: Any,
     class_names: Sequence[str] | None = None,
+    recipe: Mapping[str, Any] | None = None,
 ) -> str:
     """Writes ``apply`` (a function of a batch only, the weights closed over) to ``path``: the
     serialized StableHLO (``model.stablehlo``) for a symbolic batch size, and ``model.json``
-    (input shape and dtype, class names). ``sample_shape`` and ``dtype``: one sample's (dicts
-    or lists of them for a model of several inputs, which then takes a dict or a tuple).
+    (input shape and dtype, class names, and the training data's input ``recipe`` when
+    given). ``sample_shape`` and ``dtype``: one sample's (dicts or lists of them for a model
+    of several inputs, which then takes a dict or a tuple).
 
     Returns:
         ``path``.
@@ -115,10 +117,28 @@ def export(
         "input_dtype": jax.tree_util.tree_map(lambda s: str(s.dtype), spec),
         "class_names": list(class_names) if class_names is not None else None,
         "format": "jax.export (StableHLO), weights inside; call with a batch of inputs",
+        "recipe": None if recipe is None else dict(recipe),
     }
     with open(os.path.join(path, META), "w") as f:
         json.dump(meta, f, indent=1)
     return path
+
+
+def from_images(
+    infer: Callable[[Any], Any], normalize: tuple[Sequence[float], Sequence[float]] | None
+) -> Callable[[Any], Any]:
+    """``infer`` (a function of the inputs the train step sees) as a function of uint8 images:
+    normalised as the input pipeline does (``(x / 255 - mean) / std``, rounded to float16 as it
+    delivers them), or passed on as uint8 (the step's own scale then applies)."""
+    if normalize is None:
+        return infer
+    mean = jnp.asarray([255 * m for m in normalize[0]], jnp.float32)
+    inv_std = 1 / jnp.asarray([255 * s for s in normalize[1]], jnp.float32)
+
+    def apply(images: Any) -> Any:
+        return infer(((images.astype(jnp.float32) - mean) * inv_std).astype(jnp.float16))
+
+    return apply
 
 
 def load_exported(path: str | os.PathLike) -> tuple[Callable[[Any], jax.Array], dict[str, Any]]:

@@ -120,6 +120,9 @@ class Trainer(TrainerSteps):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
+        self._optimizer_name = optimizer if isinstance(optimizer, str) else None
+        self._optimizer_given = optimizer is not None
+        self._inference_only: str | None = None
         self.loss = loss
         self.loss_weights = loss_weights
         self._loss_note: str | None = None
@@ -243,6 +246,7 @@ class Trainer(TrainerSteps):
             The History of this fit (the one in ``callbacks`` if given; also
             ``trainer.history``).
         """
+        self._check_trainable()
         check_int("batch_size", batch_size, 1, none=True)
         check_int("epochs", epochs, 0)
         check_int("initial_epoch", initial_epoch, 0)
@@ -370,7 +374,13 @@ class Trainer(TrainerSteps):
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, model: Any, **kwargs: Any) -> Trainer:
-        """A Trainer for ``model`` (built with ``kwargs``) holding the checkpoint at ``path``."""
+        """A Trainer for ``model`` (built with ``kwargs``) holding the checkpoint at ``path``,
+        reading data as the training data was read (the checkpoint's input recipe).
+
+        Without ``optimizer=``, a checkpoint saved with another optimizer than the default
+        loads its weights for inference (evaluate, predict, export); ``fit`` then says which
+        optimizer to pass. With one that differs from the saved one: CheckpointError naming
+        both."""
         trainer = cls(model, **kwargs)
         trainer.load(path)
         return trainer
@@ -391,7 +401,8 @@ class Trainer(TrainerSteps):
         """Loss and metrics over every sample of ``x`` exactly once.
 
         Args:
-            x: a folder, a source, or arrays (with ``y``; dicts or tuples of arrays too).
+            x: a folder, a source, or arrays (with ``y``; dicts or tuples of arrays too), read
+                as the training data was (see ``predict``).
             y: labels, when ``x`` is an array.
             batch_size: global batch size (default: the last fit's).
             callbacks: callbacks whose ``on_test_*`` hooks run.
@@ -462,7 +473,12 @@ class Trainer(TrainerSteps):
 
         For a folder: sorted class folders, sorted files (``ImageFolder.files``). ``x`` may be
         a dict or a tuple of arrays (several inputs). ``steps``: the outputs of the first that
-        many batches only, as Keras (default, or more than there are: every sample).
+        many batches only, as Keras (default, or more than there are: every sample). Paths and
+        arrays are read as the training data was (its input recipe, also after a load): after
+        training on images, a uint8 array of images is resized, center-cropped, scaled and
+        normalised as the image files were, and a float array is taken as already prepared;
+        after training on arrays, their ``scale`` applies. A source given as ``x`` is read as it
+        is configured.
 
         Returns:
             A NumPy array with one row per sample; for a model with several outputs, a dict or

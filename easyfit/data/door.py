@@ -84,6 +84,9 @@ class DataDoor:
         self.loader_options = dict(loader_options or {})
         self.cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
         self._train: Source | None = None
+        #: The input recipe of the data the model was trained on (``Source.recipe()``): the
+        #: last fit's training source's, or a loaded checkpoint's; None when unknown.
+        self.recipe: dict[str, Any] | None = None
         self._sources: dict[str, Source] = {}
         self._passes = PassLoaders(placement, self.loader_options)
         self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
@@ -109,6 +112,7 @@ class DataDoor:
         if validation_split and validation_data is None:
             train, validation_data = split_validation(train, validation_split, self.seed)
         self._train = train
+        self.recipe = train.recipe()
         if validation_data is not None:
             if isinstance(validation_data, tuple) and len(validation_data) in (2, 3):
                 return train, self.source(*validation_data, argument="validation_data")
@@ -125,12 +129,30 @@ class DataDoor:
         argument: str = "x",
     ) -> Source:
         """The source for ``data`` (the same one for the same path), with the training data's
-        settings (image size, color mode, ...) when of the same format. ``inputs_only``: for
-        prediction (a tuple is a tuple of inputs, not ``(x, y)``); ``argument`` names it in
-        errors."""
+        settings (image size, color mode, ...) when of the same format, else read as the
+        :attr:`recipe` says. ``inputs_only``: for prediction (a tuple is a tuple of inputs, not
+        ``(x, y)``); ``argument`` names it in errors."""
         return self._resolve(
-            data, y, like=self._train, sample_weight=sample_weight, inputs_only=inputs_only, argument=argument
+            data,
+            y,
+            like=self._train,
+            sample_weight=sample_weight,
+            inputs_only=inputs_only,
+            argument=argument,
+            recipe=self.recipe,
         )
+
+    def use_recipe(self, recipe: dict[str, Any] | None) -> None:
+        """Reads data from now on as ``recipe`` says (a loaded model's): the sources resolved
+        before, read otherwise, are closed and forgotten."""
+        self.close()
+        self.recipe = None if recipe is None else dict(recipe)
+
+    def adopt(self, source: Source) -> None:
+        """Takes ``source``'s recipe when none is known yet (a model built by evaluate or
+        predict, never fit)."""
+        if self.recipe is None:
+            self.recipe = source.recipe()
 
     def _resolve(
         self,
@@ -140,14 +162,21 @@ class DataDoor:
         sample_weight: Any = None,
         inputs_only: bool = False,
         argument: str = "x",
+        recipe: dict[str, Any] | None = None,
     ) -> Source:
         if isinstance(data, (str, os.PathLike)) and sample_weight is None:
             key = os.path.abspath(os.fspath(data))
             if key not in self._sources:
-                self._sources[key] = to_source(data, like=like, argument=argument)
+                self._sources[key] = to_source(data, like=like, argument=argument, recipe=recipe)
             return self._sources[key]
         return to_source(
-            data, y, like=like, argument=argument, sample_weight=sample_weight, inputs_only=inputs_only
+            data,
+            y,
+            like=like,
+            argument=argument,
+            sample_weight=sample_weight,
+            inputs_only=inputs_only,
+            recipe=recipe,
         )
 
     # ---------------------------------------------------------------------------- batching

@@ -9,13 +9,14 @@ DALI nodes of encoded bytes into HWC uint8 images of that size and color mode.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
 from ..errors import DataError
 from .integrity import structure_problem
+from .recipe import ImageRecipe
 
 __all__ = [
     "MAX_IMAGE_PIXELS",
@@ -205,12 +206,12 @@ class EncodedImages:
 
     @property
     def channels(self) -> int:
-        return 1 if self.color_mode == "grayscale" else 3
+        return self.image_recipe().channels
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """``(height, width, channels)`` of the images the model receives."""
-        return (*self.image_size, self.channels)
+        return self.image_recipe().shape
 
     @property
     def sample_nbytes(self) -> int:
@@ -228,6 +229,25 @@ class EncodedImages:
             "normalize": self.normalize,
             "eval_crop": self.eval_crop,
         }
+
+    def image_recipe(self) -> ImageRecipe:
+        """How evaluation prepares this source's decoded images (``easyfit.data.recipe``)."""
+        return ImageRecipe(self.image_size, self.resize, self.color_mode, self.normalize, self.eval_crop)
+
+    def recipe(self) -> dict[str, Any]:
+        """The source's recipe (``Source.recipe``) with its images' (``"images"``)."""
+        return {**super().recipe(), "images": self.image_recipe().to_json()}  # type: ignore[misc]
+
+    @staticmethod
+    def recipe_settings(recipe: Mapping[str, Any]) -> dict[str, Any]:
+        """The image settings (keyword arguments) a recipe gives; none without images."""
+        images = recipe.get("images")
+        return ImageRecipe.from_json(images).settings() if images else {}
+
+    @classmethod
+    def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> Any:
+        """A source of this kind at ``path`` preparing images as ``recipe`` says."""
+        return cast("Any", cls)(path, **cls.recipe_settings(recipe))
 
     def check_same_images(self, other: EncodedImages, name: str, other_name: str) -> None:
         """DataError unless ``other`` delivers images of this source's size."""
@@ -291,6 +311,8 @@ class EncodedImages:
             images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
         if device == "gpu" and where == "cpu":
             images = images.gpu()
+        if augment is None and not mask:  # evaluation, prediction: the recipe alone
+            return self.image_recipe().prepare(images, self.transform)
         if center and self.eval_crop is not None:
             shorter = round(max(self.image_size) / self.eval_crop)
             images = fn.resize(images, resize_shorter=shorter, dtype=types.DALIDataType.UINT8, **nearest)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from .detect import detect
@@ -49,6 +49,7 @@ def to_source(
     argument: str = "x",
     sample_weight: Any = None,
     inputs_only: bool = False,
+    recipe: Mapping[str, Any] | None = None,
 ) -> Source:
     """A Source from a path, arrays (or a dict or tuple of arrays), an ``(x, y)`` tuple or a
     Source.
@@ -62,6 +63,9 @@ def to_source(
         sample_weight: one weight per sample, with arrays.
         inputs_only: ``data`` holds inputs only (prediction): a tuple is a tuple of inputs,
             never ``(x, y)``.
+        recipe: the trained model's input recipe (``Source.recipe()``): a path of another
+            format than ``like``'s, or with no ``like``, is read as it says
+            (``Source.from_recipe``), and arrays too (``Arrays.prepared``).
     """
     if sample_weight is not None and not (
         isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")
@@ -81,10 +85,11 @@ def to_source(
             sibling = base.sibling(data)
             if sibling is not None:
                 return sibling
+        if recipe is not None:
+            return kind.from_recipe(data, recipe)
         return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
-    scale = base.scale if isinstance(base, Arrays) else None
     if isinstance(data, tuple) and y is None and len(data) == 2 and not inputs_only:
-        return Arrays(*data, sample_weight=sample_weight, scale=scale)  # (x, y)
+        return Arrays.prepared(recipe, *data, sample_weight=sample_weight)  # (x, y)
     if isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__"):
-        return Arrays(data, y, sample_weight=sample_weight, scale=scale)
+        return Arrays.prepared(recipe, data, y, sample_weight=sample_weight)
     raise unsupported(data, argument)

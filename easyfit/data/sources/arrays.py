@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
+from ..recipe import ImageRecipe
 from ..structure import Structure
 from .base import IndexedSource, nonfinite_problem
 
@@ -64,6 +65,10 @@ class Arrays(IndexedSource):
         scale: factor applied to every array of ``x`` after casting to float32 (``1/255`` for
             8-bit images you want in [0, 1]); None to leave the values as they are.
         class_names: optional names of the classes.
+        images: an :class:`~easyfit.data.recipe.ImageRecipe`: ``x`` is one uint8 NHWC array of
+            images, prepared as evaluation prepares decoded files (resize, center crop,
+            normalisation); ``scale`` is then the recipe's. Prediction and evaluation after
+            training on images (or loading a model trained on them) pass it for uint8 arrays.
         augment: optional ``f(x) -> x`` on DALI data nodes for training batches only (for NHWC
             image arrays, e.g. ``easyfit.data.Augment(flip=True)``); a single array ``x`` only.
 
@@ -91,8 +96,17 @@ class Arrays(IndexedSource):
         scale: float | None = None,
         class_names: Sequence[str] | None = None,
         augment: Callable[[Any], Any] | None = None,
+        images: ImageRecipe | None = None,
     ):
         self._xs, x_leaves = Structure.of("x", x)
+        if images is not None:
+            if self._xs.structured or x_leaves[0].dtype != np.uint8:
+                raise ValueError("Arrays: images= takes one uint8 array of images x")
+            if x_leaves[0].ndim == 3 and images.channels == 1:  # (n, h, w) grayscale
+                x_leaves = [x_leaves[0][..., None]]
+            images.check_array(x_leaves[0].shape)
+            scale = images.scale
+        self.images = images
         if any(a.ndim < 1 or len(a) == 0 for a in x_leaves):
             shape = next(a.shape for a in x_leaves if a.ndim < 1 or len(a) == 0)
             raise DataError(f"x: expected an array with one row per sample, got shape {shape}")
@@ -166,11 +180,57 @@ class Arrays(IndexedSource):
             from nvidia.dali import fn  # images: name the layout for DALI's image operators
 
             x = fn.reshape(x, layout="HWC")
+        if self.images is not None:
+            x = self.images.prepare(x)
         if draws is not None:
             x = apply_drawn(self.augment, x, draws)
         if device == "gpu":
             return tuple(node.gpu() for node in (x, *rest))
         return (x, *rest)
+
+    def recipe(self) -> dict[str, Any]:
+        """The recipe (``Source.recipe``) with the structure of the inputs: their names, one
+        sample's shape and the dtype of each array; ``images`` when prepared as images."""
+        names = self._xs.names
+        inputs = {
+            "structure": self._xs.kind,
+            "keys": list(self._xs.keys),
+            "names": names,
+            "shapes": [list(a.shape[1:]) for a in self._leaves[: len(names)]],
+            "dtypes": [str(a.dtype) for a in self._leaves[: len(names)]],
+        }
+        images = None if self.images is None else self.images.to_json()
+        return {**super().recipe(), "images": images, "inputs": inputs}
+
+    @classmethod
+    def prepared(
+        cls,
+        recipe: Mapping[str, Any] | None,
+        x: Any,
+        y: Any = None,
+        *,
+        sample_weight: Any = None,
+    ) -> Arrays:
+        """Arrays read as a trained model's ``recipe`` says: after training on images, one
+        uint8 array of images is prepared as the image files were (``images=``), while float
+        arrays are taken as already-prepared inputs (no scale, no normalisation); after
+        training on arrays, the same ``scale``. No recipe: Keras' way, as they are."""
+        if recipe is None:
+            return cls(x, y, sample_weight=sample_weight)
+        if recipe.get("images"):
+            images = ImageRecipe.from_json(recipe["images"])
+            single = hasattr(x, "__array__") and not isinstance(x, (dict, tuple, list))
+            if single and np.asarray(x).dtype == np.uint8:
+                return cls(x, y, sample_weight=sample_weight, images=images)
+            shape: tuple[int, ...] = tuple(np.shape(x)) if single else ()
+            if len(shape) == 4 and shape[3] != images.channels:
+                raise DataError(
+                    f"x: inputs of shape {tuple(shape)}, but the model was trained on "
+                    f"{images.color_mode} images (n, {', '.join(map(str, images.shape))}); "
+                    "give inputs with that many channels"
+                )
+            return cls(x, y, sample_weight=sample_weight, scale=None)
+        return cls(x, y, sample_weight=sample_weight, scale=recipe.get("scale"))
 
     def describe(self) -> str:
         parts = [f"{name}{tuple(a.shape)} {a.dtype}" for name, a in zip(self.outputs, self._leaves)]

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
+
+from ..recipe import VERSION as RECIPE_VERSION
 
 __all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset", "nonfinite_problem"]
 
@@ -124,6 +126,30 @@ class Source(abc.ABC):
         """A source of this kind for another split at ``path``, with the same settings (image
         size, color mode, ...); None when ``path`` holds another kind of data."""
         return None
+
+    def recipe(self) -> dict[str, Any]:
+        """The evaluation-time input recipe, as plain JSON: what a trained model needs to know to
+        read other data as this source's (``easyfit.data.recipe``). Checkpoints record it.
+
+        Keys: ``version``, ``source`` (this kind's name), ``class_names``, ``scale`` (what the
+        step multiplies inputs by), ``images`` (an ``ImageRecipe``'s JSON, for images) and
+        ``inputs`` (the structure of array inputs); a kind adds what it knows.
+        """
+        return {
+            "version": RECIPE_VERSION,
+            "source": type(self).__name__,
+            "class_names": None if self.class_names is None else list(self.class_names),
+            "scale": self.scale,
+            "images": None,
+            "inputs": None,
+        }
+
+    @classmethod
+    def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> Source:
+        """A source of this kind reading ``path`` as ``recipe`` (from any kind's
+        :meth:`recipe`) says, taking the settings that apply to this kind. Default: the
+        kind's defaults."""
+        return cast("Any", cls)(path)
 
     def check(self) -> None:
         """Checks to do before the first pipeline of this source is built (called by the
@@ -263,6 +289,9 @@ class Subset(IndexedSource):
         if isinstance(labels, tuple):
             return tuple(v[self.indices] for v in labels)
         return None if labels is None else labels[self.indices]
+
+    def recipe(self) -> dict[str, Any]:
+        return self.source.recipe()
 
     def check(self) -> None:
         self.source.check()

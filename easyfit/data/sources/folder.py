@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,9 +69,11 @@ def scan_classes(
     names = list(found if class_names is None else class_names)
     unknown = [c for c in found if c not in names]
     if unknown:
+        more = " ..." if len(names) > 10 else ""
         raise DataError(
-            f"{os.path.join(root, unknown[0])}: not one of the classes "
-            f"{names[:10]}{' ...' if len(names) > 10 else ''}"
+            f"{os.path.join(root, unknown[0])}: not one of the classes {names[:10]}{more} "
+            f"(the class folders of {root}: {found[:10]}{' ...' if len(found) > 10 else ''}); "
+            "the labels would mean other classes"
         )
     files: list[str] = []
     labels: list[int] = []
@@ -278,6 +280,12 @@ class ImageFolder(EncodedImages, ClassFiles):
 
     def sample_problem(self, index: int) -> str | None:
         return file_problem(self.files[index], encoded_problem)
+
+    @classmethod
+    def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> ImageFolder:
+        """An ImageFolder at ``path`` read as ``recipe`` says, its labels the indices of the
+        recorded class names (a class folder not among them raises DataError naming both)."""
+        return cls(path, **cls.recipe_settings(recipe), class_names=recipe.get("class_names"))
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
         other = ImageFolder(path, **self.image_settings(), class_names=self.class_names)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -134,6 +134,11 @@ class NumpyFolder(ClassFiles):
         if dtype.kind == "f":  # read once on the host, the first time the file is fed
             return nonfinite_problem(np.load(path, allow_pickle=False))
         return None
+
+    @classmethod
+    def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> NumpyFolder:
+        """A NumpyFolder at ``path`` with the recipe's scale and class names."""
+        return cls(path, scale=recipe.get("scale"), class_names=recipe.get("class_names"))
 
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
         other = NumpyFolder(path, scale=self.scale, class_names=self.class_names)
