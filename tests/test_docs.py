@@ -213,3 +213,21 @@ def test_code_lines_fit_the_column(page):
             if len(line) > CODE_COLUMNS:
                 long.append(f"{page.name}:{first + i} ({len(line)} characters)")
     assert not long, long
+
+
+#: Words from the project's own work that mean nothing to a reader of the docs.
+_INTERNAL = re.compile(
+    r"nvidia-h200|\bissue \d+|\bissues? #?\d+|\b20\d\d-\d\d-\d\d\b|\bsession\b|\btranche\b"
+    r"|REFERENCE\.md|reference program",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_pages_name_no_machine_kinds_issues_or_dates(page):
+    found = [
+        f"{page.name}:{n}: {m.group(0)}"
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        for m in _INTERNAL.finditer(line)
+    ]
+    assert not found, found
