@@ -114,6 +114,35 @@ def test_mkdocs_build_strict(tmp_path):
     assert not ids & internal
 
 
+def test_every_docstring_of_easyfit_parses_without_a_warning():
+    """griffe reads every docstring as Google style, rendered on the API page or not: one name
+    per ``Args:`` entry, each ``name: description``."""
+    import logging
+
+    import griffe
+
+    warned: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warned.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("griffe")
+    logger.addHandler(handler)
+    try:
+        package = griffe.load("easyfit", search_paths=[str(ROOT)], docstring_parser="google")
+
+        def parse(obj) -> None:
+            if obj.is_alias:
+                return
+            if obj.docstring:
+                obj.docstring.parsed  # noqa: B018 (parsing is what warns)
+            for member in obj.members.values():
+                parse(member)
+
+        parse(package)
+    finally:
+        logger.removeHandler(handler)
+    assert not warned, warned
+
+
 @cache
 def _rendered(page: Path) -> str:
     """``page`` as HTML, by Python-Markdown with mkdocs.yml's extensions (the site's ids)."""

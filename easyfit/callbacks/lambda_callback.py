@@ -21,9 +21,13 @@ class LambdaCallback(Callback):
     Hooks not given cost nothing (batch logs are never built for them).
 
     Args:
-        on_epoch_begin, on_epoch_end, on_train_begin, on_train_end, on_train_batch_begin,
-        on_train_batch_end: functions; any other hook name (``on_test_end``, ...) may be given
-            as a keyword too.
+        on_epoch_begin: ``f(epoch, logs)``, at each epoch's start.
+        on_epoch_end: ``f(epoch, logs)``, at each epoch's end.
+        on_train_begin: ``f(logs)``, when training starts.
+        on_train_end: ``f(logs)``, when training ends.
+        on_train_batch_begin: ``f(batch, logs)``, before each training batch.
+        on_train_batch_end: ``f(batch, logs)``, after each training batch.
+        **kwargs: any other hook by its name (``on_test_end=...``, ...).
 
     Example:
         >>> from easyfit.callbacks import LambdaCallback
