@@ -210,7 +210,8 @@ def save(
             _integrity.recover(path)
             _integrity.stage(path)
         _sync("easyfit-checkpoint-recovered")
-        _checkpointer().save(_integrity.staged(path), args=args)
+        with _checkpointer() as checkpointer:
+            checkpointer.save(_integrity.staged(path), args=args)
         _sync("easyfit-checkpoint-written")
         if main:
             _integrity.swap_in(path)
@@ -228,7 +229,8 @@ def _sync(name: str) -> None:
 def _read(path: str, name: str, args: Any) -> Any:
     """Item ``name`` of the checkpoint at ``path``; any failure a CheckpointError naming both."""
     try:
-        return _checkpointer().restore(path, args=ocp.args.Composite(**{name: args}))[name]
+        with _checkpointer() as checkpointer:  # closed: no Orbax thread outlives the read
+            return checkpointer.restore(path, args=ocp.args.Composite(**{name: args}))[name]
     except CheckpointError:
         raise
     except Exception as e:  # TensorStore, JSON, pytree structure: all say "cannot be read"
@@ -312,7 +314,8 @@ def verify(path: str | os.PathLike) -> dict[str, Any]:
     sums = _checksums(path, meta)
     for name, saved in (sums or {"items": {}})["items"].items():
         try:
-            tree = ocp.PyTreeCheckpointer().metadata(os.path.join(path, name))
+            with ocp.PyTreeCheckpointer() as checkpointer:
+                tree = checkpointer.metadata(os.path.join(path, name))
             tree = getattr(tree, "item_metadata", tree)
             tree = getattr(tree, "tree", tree)
             as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)

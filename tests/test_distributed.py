@@ -104,14 +104,12 @@ def test_a_dead_process_stops_the_other_within_the_timeout(mnist_dir, tmp_path):
     procs = _launch(mnist_dir, tmp_path, "--epochs", "50", "--die-after-epoch", "0")
     victim, survivor = procs[1], procs[0]
     victim.communicate(timeout=300)
-    died = time.monotonic()
     assert victim.returncode == 3
-    try:
-        output = survivor.communicate(timeout=120)[0]
+    try:  # the heartbeat timeout is 10 s: 240 s is generous for a loaded machine
+        output = survivor.communicate(timeout=240)[0]
     except subprocess.TimeoutExpired:
         survivor.kill()
-        pytest.fail("the surviving process still runs 120 s after its peer died")
-    assert time.monotonic() - died < 120
+        pytest.fail("the surviving process still runs 240 s after its peer died")
     assert survivor.returncode not in (0, 3)  # an error, not the planned exit
     assert "another task died" in output
 
@@ -143,9 +141,9 @@ def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(t
             for i in range(2)
         ]
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300  # only against a hang: generous for a loaded machine
             while not (out / "latest").is_dir():
-                assert time.monotonic() < deadline, "no first save within 120 s"
+                assert time.monotonic() < deadline, "no first save within 300 s"
                 assert all(p.poll() is None for p in procs), "a process ended on its own"
                 time.sleep(0.02)
             time.sleep(rng.uniform(0, 1.0))  # saves follow each other: most likely mid-save
@@ -191,10 +189,10 @@ def _start(address: str, n: int, pid: int, timeout: float) -> subprocess.Popen:
 
 def test_every_process_that_came_names_the_missing_one():
     address = f"localhost:{_port()}"
-    start = time.monotonic()
     procs = [_start(address, 3, pid, 4) for pid in (0, 1)]  # process 2 never comes
-    outs = [p.communicate(timeout=60) for p in procs]
-    assert time.monotonic() - start < 30  # not JAX's 5 minutes
+    # the message is easyfit's own, raised at its 4 s timeout, not JAX's after 5 minutes; the
+    # bound only keeps a hang from blocking the suite: generous for a loaded machine
+    outs = [p.communicate(timeout=240) for p in procs]
     for proc, (out, err) in zip(procs, outs, strict=True):
         assert proc.returncode == 0, err[-2000:]  # a Python error, no C++ abort
         assert f"TimeoutError: {address}: process(es) [2] of 3 never arrived within 4 s" in out, out

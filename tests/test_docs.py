@@ -1,4 +1,5 @@
-"""Every ```python block of README.md and docs/*.md runs; the docs site builds with --strict.
+"""Every ```python block of README.md and docs/*.md runs; the docs site builds with --strict;
+every link and anchor of those pages resolves; their code lines fit the site's column.
 
 The blocks of one file run in order in one fresh interpreter (like a notebook), in an empty
 temporary folder, offline: MNIST's download mirror is an unreachable local address and the
@@ -15,8 +16,13 @@ import re
 import subprocess
 import sys
 import textwrap
+from functools import cache
+from html import unescape
+from pathlib import Path
 
+import markdown
 import pytest
+import yaml
 
 from tests.helpers import ROOT
 
@@ -76,25 +82,18 @@ def test_code_blocks_run(page, tmp_path):
 
 @pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
+    """``mkdocs build --strict``, as a user runs it (only the site goes to a temporary folder),
+    with every warning shown: any warning fails the build and the test."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-q",
-            "-f",
-            str(ROOT / "mkdocs.yml"),
-            "-d",
-            str(tmp_path / "site"),
-        ],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # no colours
+    warnings = [line for line in output.splitlines() if re.match(r"\s*(WARNING|ERROR)\b", line)]
+    assert proc.returncode == 0 and not warnings, "\n".join(warnings) or output[-4000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "Trains a Flax model on data read by DALI" in api  # the docstrings made it in
     assert not re.findall(r":(?:meth|func|class|attr|mod|exc):", api)  # roles rendered as code
@@ -113,3 +112,149 @@ def test_mkdocs_build_strict(tmp_path):
         "easyfit.parallel.Placement.replicate",
     }
     assert not ids & internal
+
+
+def test_every_docstring_of_easyfit_parses_without_a_warning():
+    """griffe reads every docstring as Google style, rendered on the API page or not: one name
+    per ``Args:`` entry, each ``name: description``."""
+    import logging
+
+    import griffe
+
+    warned: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warned.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("griffe")
+    logger.addHandler(handler)
+    try:
+        package = griffe.load("easyfit", search_paths=[str(ROOT)], docstring_parser="google")
+
+        def parse(obj) -> None:
+            if obj.is_alias:
+                return
+            if obj.docstring:
+                obj.docstring.parsed  # noqa: B018 (parsing is what warns)
+            for member in obj.members.values():
+                parse(member)
+
+        parse(package)
+    finally:
+        logger.removeHandler(handler)
+    assert not warned, warned
+
+
+@cache
+def _rendered(page: Path) -> str:
+    """``page`` as HTML, by Python-Markdown with mkdocs.yml's extensions (the site's ids)."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    names, options = [], {}
+    for ext in config["markdown_extensions"]:
+        name, opts = next(iter(ext.items())) if isinstance(ext, dict) else (ext, None)
+        names.append(name)
+        options[name] = opts or {}
+    return markdown.Markdown(extensions=names, extension_configs=options).convert(page.read_text())
+
+
+def _anchors(page: Path) -> set[str]:
+    """The ids of ``page``'s headings (the toc extension's default slugify) and ``{#id}``s."""
+    return set(re.findall(r'\sid="([^"]+)"', _rendered(page)))
+
+
+def _resolves(target: Path, anchor: str) -> bool:
+    """Whether ``target`` has the id ``anchor``: a heading's, or on the API page one of the
+    objects mkdocstrings renders (a ``::: name`` line, its members included)."""
+    documented = re.findall(r"^::: (\S+)", target.read_text(), re.M)
+    return anchor in _anchors(target) or any(anchor == n or anchor.startswith(n + ".") for n in documented)
+
+
+def _links(page: Path) -> list[str]:
+    html = _rendered(page)
+    return [unescape(h) for h in re.findall(r'<(?:a|img)\b[^>]*?\s(?:href|src)="([^"]*)"', html)]
+
+
+def _broken(page: Path) -> list[str]:
+    """The relative links of ``page`` that name no file, or no heading of that file (or, with
+    ``#anchor`` alone, of ``page``)."""
+    broken = []
+    for link in _links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", link):  # https:, mailto: ...
+            continue
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no such file {target}")
+        elif anchor and target.suffix == ".md" and not _resolves(target, anchor):
+            broken.append(f"{link}: {target.name} has no heading #{anchor}")
+    return broken
+
+
+def test_anchors_and_links_are_read_as_mkdocs_makes_them(tmp_path):
+    (tmp_path / "a.md").write_text("# Two GPUs (one run), 2026-11-2\n\n## `fit(cache=True)`?\n## X {#mine}\n")
+    assert _anchors(tmp_path / "a.md") == {"two-gpus-one-run-2026-11-2", "fitcachetrue", "mine"}
+    (tmp_path / "b.md").write_text(
+        "[ok](a.md#fitcachetrue), [gone](a.md#two-gpus), [none](c.md), [self](#b), [web](https://x.org)\n"
+        "\n```python\n# [in code](nowhere.md#not-a-link)\n```\n\n## B\n"
+    )
+    assert _broken(tmp_path / "b.md") == [
+        "a.md#two-gpus: a.md has no heading #two-gpus",
+        f"c.md: no such file {tmp_path / 'c.md'}",
+    ]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_and_anchor_resolves(page):
+    """Every relative link of a page names a file that exists and, with ``#anchor``, one of
+    that file's headings."""
+    assert not _broken(page), f"{page.name}: " + "; ".join(_broken(page))
+
+
+def test_anchors_named_in_easyfit_messages_resolve():
+    """Messages that send the user to a section (``docs/performance.md#am-i-input-bound``)."""
+    named = {
+        (m.group(1), m.group(2))
+        for file in (ROOT / "easyfit").rglob("*.py")
+        for m in re.finditer(r"docs/([\w-]+\.md)#([\w-]+)", file.read_text())
+    }
+    assert named  # the pattern still finds them
+    missing = [f"{p}#{a}" for p, a in sorted(named) if not _resolves(ROOT / "docs" / p, a)]
+    assert not missing, missing
+
+
+#: Code lines longer than this do not fit the site's content column (Material's code font at
+#: the column's width between the two sidebars) and are cut off behind a scroll bar.
+CODE_COLUMNS = 88
+_FENCE = re.compile(r"^([ \t]*)(`{3,}|~{3,})([^\n]*)\n(.*?)^\1\2[ \t]*$", re.M | re.S)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_code_lines_fit_the_column(page):
+    """Every line of a fenced code block is at most CODE_COLUMNS characters, except in
+    ``text`` blocks: a program's output, quoted as it is printed."""
+    text = page.read_text()
+    long = []
+    for m in _FENCE.finditer(text):
+        if m.group(3).strip().startswith("text"):
+            continue
+        first = text.count("\n", 0, m.start(4)) + 1
+        for i, line in enumerate(textwrap.dedent(m.group(4)).splitlines()):
+            if len(line) > CODE_COLUMNS:
+                long.append(f"{page.name}:{first + i} ({len(line)} characters)")
+    assert not long, long
+
+
+#: Words from the project's own work that mean nothing to a reader of the docs.
+_INTERNAL = re.compile(
+    r"nvidia-h200|\bissue \d+|\bissues? #?\d+|\b20\d\d-\d\d-\d\d\b|\bsession\b|\btranche\b"
+    r"|REFERENCE\.md|reference program",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_pages_name_no_machine_kinds_issues_or_dates(page):
+    found = [
+        f"{page.name}:{n}: {m.group(0)}"
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        for m in _INTERNAL.finditer(line)
+    ]
+    assert not found, found

@@ -22,8 +22,12 @@ class LambdaCallback(Callback):
     ``(logs)``. Hooks not given cost nothing (batch logs are never built for them).
 
     Args:
-        on_epoch_begin, on_epoch_end, on_train_begin, on_train_end, on_train_batch_begin,
-        on_train_batch_end: functions.
+        on_epoch_begin: ``f(epoch, logs)``, at each epoch's start.
+        on_epoch_end: ``f(epoch, logs)``, at each epoch's end.
+        on_train_begin: ``f(logs)``, when training starts.
+        on_train_end: ``f(logs)``, when training ends.
+        on_train_batch_begin: ``f(batch, logs=...)``, before each training batch.
+        on_train_batch_end: ``f(batch, logs=...)``, after each training batch.
         **kwargs: any other hook (``on_test_end``, ``on_batch_end``, ``on_predict_batch_end``,
             ...) as a keyword; as in Keras, any other keyword becomes an attribute
             (``LambdaCallback(custom_method=fn).custom_method``), with a warning when its name

@@ -43,8 +43,9 @@ def check_labels(
         source: the data.
         loss: the loss (only Keras loss names are checked).
         num_outputs: size of the model's last output axis.
-        batch_labels, batch_mask: labels and validity mask of a first batch, used when the
-            source does not know its labels.
+        batch_labels: the labels of a first batch, used when the source does not know its
+            labels.
+        batch_mask: that batch's validity mask.
         output: for a dict or a tuple of labels (several outputs), the key of the output
             checked: ``batch_labels`` and ``num_outputs`` are that output's.
 

@@ -183,7 +183,8 @@ def resume_mode(
 
     Args:
         cache: the user's choice.
-        use_cache, why: what :func:`~easyfit.data.cache.decide_cache` chose, and its sentence.
+        use_cache: what :func:`~easyfit.data.cache.decide_cache` chose.
+        why: :func:`~easyfit.data.cache.decide_cache`'s sentence for that choice.
         position: the backup's loader position (None: nothing to follow).
 
     Example:

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -69,7 +68,6 @@ with open(os.path.join(args.out, f"seen-{args.process_id}.json"), "w") as f:
     json.dump(seen, f)
 
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
-start = time.time()
 history = trainer.fit(args.root, epochs=args.epochs, batch_size=200, verbose=2, callbacks=[Die()])
 result = trainer.evaluate(args.root + "/val")
 predictions = trainer.predict(args.root + "/val")

@@ -108,8 +108,13 @@ class RecordIO(RecordFiles):
 
     Args:
         path: a ``.rec`` file or a directory of them.
-        image_size, color_mode, decoder, transform, augment, normalize, eval_crop: as for
-            :class:`~easyfit.data.ImageFolder`.
+        image_size: as for :class:`~easyfit.data.ImageFolder`.
+        color_mode: as for :class:`~easyfit.data.ImageFolder`.
+        decoder: as for :class:`~easyfit.data.ImageFolder`.
+        transform: as for :class:`~easyfit.data.ImageFolder`.
+        augment: as for :class:`~easyfit.data.ImageFolder`.
+        normalize: as for :class:`~easyfit.data.ImageFolder`.
+        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef
