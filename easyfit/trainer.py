@@ -156,6 +156,19 @@ class Trainer(TrainerSteps):
     def __enter__(self) -> Trainer:
         return self
 
+    if not TYPE_CHECKING:  # (hidden from mypy, which would take every attribute as existing)
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "compile":  # the Keras habit: model.compile(optimizer, loss, metrics)
+                raise AttributeError(
+                    "Trainer has no compile(): its constructor takes compile's arguments, "
+                    "ef.Trainer(model, optimizer=..., loss=..., metrics=...)",
+                    name=name,
+                    obj=self,
+                )
+            message = f"{type(self).__name__!r} object has no attribute {name!r}"
+            raise AttributeError(message, name=name, obj=self)
+
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
