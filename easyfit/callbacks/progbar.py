@@ -103,6 +103,7 @@ class ProgbarLogger(Callback):
         self.verbose = verbose
         self.interval = interval
         self._bar: Any = None
+        self._barred = False  # this epoch shows a bar (closed once full, or at its end)
         self._notebook = False
 
     def _width(self) -> int | None:
@@ -114,7 +115,8 @@ class ProgbarLogger(Callback):
         self._last = self._start
         self._epoch = epoch
         self._notebook = in_notebook()
-        if display_mode(self.verbose, sys.stdout.isatty(), self._notebook) == "bar":
+        self._barred = display_mode(self.verbose, sys.stdout.isatty(), self._notebook) == "bar"
+        if self._barred:
             steps = self.params.get("steps") or None
             self._bar = _bar_class(self._notebook)(
                 total=steps,
@@ -145,17 +147,24 @@ class ProgbarLogger(Callback):
         if self._bar is None:
             return
         self._bar.update(1)
+        if self._bar.total is not None and self._bar.n >= self._bar.total:
+            self._close()  # full: what prints before the epoch's end (validation) goes under it
+            return
         now = time.perf_counter()
         if logs is not None and now - self._last >= self.interval:
             self._last = now
             self._bar.set_postfix(self._postfix(logs), refresh=False)
 
-    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
-        seconds = time.perf_counter() - self._start
+    def _close(self) -> None:
         if self._bar is not None:
             self._bar.set_postfix({}, refresh=False)  # every metric follows, under the bar
             self._bar.close()
             self._bar = None
+
+    def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
+        seconds = time.perf_counter() - self._start
+        if self._barred:
+            self._close()
             width = self._width()
             lines = metric_lines(logs or {}, None if width is None else width - 1)
             if lines:
@@ -166,6 +175,4 @@ class ProgbarLogger(Callback):
         )
 
     def on_train_end(self, logs: Logs | None = None) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        self._close()
