@@ -10,6 +10,9 @@ import pytest
 from tests.helpers import ROOT
 
 CELLS = [
+    "import sys\n"
+    "if HIDE_WIDGETS:\n"
+    "    sys.modules['ipywidgets'] = None  # as in a Jupyter without ipywidgets\n"
     "import easyfit as ef\n"
     "from tests.helpers.models import SmallMLP\n"
     "root = ef.datasets.sample_folder(DATA, limit=(200, 100))\n"
@@ -21,21 +24,29 @@ CELLS = [
 
 
 @pytest.mark.slow
-def test_a_notebook_shows_progress_without_warnings_and_the_plot_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("widgets", [False, True], ids=["text bar", "widget"])
+def test_a_notebook_shows_progress_without_warnings_and_the_plot_once(widgets, tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
+
+    if widgets:
+        pytest.importorskip("ipywidgets")
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1")
     cells = [c.replace("DATA", repr(str(tmp_path / "data"))) for c in CELLS]
+    cells[0] = cells[0].replace("HIDE_WIDGETS", str(not widgets))
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     where = {"metadata": {"path": str(tmp_path)}}
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources=where).execute()
-    fit, plot, widgets = (cell.outputs for cell in notebook.cells)
+    fit, plot, found = (cell.outputs for cell in notebook.cells)
     text = "".join(o.get("text", "") for o in fit if o.output_type == "stream")
     assert "Warning" not in text, text
-    assert "Epoch 2/2" in text and "val_accuracy: " in text, text
-    if widgets[0]["text"].strip() == "True":  # with ipywidgets: tqdm's widget
-        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in fit)
+    assert "val_accuracy: " in text, text  # every metric, under the bar
+    assert found[0]["text"].strip() == str(widgets)
+    shown = [o for o in fit if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(shown) == (2 if widgets else 0)  # a widget per epoch, or tqdm's text bar
+    if not widgets:
+        assert "Epoch 2/2: 100%|" in text
     pictures = [o for o in plot if "image/png" in o.get("data", {})]
     assert len(pictures) == 1 and len(plot) == 1, plot
