@@ -20,6 +20,7 @@ CELLS = [
     "history = trainer.fit(root, epochs=2, batch_size=50)",
     "history.plot()",
     "import importlib.util; print(importlib.util.find_spec('ipywidgets') is not None)",
+    "%matplotlib inline\nimport matplotlib.pyplot\nhistory.plot()",  # with the magic: once too
 ]
 
 
@@ -39,7 +40,7 @@ def test_a_notebook_shows_progress_without_warnings_and_the_plot_once(widgets, t
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     where = {"metadata": {"path": str(tmp_path)}}
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources=where).execute()
-    fit, plot, found = (cell.outputs for cell in notebook.cells)
+    fit, plot, found, magic = (cell.outputs for cell in notebook.cells)
     text = "".join(o.get("text", "") for o in fit if o.output_type == "stream")
     assert "Warning" not in text, text
     assert "val_accuracy: " in text, text  # every metric, under the bar
@@ -48,5 +49,6 @@ def test_a_notebook_shows_progress_without_warnings_and_the_plot_once(widgets, t
     assert len(shown) == (2 if widgets else 0)  # a widget per epoch, or tqdm's text bar
     if not widgets:
         assert "Epoch 2/2: 100%|" in text
-    pictures = [o for o in plot if "image/png" in o.get("data", {})]
-    assert len(pictures) == 1 and len(plot) == 1, plot
+    for outputs in (plot, magic):
+        pictures = [o for o in outputs if "image/png" in o.get("data", {})]
+        assert len(pictures) == 1 and len(outputs) == 1, outputs
