@@ -228,7 +228,8 @@ def report(env: Environment) -> str:
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
     ]
-    lines = [f"{name:<17} {value}" for name, value in rows]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]  # one column of values
     found = problems(env)
     lines += [f"warning: {p}" for p in found] or ["no known problems"]
     return "\n".join(lines)

@@ -102,11 +102,16 @@ class TrainerState:
         if self._inference_only is not None:
             raise ValueError(f"fit: {self._inference_only}")
 
-    def summary(self, print_fn: Any = print) -> str:
-        """Prints (with ``print_fn``, unless None) and returns the parameter table per module
-        and the totals: trainable, non-trainable (BatchNorm statistics) and bytes."""
+    def summary(self, print_fn: Any = None) -> None:
+        """Prints the parameter table per module and the totals: trainable, non-trainable
+        (BatchNorm statistics) and bytes. Returns None, as Keras' ``Model.summary``.
+
+        Args:
+            print_fn: called once with the whole text (None: ``print``); e.g.
+                ``lines.append`` to keep it.
+        """
         state = self._require_state()
-        return export_lib.summary(state.params, state.model_state, type(self._model).__name__, print_fn)
+        export_lib.summary(state.params, state.model_state, type(self._model).__name__, print_fn or print)
 
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and

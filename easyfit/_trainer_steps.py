@@ -24,7 +24,7 @@ from . import steps
 from ._fit_options import check_class_weight
 from ._trainer_state import TrainerState
 from .metrics import build_collection, default_metrics
-from .models import input_spec
+from .models import check_input_shape, input_spec
 from .outputs import OutputLosses, infer_losses, is_structured, loss_function, losses_by_output
 
 if TYPE_CHECKING:
@@ -220,6 +220,14 @@ class TrainerSteps(TrainerState):
                 self.class_names = source.class_names
             self._input_scale = source.scale
             self._data.adopt(source)
+        elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
+            built, model = self._input_spec[0], self.state
+            check_input_shape(
+                built,
+                input_spec(chunk["x"])[0],
+                lambda shape: self._adapter.num_outputs(model.params, model.model_state, shape),
+                source.describe(),
+            )
         if not labels:
             return
         self._resolved_loss(source, chunk)  # sets self.loss when it was None

@@ -46,8 +46,11 @@ def summary(
         >>> import jax, jax.numpy as jnp
         >>> from easyfit.export import summary
         >>> params = {"Dense_0": {"kernel": jnp.zeros((784, 10)), "bias": jnp.zeros(10)}}
-        >>> print(summary(params, {}).splitlines()[-3])
+        >>> for line in summary(params, {}).splitlines()[-3:]:
+        ...     print(line)
         Trainable parameters: 7,850 (30.7 KiB)
+        Non-trainable variables: 0 (0 B)
+        Total: 7,850 (30.7 KiB)
     """
     params = jax.device_get(_pure(params))
     state = jax.device_get(_pure(model_state))
@@ -58,9 +61,9 @@ def summary(
     n, b = _count(params)
     m, c = _count(state)
     lines += [
-        f"Trainable parameters: {n:,} ({b / 1024:,.1f} KiB)",
-        f"Non-trainable variables: {m:,} ({c / 1024:,.1f} KiB)",
-        f"Total: {n + m:,} ({(b + c) / 2**20:,.2f} MiB)",
+        f"Trainable parameters: {n:,} ({_size(b)})",
+        f"Non-trainable variables: {m:,} ({_size(c)})",
+        f"Total: {n + m:,} ({_size(b + c)})",
     ]
     text = "\n".join(lines)
     if print_fn is not None:
@@ -68,11 +71,23 @@ def summary(
     return text
 
 
+def _size(nbytes: int) -> str:
+    """``nbytes`` in the largest binary unit that keeps it at least 1: ``30.7 KiB``."""
+    size, unit = float(nbytes), "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{nbytes} B" if unit == "B" else f"{size:,.1f} {unit}"
+
+
 def parameter_overview(tree: Mapping[str, Any]) -> str:
-    """clu's table of ``tree``'s arrays: name, shape, size, mean and std."""
+    """clu's table of ``tree``'s arrays: name, shape, size, mean and std (without clu's own
+    total under it: the summary ends with one set of totals)."""
     from clu import parameter_overview as overview
 
-    return overview.get_parameter_overview(dict(tree), include_stats=True)
+    text = overview.get_parameter_overview(dict(tree), include_stats=True)
+    return "\n".join(line for line in text.splitlines() if not line.startswith("Total:"))
 
 
 def _specs(shape: Any, dtype: Any, batch: Any) -> Any:

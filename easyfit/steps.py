@@ -386,6 +386,10 @@ def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: 
 
     Lets the first step's compilation overlap the work before it (the model's initialisation,
     the input pipeline's start). A failure is left to the first call to report.
+
+    The thread is not a daemon: a process that ends while it compiles (say after catching an
+    error that fit raised meanwhile) waits for it, since a compilation still running when
+    JAX's exit handler releases the backend aborts the process.
     """
     functions = jitted if isinstance(jitted, list) else [jitted]
 
@@ -396,6 +400,6 @@ def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: 
             except Exception:  # noqa: BLE001 - the real call compiles again and raises
                 pass
 
-    thread = threading.Thread(target=work, daemon=True, name="easyfit-compile")
+    thread = threading.Thread(target=work, name="easyfit-compile")
     thread.start()
     return thread

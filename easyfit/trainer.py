@@ -165,6 +165,19 @@ class Trainer(TrainerSteps):
     def __enter__(self) -> Trainer:
         return self
 
+    if not TYPE_CHECKING:  # (hidden from mypy, which would take every attribute as existing)
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "compile":  # the Keras habit: model.compile(optimizer, loss, metrics)
+                raise AttributeError(
+                    "Trainer has no compile(): its constructor takes compile's arguments, "
+                    "ef.Trainer(model, optimizer=..., loss=..., metrics=...)",
+                    name=name,
+                    obj=self,
+                )
+            message = f"{type(self).__name__!r} object has no attribute {name!r}"
+            raise AttributeError(message, name=name, obj=self)
+
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
@@ -280,27 +293,33 @@ class Trainer(TrainerSteps):
             initial_epoch = resume.epoch
         plan = loader.plan
         start = loader.position()
-        head: dict[str, jax.Array] = next(loader)
-        first: dict | None = head  # the first step's chunk, already read
-        fns = self._functions(train, plan, head)
-        if verbose and self._loss_note:
-            print(f"easyfit: {self._loss_note}", flush=True)
-        # the steps trained by the first chunk, by most and by an epoch's last one (fewer when
-        # the steps do not divide evenly): the first chunk's function compiled while the model
-        # initialises, the others after it, while the first chunks train (two compilations at
-        # once stalled on a GPU)
-        first_count = plan.live_steps(resume.batch if resume is not None else 0)
-        abstract, empty = self._abstract_state(head), self._empty(fns)
-        compiling = {first_count: steps.compile_ahead(fns.train(first_count), abstract, empty, head)}
-        self._ensure_state(head, train)
-        self._check_class_weight(class_weight, head)
-        compiling[first_count].join()
-        others = [
-            n for n in {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)} if n != first_count
-        ]
-        if others:
-            later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
-            compiling.update(dict.fromkeys(others, later))
+        compiling: dict[int, threading.Thread] = {}
+        try:  # a failure before training (bad labels or inputs) leaves nothing running
+            head: dict[str, jax.Array] = next(loader)
+            first: dict | None = head  # the first step's chunk, already read
+            fns = self._functions(train, plan, head)
+            if verbose and self._loss_note:
+                print(f"easyfit: {self._loss_note}", flush=True)
+            # the steps trained by the first chunk, by most and by an epoch's last one (fewer when
+            # the steps do not divide evenly): the first chunk's function compiled while the model
+            # initialises, the others after it, while the first chunks train (two compilations at
+            # once stalled on a GPU)
+            first_count = plan.live_steps(resume.batch if resume is not None else 0)
+            abstract, empty = self._abstract_state(head), self._empty(fns)
+            compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
+            self._ensure_state(head, train)
+            self._check_class_weight(class_weight, head)
+            compiling[first_count].join()
+            ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
+            others = [n for n in ends if n != first_count]
+            if others:
+                later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
+                compiling.update(dict.fromkeys(others, later))
+        except BaseException:
+            for thread in compiling.values():
+                thread.join()
+            loader.close()
+            raise
         acc = None
         first_batch = 0
         if resume is not None:

@@ -277,7 +277,7 @@ def test_progress_display_per_environment():
     from easyfit.callbacks.progbar import display_mode
 
     assert display_mode(1, isatty=True, notebook=False) == "bar"  # a terminal: today's bar
-    assert display_mode(1, isatty=False, notebook=True) == "bar"  # Jupyter: tqdm.auto's widget
+    assert display_mode(1, isatty=False, notebook=True) == "bar"  # Jupyter: a widget, or a text bar
     assert display_mode(1, isatty=False, notebook=False) == "lines"  # a log file
     assert display_mode(2, isatty=True, notebook=True) == "lines"
     assert display_mode(0, isatty=True, notebook=True) is None

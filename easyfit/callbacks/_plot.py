@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import io
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,16 +11,44 @@ from typing import Any
 __all__ = ["plot_history"]
 
 _VAL = "val_"
+_DPI = 110
 
 
-def _panels(history: Mapping[str, Sequence[float]]) -> list[str]:
-    """Quantities to draw, one panel each: loss first, then the metrics in the logs' order."""
+def _panels(history: Mapping[str, Sequence[float]], metrics: Sequence[str] | None) -> list[str]:
+    """Quantities to draw, one panel each: ``metrics`` as given, or loss first, then the
+    metrics in the logs' order, less what fit adds to them (``input_wait``, and a
+    ``learning_rate`` that never changed)."""
     names = list(dict.fromkeys(k[len(_VAL) :] if k.startswith(_VAL) else k for k in history))
+    if metrics is not None:
+        unknown = [m for m in metrics if m not in names]
+        if unknown:
+            raise ValueError(f"metrics: {unknown} not in the history, which holds {names}")
+        return list(metrics)
+    lr = history.get("learning_rate", ())
+    names = [n for n in names if n != "input_wait" and not (n == "learning_rate" and len(set(lr)) <= 1)]
     return sorted(names, key=lambda n: n != "loss")
 
 
+@functools.cache
+def _figure_class() -> type:
+    """A matplotlib Figure that Jupyter displays as a PNG, once, with no ``%matplotlib``: it is
+    made without pyplot (which would draw it again at the cell's end) and has ``_repr_png_``."""
+    from matplotlib.figure import Figure
+
+    class LearningCurves(Figure):
+        def _repr_png_(self) -> bytes:
+            buffer = io.BytesIO()
+            self.savefig(buffer, format="png", dpi=_DPI)
+            return buffer.getvalue()
+
+    return LearningCurves
+
+
 def plot_history(
-    history: Mapping[str, Sequence[float]], epochs: Sequence[int], path: str | os.PathLike | None = None
+    history: Mapping[str, Sequence[float]],
+    epochs: Sequence[int],
+    path: str | os.PathLike | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> Any:
     """Draws ``History.history`` as one panel per quantity, training and validation together.
 
@@ -27,13 +57,16 @@ def plot_history(
         epochs: the epoch indices of the values (``History.epoch``, counted from 0); epochs are
             labelled from 1, as the progress bar counts them.
         path: where to save the figure as a PNG (None: do not save).
+        metrics: the quantities to draw, without ``val_`` (None: loss and the metrics, not
+            ``input_wait`` nor a constant ``learning_rate``).
 
     Returns:
-        The ``matplotlib.figure.Figure``.
+        A ``matplotlib.figure.Figure`` (shown once as a picture when a notebook cell ends
+        with it).
 
     Raises:
         ImportError: matplotlib is missing (``pip install "easyfit[plot]"``).
-        ValueError: the history holds no values.
+        ValueError: the history holds no values, or ``metrics`` names one it does not hold.
 
     Example:
         >>> import os
@@ -45,13 +78,16 @@ def plot_history(
         (['loss', 'accuracy'], True)
     """
     try:
-        from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
+
+        Figure = _figure_class()
     except ImportError as e:
         raise ImportError('History.plot needs matplotlib: pip install "easyfit[plot]"') from e
-    panels = _panels(history)
-    if not panels or not any(len(v) for v in history.values()):
+    if not any(len(v) for v in history.values()):
         raise ValueError("history: nothing to plot (no epoch has ended yet)")
+    panels = _panels(history, metrics)
+    if not panels:
+        raise ValueError(f"history: nothing to plot with metrics={metrics!r}")
     figure = Figure(figsize=(5.0 * len(panels), 4.0), layout="constrained")
     for ax, name in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         for key, label, style in ((name, "training", "-o"), (_VAL + name, "validation", "--s")):
@@ -67,5 +103,5 @@ def plot_history(
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=10)
     if path is not None:
-        figure.savefig(os.fspath(path), dpi=110)
+        figure.savefig(os.fspath(path), dpi=_DPI)
     return figure

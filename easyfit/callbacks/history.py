@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .callback import Callback, Logs
@@ -49,18 +50,25 @@ class History(Callback):
         if self._trainer is not None:
             self._trainer.history = self  # as Keras: the model's history is the latest run's
 
-    def plot(self, path: str | os.PathLike | None = None) -> Figure:
+    def plot(self, path: str | os.PathLike | None = None, metrics: Sequence[str] | None = None) -> Figure:
         """Draws loss and every metric per epoch (training and validation) with matplotlib.
+
+        What fit adds to the logs is left out unless ``metrics`` names it: ``input_wait``,
+        and ``learning_rate`` when it never changed.
 
         Args:
             path: where to save a PNG (None: do not save).
+            metrics: the quantities to draw, one panel each, without ``val_`` (e.g.
+                ``["loss", "input_wait"]``; None: loss and the training metrics).
 
         Returns:
-            The matplotlib Figure.
+            The matplotlib Figure. A notebook cell ending in ``history.plot()`` shows it once,
+            with no ``%matplotlib`` magic.
 
         Raises:
             ImportError: matplotlib is not installed (``pip install "easyfit[plot]"``).
+            ValueError: no epoch has ended, or ``metrics`` names what the history lacks.
         """
         from ._plot import plot_history
 
-        return plot_history(self.history, self.epoch, path)
+        return plot_history(self.history, self.epoch, path, metrics)

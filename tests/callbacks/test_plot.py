@@ -53,3 +53,20 @@ def test_missing_matplotlib_says_how_to_install_it():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     ).stdout
     assert 'pip install "easyfit[plot]"' in out
+
+
+def test_plot_leaves_out_input_wait_and_a_constant_learning_rate_unless_asked():
+    h = _history(3, ("loss", "accuracy", "input_wait", "val_loss"))
+    h.history["learning_rate"] = [1e-3] * 3
+    assert [ax.get_title() for ax in h.plot().axes] == ["loss", "accuracy"]
+    asked = h.plot(metrics=["loss", "input_wait", "learning_rate"])
+    assert [ax.get_title() for ax in asked.axes] == ["loss", "input_wait", "learning_rate"]
+    h.history["learning_rate"] = [1e-3, 5e-4, 2.5e-4]  # a schedule: drawn
+    assert [ax.get_title() for ax in h.plot().axes] == ["loss", "accuracy", "learning_rate"]
+    with pytest.raises(ValueError, match=r"\['top_k'\] not in the history"):
+        h.plot(metrics=["top_k"])
+
+
+def test_the_figure_is_its_own_png_for_notebooks():
+    png = _history(2, ("loss",)).plot()._repr_png_()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000

@@ -17,12 +17,14 @@ PROGRAMS = ROOT / "tests" / "programs"
 def run_program(
     name: str, *args: str, devices: int = 1, timeout: float = 600, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Runs tests/programs/<name> in a fresh interpreter with ``devices`` CPU devices."""
+    """Runs tests/programs/<name> in a fresh interpreter with ``devices`` CPU devices and this
+    checkout first on the path (not whichever easyfit is installed)."""
     full_env = {
         **os.environ,
         **(env or {}),
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
         "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     return subprocess.run(
         [sys.executable, str(PROGRAMS / name), *args],

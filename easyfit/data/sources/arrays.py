@@ -22,7 +22,14 @@ def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
     if problem:
         raise DataError(f"{name} {problem}")
     if a.dtype.kind not in "biuf":
-        raise DataError(f"{name}: dtype {a.dtype} is not numeric")
+        fix = (
+            "; for labels that are names, give their indices and keep the names: "
+            "names, y = np.unique(y, return_inverse=True), then "
+            "fit(ef.data.Arrays(x, y, class_names=list(names)))"
+            if label
+            else ""
+        )
+        raise DataError(f"{name}: dtype {a.dtype} is not numeric{fix}")
     if label:
         a = a.astype(np.int32) if a.dtype.kind in "biu" else a.astype(np.float32, copy=False)
     elif a.dtype == np.float64:

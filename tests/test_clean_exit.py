@@ -1,0 +1,34 @@
+"""A process ends cleanly after catching an error that fit raised while it was still compiling
+(a compilation left running when JAX's exit handler releases the backend aborted the process:
+``terminate called after throwing an instance of ...``, status 134)."""
+
+from __future__ import annotations
+
+import pytest
+
+import easyfit as ef
+from tests.helpers import run_program
+
+
+@pytest.mark.slow
+def test_exit_after_a_caught_data_error_never_aborts(tmp_path):
+    root = ef.datasets.sample_folder(tmp_path / "data", limit=(100, 20))
+    for _ in range(3):  # without the fix, most runs here aborted (one in three in the report)
+        proc = run_program("data_error_exit.py", root, "200", timeout=300)
+        assert proc.returncode == 0 and "terminate called" not in proc.stderr, proc.stderr[-2000:]
+        assert "DataError: " in proc.stdout and "outside the model's 5 outputs" in proc.stdout
+
+
+def test_a_failed_fit_closes_its_training_loader(monkeypatch, tmp_path):
+    import numpy as np
+
+    from easyfit.data.loader import Loader
+    from tests.helpers.models import SmallMLP
+
+    closed = []
+    close = Loader.close
+    monkeypatch.setattr(Loader, "close", lambda self: (closed.append(self), close(self))[1])
+    x, y = np.zeros((20, 4, 4, 1), np.float32), np.full(20, 12)  # labels beyond 10 outputs
+    with pytest.raises(ef.errors.DataError, match="outside the model's 10 outputs"):
+        ef.Trainer(SmallMLP()).fit(x, y, batch_size=10, verbose=0)
+    assert closed and all(not loader._pipelines._pipes for loader in closed)
