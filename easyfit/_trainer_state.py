@@ -154,8 +154,9 @@ class TrainerState:
     # ---------------------------------------------------------------------------- checkpoints
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
         """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
-        reached and the seed (see ``easyfit.checkpoint``). Replaces a checkpoint already at
-        ``path`` only once the new one is complete.
+        reached, the seed, and the training data's input recipe as plain JSON, so that ``load``
+        reads data as training did (see ``easyfit.checkpoint``). Replaces a checkpoint already
+        at ``path`` only once the new one is complete.
 
         Args:
             path: the checkpoint's directory.

@@ -181,7 +181,8 @@ def save(
         path: the checkpoint's directory.
         state: a :class:`~easyfit.state.TrainState`.
         progress: where training stands (epoch, batch, loader position, metrics, plan).
-        meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names`` (JSON values).
+        meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names``, ``recipe``, ...
+            (JSON values: ``Trainer.checkpoint_meta``).
         weights_only: save the parameters and model state only.
 
     The new checkpoint is written beside the old one (``<path>.easyfit-new``) and swapped in

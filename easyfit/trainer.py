@@ -73,8 +73,8 @@ class Trainer(TrainerSteps):
         seed: seeds initialisation, shuffling and dropout: the same seed gives the same
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
-            callbacks then fire once per dispatch, as in Keras, their ``batch`` counting
-            dispatches (docs/keras.md). ``"auto"`` (default): on GPUs about 6,000
+            callbacks then fire once per dispatch, their ``batch`` counting dispatches where
+            Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs about 6,000
             samples per dispatch when streaming and about 12,800 when training from the device
             cache, never more than an epoch, and fewer (down to half) when that many divide
             the epoch's steps; on CPUs one step, since XLA's CPU convolutions run slower inside

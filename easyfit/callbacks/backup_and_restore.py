@@ -60,7 +60,7 @@ class BackupAndRestore(Callback):
 
     Args:
         backup_dir: where the backups live (one per training run); not empty or None, and
-            without ``[`` or ``]`` (Orbax's backup directories cannot take them).
+            without ``[``, ``]``, ``*`` or ``?`` (Orbax globs its backups' paths).
         save_freq: ``"epoch"``: at each epoch's end; an integer: every that many batches
             (dispatches) as well as on Ctrl-C.
         double_checkpoint: keep the previous backup as well as the latest, and resume from it
@@ -69,8 +69,8 @@ class BackupAndRestore(Callback):
             interrupted or fails).
 
     Raises:
-        ValueError: ``backup_dir`` is empty, None, holds ``[`` or ``]``, or is a file; or
-            ``save_freq`` is neither ``"epoch"`` nor a positive integer.
+        ValueError: ``backup_dir`` is empty, None, holds ``[``, ``]``, ``*`` or ``?``, or is
+            a file; or ``save_freq`` is neither ``"epoch"`` nor a positive integer.
 
     Example:
         >>> from easyfit.callbacks import BackupAndRestore

@@ -25,10 +25,9 @@ class Callback:
     overrides are never called. ``on_train_batch_begin`` / ``on_train_batch_end`` call
     ``on_batch_begin`` / ``on_batch_end`` unless overridden, as in Keras.
 
-    With ``steps_per_execution=k`` batch hooks fire once per dispatch of k steps, as in Keras;
-    but ``batch`` counts dispatches (0, 1, 2, ...), where Keras gives the index of the
-    dispatch's first step to the begin hooks and of its last step to the end hooks (see
-    docs/keras.md).
+    With ``steps_per_execution=k`` batch hooks fire once per dispatch of k steps and ``batch``
+    counts dispatches (0, 1, 2, ...), unlike Keras, which gives the index of the dispatch's
+    first step to the begin hooks and of its last step to the end hooks (see docs/keras.md).
 
     Set ``self.model.stop_training = True`` to stop training (after the current batch; the
     epoch's end hooks still run), ``self.model.stop_evaluating`` / ``stop_predicting`` to end

@@ -23,7 +23,8 @@ class CSVLogger(Callback):
 
     Columns are ``epoch``, then the first epoch's log keys, sorted, and, as in Keras, when
     that epoch was not validated, a ``val_`` column for each of them (``validation_freq``, no
-    validation data): a value missing from a row is written ``NA``. A key first logged at a
+    validation data; none for ``input_wait``, ``learning_rate`` and ``loss_scale``, which
+    validation never logs): a value missing from a row is written ``NA``. A key first logged at a
     later epoch (a callback adds it) gets a column too: the file is rewritten with it, the
     earlier rows ``NA``; when appending to a file of earlier runs, whose header stays, such a
     key is left out with a warning. The file is flushed after every row. Only process 0

@@ -46,10 +46,11 @@ def test_an_empty_or_none_backup_dir_is_refused(empty, tmp_path, monkeypatch):
     assert canary.read_text() == "lr: 0.1\n"
 
 
-def test_a_backup_dir_with_brackets_or_that_is_a_file_is_refused_before_writing(tmp_path):
-    with pytest.raises(ValueError, match=r"glob character"):
-        BackupAndRestore(tmp_path / "lr[0.1]" / "backup")
-    assert not (tmp_path / "lr[0.1]").exists()
+def test_a_backup_dir_with_glob_characters_or_that_is_a_file_is_refused_before_writing(tmp_path):
+    for name in ("lr[0.1]", "run*", "run?"):  # every character the docstring names
+        with pytest.raises(ValueError, match=r"glob character"):
+            BackupAndRestore(tmp_path / name / "backup")
+        assert not (tmp_path / name).exists()
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         BackupAndRestore(tmp_path / "f")

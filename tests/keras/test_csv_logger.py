@@ -53,6 +53,8 @@ def test_validation_columns_with_validation_freq(trainer, data, tmp_path):
         for key in ("val_loss", "val_accuracy"):
             assert row[key] == (str(history.history[key][0]) if epoch == 3 else "NA")
     assert [float(row["loss"]) for row in rows] == history.history["loss"]
+    # a training-only key gets no val_ twin (docs/keras.md): validation never logs it
+    assert "input_wait" in rows[0] and "val_input_wait" not in rows[0]
 
 
 def test_a_key_first_logged_later_gets_its_column(trainer, data, tmp_path):

@@ -124,7 +124,8 @@ def test_per_element_values_are_averaged_per_sample(mnist):
 
 
 def test_functions_named_outputs_first_keep_their_order(mnist):
-    # Keras has no such rule; easyfit's earlier convention, (outputs, labels), is kept for
+    # No Keras test: a deliberate difference (docs/keras.md, fit, evaluate and predict). Keras
+    # has no such rule; easyfit's earlier convention, (outputs, labels), is kept for
     # functions whose first parameter says so, so that none is silently swapped.
     x, y = mnist
 
@@ -140,8 +141,10 @@ def test_functions_named_outputs_first_keep_their_order(mnist):
 
 
 def test_one_value_per_batch_is_refused(mnist):
-    # Keras averages a metric's batch values; easyfit averages per-sample values over the valid
-    # rows (padding rows of a last batch must not count), and says so for a scalar.
+    # Keras: reduction_metrics_test.py::MetricWrapperTest (a function's values averaged).
+    # A deliberate difference (docs/keras.md): Keras averages a metric's batch values; easyfit
+    # averages per-sample values over the valid rows (padding rows of a last batch must not
+    # count), and says so for a scalar.
     x, y = mnist
 
     def batch_mean(y_true, y_pred):

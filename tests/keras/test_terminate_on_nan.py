@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from easyfit.callbacks import BackupAndRestore, Callback, TerminateOnNaN
+from easyfit.callbacks.backup_and_restore import BACKUPS
 from tests.helpers.kerasfit import exploding_data, mse_trainer
 
 
@@ -82,7 +83,9 @@ def test_raise_error_terminate_preserves_backup(mse, mnist_arrays, tmp_path):
     backup = BackupAndRestore(backup_dir, save_freq=1)
     with pytest.raises(RuntimeError):
         _fit(mse, exploding_data(mnist_arrays), [backup, TerminateOnNaN(raise_error=True)])
-    assert os.path.isdir(backup_dir) and os.listdir(backup_dir)
+    # a backup to resume from, not only its (marked) directory: backup_dir/easyfit-backups/<step>
+    assert any(s.isdigit() for s in os.listdir(backup_dir / BACKUPS))
+    assert BackupAndRestore(backup_dir).restore_point() is not None
 
 
 @pytest.mark.parametrize("raise_error", [False, True])

@@ -23,6 +23,7 @@ import optax  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.callbacks import BackupAndRestore, ModelCheckpoint  # noqa: E402
+from easyfit.callbacks.backup_and_restore import BACKUPS  # noqa: E402
 from tests.helpers.formats import encode, write_lmdb  # noqa: E402
 from tests.helpers.models import SmallMLP  # noqa: E402
 
@@ -88,11 +89,12 @@ with warnings.catch_warnings():
     trainer = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-2), seed=0)
     trainer.fit(source, epochs=2, batch_size=16, verbose=0, callbacks=[keep, backup])
     saved = trainer.save(work / "saved")
-    step = max(int(s) for s in os.listdir(work / "backup") if s.isdigit())
+    backups = work / "backup" / BACKUPS  # BackupAndRestore's own directory in backup_dir
+    step = max(int(s) for s in os.listdir(backups) if s.isdigit())
     loaded_by = {
         "from_checkpoint": ef.Trainer.from_checkpoint(saved, SmallMLP()),
         "model_checkpoint": ef.Trainer.from_checkpoint(work / "mc", SmallMLP(), optimizer=optax.adam(1e-2)),
-        "backup_and_restore": ef.Trainer.from_checkpoint(work / "backup" / str(step), SmallMLP()),
+        "backup_and_restore": ef.Trainer.from_checkpoint(backups / str(step), SmallMLP()),
     }
     plain = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-2))
     plain.load(saved)
