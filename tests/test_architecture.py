@@ -107,4 +107,3 @@ def test_no_import_cycles_in_easyfit():
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle)
-

@@ -5,7 +5,7 @@ pixel) or a float label under a sparse loss does not fail in the
 step: ``one_hot`` gives zeros, the integer cross-entropy gathers garbage, and training goes on
 to a silently wrong result. So each source's labels are checked once, on the host: all of them
 when the source knows them without decoding (folders, arrays, RecordIO, WebDataset), else those
-of the first batch.
+of the first batch, and then each label as its record is fed (a TFRecord: ``limit_labels``).
 """
 
 from __future__ import annotations
@@ -81,6 +81,8 @@ def check_labels(
     dense = np.ndim(labels) > 1 and loss in _SPARSE  # a class index per pixel (masks)
     if (np.ndim(labels) != 1 and not dense) or len(labels) == 0:  # one-hot, multi-label: not indices
         return
+    if not known and not dense and output is None:
+        source.limit_labels(num_outputs)  # every later label it feeds is checked too, by its record
     rows = np.asarray(labels).reshape(len(labels), -1)
     bad = np.flatnonzero(((rows < 0) | (rows >= num_outputs)).any(axis=1))
     if len(bad):

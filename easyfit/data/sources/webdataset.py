@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .base import int32_labels
 from .folder import IMAGE_EXTENSIONS
 from .records import RecordFiles, list_files
 
@@ -130,7 +131,7 @@ class WebDataset(RecordFiles):
         self._set_ranges(parts)
         self._init_records(
             root,
-            np.asarray(labels, np.int32),
+            int32_labels(np.asarray(labels, np.float64), self.locate),  # float64: any size of int
             image_size,
             color_mode,
             decoder,
