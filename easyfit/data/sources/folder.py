@@ -32,7 +32,11 @@ IMAGE_EXTENSIONS = (
 
 def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
     """The entries of ``folder`` that are files (``kind="file"``) or directories (``"dir"``),
-    following symlinks; DataError naming an entry that cannot be followed (a symlink loop).
+    following symlinks.
+
+    Nothing is skipped without a word: DataError names ``folder`` when it cannot be listed (no
+    read permission), and an entry that cannot be followed: a symlink loop, or a broken
+    symlink (its target is gone), which would otherwise drop a sample silently.
 
     Example:
         >>> import os
@@ -41,15 +45,29 @@ def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
         >>> entries(DOCS_TMP)
         Traceback (most recent call last):
         ...
-        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)
+        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)...
     """
     found = []
-    for entry in os.scandir(folder):
+    try:
+        listed = list(os.scandir(folder))
+    except OSError as e:
+        raise DataError(
+            f"{folder}: cannot be listed ({e.strerror or e}); give the user who trains read "
+            "and execute permission on it (chmod a+rx), or move it out of the data"
+        ) from None
+    for entry in listed:
         try:
             if entry.is_file() if kind == "file" else entry.is_dir():
                 found.append(entry)
+            elif entry.is_symlink() and not os.path.exists(entry.path):
+                os.stat(entry.path)  # raises: the loop's or the missing target's error
         except OSError as e:
-            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e})") from None
+            link = (
+                f"; a symbolic link to {os.readlink(entry.path)!r}: fix or remove it"
+                if entry.is_symlink()
+                else ""
+            )
+            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e}){link}") from None
     return found
 
 
