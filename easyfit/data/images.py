@@ -22,6 +22,7 @@ __all__ = [
     "EncodedImages",
     "encoded_problem",
     "file_problem",
+    "file_stamp",
     "first_line",
     "header_size",
     "image_kind",
@@ -486,3 +487,14 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
         return f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
+
+
+def file_stamp(path: str) -> int | None:
+    """A number that changes when file ``path`` is written or replaced (from its size, inode,
+    modification and status-change times: ``os.stat``, no read); None when it cannot be
+    stat'ed. What sources compare to check a file again once it changed after its check."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return hash((st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns))

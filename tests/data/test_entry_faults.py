@@ -14,6 +14,7 @@ import tempfile
 import pytest
 
 import easyfit as ef
+from tests.helpers import ROOT, last_json, run_program
 from tests.helpers.formats import encode
 
 
@@ -104,3 +105,20 @@ def test_a_webdataset_image_member_that_is_no_regular_file_is_named(tmp_path, mn
         ef.errors.DataError, match=f"^{shard}: member 000007.png is {says}, not a regular file"
     ):
         ef.data.WebDataset(shard)
+
+
+def test_a_jpeg_replaced_by_a_broken_one_between_epochs_is_named_in_every_run(tmp_path, mnist_arrays):
+    x, y = mnist_arrays["train"]
+    for i in range(100):
+        os.makedirs(tmp_path / str(y[i]), exist_ok=True)
+        (tmp_path / str(y[i]) / f"{i:03d}.jpg").write_bytes(encode(x[i], "jpeg", quality=90))
+    env = {"PYTHONPATH": str(ROOT)}  # this checkout's easyfit
+    out = last_json(run_program("replaced_between_epochs.py", str(tmp_path), "3", env=env))
+    assert (
+        out["results"]
+        == [
+            f"{out['path']}: JPEG segment FFDB at byte 20 has length 61440, past the end of the file"
+            f" ({os.path.getsize(out['path'])} bytes)"
+        ]
+        * 3
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
+from ..images import EncodedImages, encoded_problem, file_problem, file_stamp, read_file, sample_positions
 from .base import IndexedSource
 
 __all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "Files", "ImageFolder", "entries", "path_table", "scan_classes"]
@@ -137,30 +137,43 @@ class Files(IndexedSource):
     ``fn.io.file.read``.
 
     :meth:`feed_paths` feeds each column of paths as ``(table, lengths)``. The first time a
-    sample is fed, :meth:`sample_problem` checks its files on the host (readable, not empty, the
-    whole of an image...): a broken file raises DataError naming it instead of reaching DALI,
-    whose decoders can crash the process on one.
+    sample is fed, and whenever its files changed since, :meth:`sample_problem` checks its
+    files on the host (readable, not empty, the whole of an image...): a broken file raises
+    DataError naming it instead of reaching DALI, whose decoders can crash the process on one.
     """
 
     files: list[str]
 
     def _init_paths(self, *columns: Sequence[str]) -> None:
         """Path tables of ``columns`` (``self.files`` first, then e.g. the masks)."""
+        self._columns = [list(column) for column in columns]
         self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
+        self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
 
     @property
     def num_samples(self) -> int:
         return len(self.files)
 
+    def _stamp(self, index: int) -> int | None:
+        """One number for the state of sample ``index``'s files (see :func:`file_stamp`)."""
+        stamps = [file_stamp(column[index]) for column in self._columns]
+        return None if None in stamps else hash(tuple(stamps))
+
     def feed_paths(self, indices: np.ndarray) -> list[np.ndarray]:
-        """``[table, lengths]`` rows of ``indices`` for each column of paths, after the first
-        feed of each sample is checked (DataError naming the file)."""
-        for i in indices[~self._checked[indices]]:  # pipelines feed disjoint rows: no lock
-            problem = self.sample_problem(int(i))
+        """``[table, lengths]`` rows of ``indices`` for each column of paths, once each sample is
+        checked (DataError naming the file): the first time it is fed, and again whenever one
+        of its files changed since (one ``os.stat`` per file and feed): a file replaced after
+        start-up, e.g. between epochs, never reaches DALI unchecked."""
+        for i in indices.tolist():  # pipelines feed disjoint rows: no lock
+            stamp = self._stamp(i)
+            if self._checked[i] and stamp == self._stamps[i]:
+                continue
+            problem = self.sample_problem(i)
             if problem:
-                raise DataError(f"{self.locate(int(i))}: {problem}")
-            self._checked[i] = True
+                raise DataError(f"{self.locate(i)}: {problem}")
+            self._checked[i] = stamp is not None  # a file that cannot be stat'ed: checked again
+            self._stamps[i] = stamp or 0
         return [part[indices] for table in self._tables for part in table]
 
     @staticmethod

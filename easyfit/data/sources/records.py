@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, image_problem, sample_positions
+from ..images import EncodedImages, file_stamp, image_problem, sample_positions
 from .base import IndexedSource, int32_labels, outside_classes
 from .folder import entries
 
@@ -78,7 +78,8 @@ class RecordFiles(EncodedImages, IndexedSource):
         self._early_fed = np.zeros(len(self._offset), bool)
         self._labels_lock = threading.Lock()
         self.augment = augment
-        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once
+        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once...
+        self._file_stamps = [file_stamp(f) for f in self.files]  # ...while its file is unchanged
         picks = sample_positions(len(self._offset))
         parsed = [self.parse(int(i), self.read(int(i))) for i in picks]
         if labels is None:
@@ -133,6 +134,7 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         images, labels = [], []
+        self._recheck_changed(indices)
         for i in indices:
             image, label = self.parse(int(i), self.read(int(i)))
             problem = image_problem(image, whole=not self._checked[i])
@@ -144,6 +146,15 @@ class RecordFiles(EncodedImages, IndexedSource):
         if self._labels is not None:
             return images, self._labels[indices]
         return images, self._parsed_labels(indices, labels)
+
+    def _recheck_changed(self, indices: np.ndarray) -> None:
+        """Records of a file that changed since they were checked (one ``os.stat`` per file
+        and feed) get their whole structure checked again as they are fed."""
+        for f in np.unique(self._file[indices]).tolist():
+            stamp = file_stamp(self.files[f])
+            if stamp is None or stamp != self._file_stamps[f]:
+                self._checked[self._file == f] = False
+                self._file_stamps[f] = stamp
 
     def _parsed_labels(self, indices: np.ndarray, labels: list[Any]) -> np.ndarray:
         """The labels parsed from records ``indices``, every one checked (vectorised): class
