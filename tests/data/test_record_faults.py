@@ -1,6 +1,6 @@
-"""Labels that would train as another class are refused, naming their record (issue 27):
-labels beyond int32, float labels where class indices are expected, labels outside the model's
-outputs in records fed after the first batch."""
+"""Records that would train wrong or fail obscurely are named (issue 27): labels beyond int32,
+float labels where class indices are expected, labels outside the model's outputs in records
+fed after the first batch, TFRecord index rows outside their file."""
 
 from __future__ import annotations
 
@@ -74,3 +74,33 @@ def test_a_tfrecord_label_outside_the_outputs_after_the_first_batch_names_its_re
         match=rf"^{path}: record {N - 1} .*: label 12 is outside the model's 10 outputs",
     ):
         trainer.fit(path, epochs=1, batch_size=8, shuffle=False, verbose=0)
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ("-5 100", "offset -5, size 100"),
+        (f"0 {2**63 - 1}", f"offset 0, size {2**63 - 1}"),
+        (f"16 {2**63 - 10}", f"offset 16, size {2**63 - 10}"),  # offset + size wraps around
+    ],
+)
+def test_a_tfrecord_index_row_outside_its_file_names_the_index_and_the_line(tmp_path, sample, row, says):
+    path = write_tfrecord(tmp_path / "d.tfrecord", sample[0][:5], sample[1][:5])
+    lines = open(path + ".idx").read().splitlines()
+    lines[2] = row
+    with open(path + ".idx", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with pytest.raises(
+        ef.errors.DataError,
+        match=rf"^{path}.idx: line 3 \(record 2: {says}\) does not lie inside its TFRecord file "
+        r".*remake it with DALI's tfrecord2idx, or remove it",
+    ):
+        ef.data.TFRecord(path)
+
+
+def test_a_tfrecord_index_number_beyond_int64_names_the_index(tmp_path, sample):
+    path = write_tfrecord(tmp_path / "d.tfrecord", sample[0][:5], sample[1][:5])
+    with open(path + ".idx", "a") as f:
+        f.write(f"0 {2**63}\n")
+    with pytest.raises(ef.errors.DataError, match=rf"^{path}.idx: not a TFRecord index .*tfrecord2idx"):
+        ef.data.TFRecord(path)
