@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -158,10 +159,14 @@ class DataDoor:
         shuffle: bool,
         cached: bool = False,
         steps_per_epoch: int | None = None,
+        training: bool = False,
     ) -> Plan:
         """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``); an epoch is
-        ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None)."""
+        ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None). A
+        ``batch_size`` larger than the samples is clamped to them (see :meth:`_clamped`; a
+        warning for the ``training`` data)."""
         self.placement.check_batch_size(batch_size)
+        batch_size = self._clamped(source, batch_size, warn=training)
         epoch_steps = None if steps_per_epoch is None else int(steps_per_epoch)
         k = per_dispatch(
             self.steps_per_execution,
@@ -180,6 +185,25 @@ class DataDoor:
             num_shards=self.placement.num_shards,
             epoch_steps=epoch_steps,
         )
+
+    def _clamped(self, source: Source, batch_size: int, warn: bool) -> int:
+        """``batch_size``, or all of ``source``'s samples (rounded up to a multiple of the
+        devices) when it is larger: as in Keras, such a batch holds every sample once, and a
+        padded batch of the size asked for would only cost memory and time (``batch_size=10**8``
+        would never finish a step). Said in the log, and with ``warn`` as a UserWarning."""
+        n, shards = source.num_samples, self.placement.num_shards
+        clamped = -(-n // shards) * shards
+        if batch_size <= clamped:
+            return batch_size
+        message = (
+            f"batch_size={batch_size} is larger than the {n} samples of {source.describe()}: "
+            f"batches of {clamped} are used (every sample once, as in Keras); pass "
+            f"batch_size={clamped} or less to silence this"
+        )
+        log.info("easyfit: %s", message)
+        if warn:
+            warnings.warn(message, UserWarning, stacklevel=5)
+        return clamped
 
     def train_loader(
         self,
@@ -203,7 +227,9 @@ class DataDoor:
             use_cache, why = resume_mode(cache, use_cache, why, resume.position)
         self.cache = cache
         log.info("easyfit: %s", why)
-        plan = self.plan(source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch)
+        plan = self.plan(
+            source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch, training=True
+        )
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
