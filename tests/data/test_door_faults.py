@@ -32,3 +32,16 @@ def test_a_batch_larger_than_the_data_is_clamped_to_it_with_a_warning(xy):
             trainer.fit(*xy, batch_size=batch_size, epochs=2, verbose=0)
         trained[batch_size] = flat_params(trainer.state.params)
     np.testing.assert_allclose(trained[1000], trained[100], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("where", ["x", "y"])
+def test_nan_in_validation_data_names_validation_data(xy, where):
+    x, y = xy[0][:20].astype(np.float32), xy[1][:20].astype(np.float32)
+    bad = {"x": x.copy(), "y": y.copy()}
+    bad[where][3] = np.nan
+    with pytest.raises(
+        ef.errors.DataError, match=rf"^validation_data: {where} holds NaN or inf \(first at sample 3\)"
+    ):
+        ef.Trainer(SmallMLP(), loss="mse", seed=0).fit(
+            x, y, validation_data=(bad["x"], bad["y"]), epochs=1, verbose=0
+        )
