@@ -143,10 +143,18 @@ class PipelineRunner:
     def convert(self, pipe: Any, out: Any, name: str) -> Any:
         if not out.is_dense_tensor():
             shapes = sorted({tuple(out[i].shape()) for i in range(len(out))})
+            a, b = shapes[0], shapes[-1]
+            swapped = len(a) == 3 and (a[1], a[0], a[2]) == b
             raise DataError(
-                f"{self.source.describe()}: samples of {name} differ in shape "
-                f"({shapes[0]} and {shapes[-1]}); for images pass "
-                "image_size=(height, width) to resize them all"
+                f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b}); "
+                + (
+                    "height and width swapped: a photo with an EXIF orientation that turns it by "
+                    "a quarter (DALI applies it, as Pillow's exif_transpose does) is decoded "
+                    "turned. "
+                    if swapped
+                    else ""
+                )
+                + "For images pass image_size=(height, width) to resize them all"
             )
         if not self.on_gpu:
             return out.as_array()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flax import linen as nn
 
 import easyfit as ef
 from tests.helpers import flat_params
@@ -45,3 +46,56 @@ def test_nan_in_validation_data_names_validation_data(xy, where):
         ef.Trainer(SmallMLP(), loss="mse", seed=0).fit(
             x, y, validation_data=(bad["x"], bad["y"]), epochs=1, verbose=0
         )
+
+
+class _Head(nn.Module):
+    n: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.n)(x.reshape((x.shape[0], -1)))
+
+
+def _fit(n: int, y: np.ndarray, loss=None) -> None:
+    x = np.random.default_rng(0).random((64, 4), np.float32)
+    ef.Trainer(_Head(n), loss=loss, seed=0).fit(x, y, epochs=1, batch_size=32, verbose=0)
+
+
+def test_labels_whose_shape_the_output_does_not_take_name_both_shapes_before_tracing():
+    with pytest.raises(
+        ef.errors.DataError,
+        match=r"^y: labels of shape \(2,\) per sample do not fit the model's output of shape \(3,\) "
+        r"per sample: loss='mse' takes 3 targets per sample",
+    ):
+        _fit(3, np.zeros((64, 2), np.float32), loss="mse")
+    with pytest.raises(ef.errors.DataError, match=r"^y: labels of shape \(2,\) .* takes one integer class"):
+        _fit(3, np.zeros((64, 2), np.int32), loss="sparse_categorical_crossentropy")
+    with pytest.raises(
+        ef.errors.DataError, match=r"^y\['b'\]: labels of shape \(\) .* output of shape \(3,\)"
+    ):
+        x = np.zeros((64, 4), np.float32)
+        y = {"a": np.zeros((64, 2), np.float32), "b": np.zeros(64, np.float32)}
+
+        class Two(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return {"a": nn.Dense(2)(x), "b": nn.Dense(3)(x)}
+
+        ef.Trainer(Two(), loss="mse", seed=0).fit(x, y, epochs=1, verbose=0)
+
+
+def test_float_labels_with_a_10_output_model_name_the_inferred_loss_and_what_to_pass():
+    with pytest.raises(
+        ef.errors.DataError,
+        match=r"^y: labels of shape \(\) per sample do not fit the model's output of shape \(10,\) "
+        r".*loss='mse' \(none given; float labels that are not one-hot\): pass loss= explicitly, or "
+        r"integer class indices \(y.astype\('int32'\)\)",
+    ):
+        _fit(10, np.arange(64, dtype=np.float32) % 10)
+
+
+def test_labels_of_the_shapes_each_loss_takes_still_train():
+    _fit(10, np.arange(64) % 10)  # class indices
+    _fit(10, (np.arange(64) % 10)[:, None], loss="sparse_categorical_crossentropy")  # (n, 1)
+    _fit(3, np.eye(3, dtype=np.int32)[np.arange(64) % 3], loss="categorical_crossentropy")  # one-hot
+    _fit(1, np.zeros(64, np.float32), loss="binary_crossentropy")  # (n,) for an output (n, 1)
