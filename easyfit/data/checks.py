@@ -122,8 +122,8 @@ def check_labels(
     dense = np.ndim(labels) > 1 and loss in _SPARSE  # a class index per pixel (masks)
     if (np.ndim(labels) != 1 and not dense) or len(labels) == 0:  # one-hot, multi-label: not indices
         return
-    if not known and not dense and output is None:
-        source.limit_labels(num_outputs)  # every later label it feeds is checked too, by its record
+    if not known and output is None:
+        source.limit_labels(num_outputs)  # every later label is checked too, naming its record
     rows = np.asarray(labels).reshape(len(labels), -1)
     bad = np.flatnonzero(((rows < 0) | (rows >= num_outputs)).any(axis=1))
     if len(bad):

@@ -28,7 +28,7 @@ from .._env import available_cores
 from ..errors import DataError
 from ..parallel import Placement
 from .augment import Augment
-from .diagnose import batch_error
+from .diagnose import batch_error, outside_error
 from .order import Orders, Plan
 from .sources.base import IndexedSource, Source
 
@@ -138,7 +138,14 @@ class PipelineRunner:
             outs = pipe.run()
         except RuntimeError as e:
             raise batch_error(self.source, e, suspects()) from None
-        return tuple(self.convert(pipe, o, name) for o, name in zip(outs, self.source.outputs, strict=True))
+        names = self.source.outputs
+        arrays = tuple(self.convert(pipe, o, name) for o, name in zip(outs, names, strict=True))
+        limit = self.source.decoded_label_limit()
+        if limit is not None and "y" in names and isinstance(self.source, IndexedSource):
+            y = arrays[names.index("y")]
+            if bool(((y < 0) | (y >= limit)).any()):  # one reduction per batch (on its device)
+                raise outside_error(self.source, suspects(), limit, np.asarray(y)) from None
+        return arrays
 
     def convert(self, pipe: Any, out: Any, name: str) -> Any:
         if not out.is_dense_tensor():

@@ -99,3 +99,20 @@ def test_labels_of_the_shapes_each_loss_takes_still_train():
     _fit(10, (np.arange(64) % 10)[:, None], loss="sparse_categorical_crossentropy")  # (n, 1)
     _fit(3, np.eye(3, dtype=np.int32)[np.arange(64) % 3], loss="categorical_crossentropy")  # one-hot
     _fit(1, np.zeros(64, np.float32), loss="binary_crossentropy")  # (n,) for an output (n, 1)
+
+
+def test_a_mask_value_255_after_the_first_batch_names_its_sample(tmp_path):
+    from easyfit._synthetic import write_png
+    from tests.helpers.dense import TinySegmenter, write_segmentation
+
+    masks = write_segmentation(tmp_path, 24)
+    late = masks[21].copy()
+    late[3, 5] = 255  # a 'void' pixel, as in Pascal VOC; the 3-class model has no class 255
+    write_png(tmp_path / "masks" / "021.png", late)
+    trainer = ef.Trainer(TinySegmenter(), seed=0)
+    with pytest.raises(
+        ef.errors.DataError,
+        match=f"^{tmp_path}/images/021.png: its label holds class id 255, outside the model's 3 "
+        r"outputs per pixel; class ids must be in 0..2",
+    ):
+        trainer.fit(str(tmp_path), epochs=1, batch_size=8, shuffle=False, verbose=0)

@@ -197,6 +197,12 @@ class Source(abc.ABC):
         they feed them (``known_labels()`` None), called once the model's outputs are known.
         Default: nothing (known labels are checked whole before training)."""
 
+    def decoded_label_limit(self) -> int | None:
+        """The number of classes that labels decoded by DALI (a segmentation mask's class ids)
+        must stay below, once :meth:`limit_labels` said it: the pipelines check every batch
+        of them (vectorised) and name the sample of one outside; None: no such labels."""
+        return None
+
     def check(self) -> None:
         """Checks to do before the first pipeline of this source is built (called by the
         loader before each; a source that checks much remembers it did); raises DataError.
@@ -341,6 +347,9 @@ class Subset(IndexedSource):
 
     def limit_labels(self, num_classes: int) -> None:
         self.source.limit_labels(num_classes)
+
+    def decoded_label_limit(self) -> int | None:
+        return self.source.decoded_label_limit()
 
     def locate(self, index: int) -> str:
         return self.source.locate(int(self.indices[index]))
