@@ -101,8 +101,10 @@ def int32_labels(labels: Any, where: Callable[[int], str]) -> np.ndarray:
     bad = (rows < _INT32.min) | (rows > _INT32.max)
     if bad.any():
         i = int(np.flatnonzero(bad.any(axis=1))[0])
+        value = rows[i][bad[i]][0]
+        shown = int(value) if a.dtype.kind in "iu" else f"{value:.0f}"
         raise DataError(
-            f"{where(i)}: label {rows[i][bad[i]][0]:.0f} does not fit a class index (int32, at "
+            f"{where(i)}: label {shown} does not fit a class index (int32, at "
             f"most {_INT32.max}); class indices run from 0 to the number of classes - 1. For "
             "other integer targets pass floats (y.astype('float32')) with a loss such as 'mse'"
         )
