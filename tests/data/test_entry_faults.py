@@ -58,6 +58,7 @@ except ef.errors.DataError as e:
 """
 
 
+@pytest.mark.slow
 def test_an_unreadable_class_folder_is_named(mnist_arrays):
     base = tempfile.mkdtemp(dir="/tmp")  # reachable by the unprivileged user the program becomes
     try:
@@ -107,6 +108,7 @@ def test_a_webdataset_image_member_that_is_no_regular_file_is_named(tmp_path, mn
         ef.data.WebDataset(shard)
 
 
+@pytest.mark.slow
 def test_a_jpeg_replaced_by_a_broken_one_between_epochs_is_named_in_every_run(tmp_path, mnist_arrays):
     x, y = mnist_arrays["train"]
     for i in range(100):
