@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from .images import first_line
+from .images import first_line, turned
 from .sources.base import IndexedSource, ReaderSource, Source
 
-__all__ = ["batch_error", "find_bad_sample", "outside_error", "scan_for_bad_record"]
+__all__ = ["batch_error", "find_bad_sample", "outside_error", "scan_for_bad_record", "turned_sample"]
 
 
 def batch_error(source: Source, error: RuntimeError, suspects: Iterable[int]) -> DataError:
@@ -86,6 +86,17 @@ def outside_error(source: IndexedSource, suspects: Iterable[int], limit: int, ba
         f"{source.describe()}: a label of a batch holds class id {value}, outside the model's "
         f"{limit} outputs per pixel; {fix}"
     )
+
+
+def turned_sample(source: IndexedSource, suspects: Iterable[int]) -> str | None:
+    """``"<file or record> is turned by its EXIF orientation ..."`` for the first sample among
+    ``suspects`` whose encoded image an EXIF orientation turns by a quarter, else None: what
+    explains decoded images with height and width swapped."""
+    for i in dict.fromkeys(int(i) for i in suspects):
+        data = source.encoded_image(i)
+        if data is not None and turned(data):
+            return f"{source.locate(i)} is decoded{turned(data)}"
+    return None
 
 
 def _alone(source: IndexedSource, order: list[int]) -> Iterator[tuple[int, Any]]:

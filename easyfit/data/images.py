@@ -145,12 +145,15 @@ def exif_orientation(data: bytes) -> int | None:
 
 
 def turned(data: bytes) -> str:
-    """``" after its EXIF orientation 6, a quarter turn, ..."`` for an image that its EXIF
+    """``" after its EXIF orientation 6 (a quarter turn, ...)"`` for an image that its EXIF
     orientation turns by a quarter, else ``""``: what explains height and width swapped."""
     orientation = exif_orientation(data)
     if orientation not in QUARTER_TURNS:
         return ""
-    return f" after its EXIF orientation {orientation}, a quarter turn, as exif_transpose applies it"
+    return (
+        f" after its EXIF orientation {orientation} (a quarter turn, which DALI applies as "
+        "Pillow's exif_transpose does)"
+    )
 
 
 def sample_positions(n: int, k: int = SAMPLED) -> np.ndarray:

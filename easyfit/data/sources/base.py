@@ -243,6 +243,11 @@ class IndexedSource(Source):
                 ``Augment.names``): the graph applies the augmentation with them.
         """
 
+    def encoded_image(self, index: int) -> bytes | None:
+        """The encoded image of sample ``index`` (for messages about it), or None when the
+        source holds no encoded images."""
+        return None
+
     def sample_problem(self, index: int) -> str | None:
         """A cheap host-side reason why sample ``index`` cannot be read (e.g. an unreadable or
         empty file), or None. Used to explain a failed batch (``easyfit.data.diagnose``)."""
@@ -358,6 +363,9 @@ class Subset(IndexedSource):
 
     def sample_problem(self, index: int) -> str | None:
         return self.source.sample_problem(int(self.indices[index]))
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return self.source.encoded_image(int(self.indices[index]))
 
     def describe(self) -> str:
         return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"

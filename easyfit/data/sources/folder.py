@@ -310,6 +310,9 @@ class ImageFolder(EncodedImages, ClassFiles):
     def sample_problem(self, index: int) -> str | None:
         return file_problem(self.files[index], encoded_problem)
 
+    def encoded_image(self, index: int) -> bytes | None:
+        return read_file(self.files[index])
+
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
         other = ImageFolder(path, **self.image_settings(), class_names=self.class_names)
         self.check_same_images(other, self.root, other.root)

@@ -197,6 +197,9 @@ class RecordFiles(EncodedImages, IndexedSource):
         image, _ = self.parse(index, self.read(index))
         return image_problem(image)
 
+    def encoded_image(self, index: int) -> bytes | None:
+        return self.parse(index, self.read(index))[0]
+
     def locate(self, index: int) -> str:
         f = int(self._file[index])
         first = int(np.searchsorted(self._file, f))
