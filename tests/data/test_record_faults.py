@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.images import sample_positions
+from easyfit.data.images import HEAD, sample_positions
 from tests.helpers.formats import all_labels, encode, write_recordio, write_tfrecord, write_webdataset
 from tests.helpers.models import SmallMLP
 
@@ -104,3 +104,22 @@ def test_a_tfrecord_index_number_beyond_int64_names_the_index(tmp_path, sample):
         f.write(f"0 {2**63}\n")
     with pytest.raises(ef.errors.DataError, match=rf"^{path}.idx: not a TFRecord index .*tfrecord2idx"):
         ef.data.TFRecord(path)
+
+
+def test_a_large_record_image_broken_in_place_after_its_check_is_checked_again(tmp_path):
+    rng = np.random.default_rng(0)
+    big = encode(rng.integers(0, 255, (300, 300, 3), np.uint8), "jpeg", quality=95)
+    assert len(big) > HEAD  # beyond the bytes checked on every feed: its structure once
+    small = encode(np.zeros((300, 300, 3), np.uint8), "jpeg")
+    tar = write_webdataset(tmp_path / "s.tar", [small, big, small], [0, 1, 2], ext="jpg")
+    source = ef.data.WebDataset(tar, image_size=(32, 32))
+    source.feed(np.arange(3))  # checked whole, once
+    start = open(tar, "rb").read().index(big)
+    dqt = start + big.index(b"\xff\xdb")
+    with open(tar, "r+b") as f:  # the quantization table's length, past its segment
+        f.seek(dqt + 2)
+        f.write(b"\xf0\x00")
+    with pytest.raises(
+        ef.errors.DataError, match=rf"^{tar}: 000001: JPEG segment FFDB at byte \d+ has length"
+    ):
+        source.feed(np.arange(3))
