@@ -236,6 +236,7 @@ class TrainerSteps(TrainerState):
         self._data.check_labels(
             source,
             losses_by_output(self.loss, y) if is_structured(y) else self.loss,
-            lambda: self._adapter.num_outputs(state.params, state.model_state, input_spec(chunk["x"])[0]),
+            lambda: self._adapter.output_shapes(state.params, state.model_state, input_spec(chunk["x"])[0]),
             chunk,
+            inferred=self._loss_note,
         )

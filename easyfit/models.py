@@ -64,9 +64,15 @@ class ModelAdapter:
         """Size of the last output axis for inputs of ``input_shape`` (no computation); for a
         model with several outputs, a dict or tuple of sizes. ``input_shape``: one sample's
         shape, or a dict or list of them (see :func:`input_spec`)."""
+        shapes = self.output_shapes(params, model_state, input_shape)
+        return jax.tree_util.tree_map(lambda s: s[-1] if s else 1, shapes, is_leaf=_is_shape)
+
+    def output_shapes(self, params: Any, model_state: Any, input_shape: Any) -> Any:
+        """One sample's output shape (a tuple, the batch axis left out) for inputs of
+        ``input_shape`` (no computation); for several outputs, a dict or tuple of them."""
         x = example_input(input_shape, abstract=True)
         out = jax.eval_shape(lambda p, m, x: self.apply(p, m, x, False)[0], params, model_state, x)
-        return jax.tree_util.tree_map(lambda o: int(o.shape[-1]) if o.ndim else 1, out)
+        return jax.tree_util.tree_map(lambda o: tuple(int(d) for d in o.shape[1:]), out)
 
     def _flag(self, train: bool) -> dict[str, bool]:
         if self.train_flag is None:

@@ -5,7 +5,7 @@ pixel) or a float label under a sparse loss does not fail in the
 step: ``one_hot`` gives zeros, the integer cross-entropy gathers garbage, and training goes on
 to a silently wrong result. So each source's labels are checked once, on the host: all of them
 when the source knows them without decoding (folders, arrays, RecordIO, WebDataset), else those
-of the first batch.
+of the first batch, and then each label as its record is fed (a TFRecord: ``limit_labels``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,26 @@ __all__ = ["check_labels"]
 
 _SPARSE = ("sparse_categorical_crossentropy",)
 _CLASS_INDICES = ("sparse_categorical_crossentropy", "categorical_crossentropy")
+_ELEMENTWISE = ("binary_crossentropy", "mse", "mean_squared_error", "mae", "mean_absolute_error")
+
+
+def _takes(loss: str, integer: bool, label: tuple[int, ...], out: tuple[int, ...]) -> str | None:
+    """What ``loss`` takes as labels for outputs of shape ``out`` per sample, when labels of
+    shape ``label`` per sample are not that (None when they fit, or the loss is not known)."""
+    if not out:
+        out = (1,)
+    indices = label in (out[:-1], (*out[:-1], 1))  # a class index per sample (or pixel)
+    per = "pixel" if len(out) > 1 else "sample"
+    if loss in _SPARSE:
+        return None if indices else f"one integer class index per {per} (shape {out[:-1]} per sample)"
+    if loss in _CLASS_INDICES:  # one-hot rows or probabilities, or integer class indices
+        if label == out or (indices and integer):
+            return None
+        return f"{out[-1]} class probabilities per {per} (shape {out} per sample) or integer class indices"
+    if loss in _ELEMENTWISE:
+        size = int(np.prod(out))
+        return None if int(np.prod(label)) == size else f"{size} targets per sample (shape {out})"
+    return None
 
 
 def _origin(source: Source) -> str:
@@ -36,8 +56,12 @@ def check_labels(
     batch_labels: np.ndarray,
     batch_mask: np.ndarray,
     output: Any = None,
+    output_shape: tuple[int, ...] | None = None,
+    inferred: str | None = None,
 ) -> None:
-    """Raises DataError if ``source``'s labels do not fit ``loss`` and ``num_outputs``.
+    """Raises DataError if ``source``'s labels do not fit ``loss`` and ``num_outputs``, or
+    their shape the model's ``output_shape``, before any step is traced (where the mismatch
+    would come out of JAX as a reshape error naming neither).
 
     Args:
         source: the data.
@@ -48,6 +72,8 @@ def check_labels(
         batch_mask: that batch's validity mask.
         output: for a dict or a tuple of labels (several outputs), the key of the output
             checked: ``batch_labels`` and ``num_outputs`` are that output's.
+        output_shape: one sample's output shape (the batch axis left out); None: not checked.
+        inferred: why ``loss`` was inferred, when it was not given (said in a shape error).
 
     Example:
         >>> import numpy as np, easyfit as ef
@@ -69,6 +95,21 @@ def check_labels(
             "which takes integer class indices; pass integer labels (e.g. "
             "y.astype('int32')), or choose a loss for float targets such as 'mse'"
         )
+    if output_shape is not None and batch_labels is not None:
+        rows = np.asarray(batch_labels)
+        label_shape = tuple(rows.shape[np.ndim(batch_mask) :])
+        takes = _takes(loss, integer, label_shape, tuple(output_shape))
+        if takes is not None:
+            hint = (
+                f"; {inferred}: pass loss= explicitly, or integer class indices "
+                "(y.astype('int32')), for which 'sparse_categorical_crossentropy' is inferred"
+                if inferred
+                else "; give labels of that shape, or a model whose output fits them"
+            )
+            raise DataError(
+                f"{origin}: labels of shape {label_shape} per sample do not fit the model's "
+                f"output of shape {tuple(output_shape)} per sample: loss={loss!r} takes {takes}{hint}"
+            )
     if loss not in _CLASS_INDICES or not integer:
         return
     labels = source.known_labels()
@@ -82,6 +123,8 @@ def check_labels(
     dense = np.ndim(labels) > 1 and loss in _SPARSE  # a class index per pixel (masks)
     if (np.ndim(labels) != 1 and not dense) or len(labels) == 0:  # one-hot, multi-label: not indices
         return
+    if not known and output is None:
+        source.limit_labels(num_outputs)  # every later label is checked too, naming its record
     rows = np.asarray(labels).reshape(len(labels), -1)
     bad = np.flatnonzero(((rows < 0) | (rows >= num_outputs)).any(axis=1))
     if len(bad):

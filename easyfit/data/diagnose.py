@@ -10,15 +10,16 @@ reader-driven source is read again in order, one record at a time (:func:`scan_f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
-from .images import first_line
+from .images import first_line, turned
 from .sources.base import IndexedSource, ReaderSource, Source
 
-__all__ = ["batch_error", "find_bad_sample", "scan_for_bad_record"]
+__all__ = ["batch_error", "find_bad_sample", "outside_error", "scan_for_bad_record", "turned_sample"]
 
 
 def batch_error(source: Source, error: RuntimeError, suspects: Iterable[int]) -> DataError:
@@ -59,10 +60,52 @@ def find_bad_sample(source: IndexedSource, indices: Iterable[int]) -> str | None
 
 
 def _first_failing(source: IndexedSource, order: list[int]) -> str | None:
+    for i, out in _alone(source, order):
+        if isinstance(out, RuntimeError):
+            return f"{source.locate(i)}: cannot be decoded or read ({first_line(out)})"
+    return None
+
+
+def outside_error(source: IndexedSource, suspects: Iterable[int], limit: int, batch: np.ndarray) -> DataError:
+    """A DataError for a batch whose DALI-decoded labels (a mask's class ids) leave
+    ``0..limit - 1``, naming the sample when one among ``suspects``, run alone, holds one."""
+    fix = f"class ids must be in 0..{limit - 1} (255 often marks 'void' pixels: map it to a class)"
+    order = list(dict.fromkeys(int(i) for i in suspects))
+    ys = source.outputs.index("y")
+    for i, out in _alone(source, order):
+        if not isinstance(out, RuntimeError):
+            y = np.asarray(out[ys].as_array())
+            bad = y[(y < 0) | (y >= limit)]
+            if bad.size:
+                return DataError(
+                    f"{source.locate(i)}: its label holds class id {int(bad[0])}, outside the "
+                    f"model's {limit} outputs per pixel; {fix}"
+                )
+    value = int(batch[(batch < 0) | (batch >= limit)][0])
+    return DataError(
+        f"{source.describe()}: a label of a batch holds class id {value}, outside the model's "
+        f"{limit} outputs per pixel; {fix}"
+    )
+
+
+def turned_sample(source: IndexedSource, suspects: Iterable[int]) -> str | None:
+    """``"<file or record> is turned by its EXIF orientation ..."`` for the first sample among
+    ``suspects`` whose encoded image an EXIF orientation turns by a quarter, else None: what
+    explains decoded images with height and width swapped."""
+    for i in dict.fromkeys(int(i) for i in suspects):
+        data = source.encoded_image(i)
+        if data is not None and turned(data):
+            return f"{source.locate(i)} is decoded{turned(data)}"
+    return None
+
+
+def _alone(source: IndexedSource, order: list[int]) -> Iterator[tuple[int, Any]]:
+    """``(index, outputs or the RuntimeError)`` of each sample of ``order`` run alone through
+    the source's graph on the CPU (no augmentation)."""
     from nvidia.dali import fn, pipeline_def
 
     if not order:
-        return None
+        return
 
     def one(info):
         return tuple(source.feed(np.array([order[min(info.iteration, len(order) - 1)]])))
@@ -85,14 +128,14 @@ def _first_failing(source: IndexedSource, order: list[int]) -> str | None:
         pipe.build()
         for i in order:
             try:
-                pipe.run()
+                out: Any = pipe.run()
             except DataError:
                 raise
             except RuntimeError as e:
-                return f"{source.locate(i)}: cannot be decoded or read ({first_line(e)})"
+                out = e
+            yield i, out
     finally:
         del pipe
-    return None
 
 
 def scan_for_bad_record(source: ReaderSource, limit: int = 100_000) -> str | None:

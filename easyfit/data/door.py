@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -33,7 +34,15 @@ from .split import split_validation
 
 __all__ = ["DataDoor"]
 
+
+def _is_shape(node: Any) -> bool:
+    """Whether ``node`` is one output's shape (a tuple of ints), not a dict or tuple of them."""
+    return isinstance(node, tuple) and all(isinstance(d, int) for d in node)
+
+
 log = logging.getLogger("easyfit")
+
+_DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
 class _Resume(Protocol):
@@ -187,10 +196,14 @@ class DataDoor:
         shuffle: bool,
         cached: bool = False,
         steps_per_epoch: int | None = None,
+        training: bool = False,
     ) -> Plan:
         """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``); an epoch is
-        ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None)."""
+        ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None). A
+        ``batch_size`` larger than the samples is clamped to them (see :meth:`_clamped`; a
+        warning for the ``training`` data)."""
         self.placement.check_batch_size(batch_size)
+        batch_size = self._clamped(source, batch_size, warn=training)
         epoch_steps = None if steps_per_epoch is None else int(steps_per_epoch)
         k = per_dispatch(
             self.steps_per_execution,
@@ -209,6 +222,26 @@ class DataDoor:
             num_shards=self.placement.num_shards,
             epoch_steps=epoch_steps,
         )
+
+    def _clamped(self, source: Source, batch_size: int, warn: bool) -> int:
+        """``batch_size``, or all of ``source``'s samples (rounded up to a multiple of the
+        devices) when it is larger: as in Keras, such a batch holds every sample once, and a
+        padded batch of the size asked for would only cost memory and time (``batch_size=10**8``
+        would never finish a step). Said in the log, and with ``warn`` as a UserWarning
+        (unless ``batch_size`` is no more than the default 32, which a user need not choose)."""
+        n, shards = source.num_samples, self.placement.num_shards
+        clamped = -(-n // shards) * shards
+        if batch_size <= clamped:
+            return batch_size
+        message = (
+            f"batch_size={batch_size} is larger than the {n} samples of {source.describe()}: "
+            f"batches of {clamped} are used (every sample once, as in Keras); pass "
+            f"batch_size={clamped} or less to silence this"
+        )
+        log.info("easyfit: %s", message)
+        if warn and batch_size > _DEFAULT_BATCH:  # the default is no choice of the user's
+            warnings.warn(message, UserWarning, stacklevel=5)
+        return clamped
 
     def train_loader(
         self,
@@ -232,7 +265,9 @@ class DataDoor:
             use_cache, why = resume_mode(cache, use_cache, why, resume.position)
         self.cache = cache
         log.info("easyfit: %s", why)
-        plan = self.plan(source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch)
+        plan = self.plan(
+            source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch, training=True
+        )
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
@@ -266,26 +301,41 @@ class DataDoor:
 
     # ------------------------------------------------------------------------------- checks
     def check_labels(
-        self, source: Source, loss: Any, num_outputs: Callable[[], Any], chunk: Mapping[str, Any]
+        self,
+        source: Source,
+        loss: Any,
+        output_shapes: Callable[[], Any],
+        chunk: Mapping[str, Any],
+        inferred: str | None = None,
     ) -> None:
-        """Checks ``source``'s labels against ``loss`` and the model's ``num_outputs()``, once
-        per source (``easyfit.data.checks``); ``chunk`` gives a first batch's labels. For a
-        dict or tuple ``y``, ``loss`` is ``{output key: loss}`` and each output is checked
-        against its own loss and size."""
+        """Checks ``source``'s labels against ``loss`` and the model's ``output_shapes()`` (one
+        sample's shape per output), once per source (``easyfit.data.checks``); ``chunk`` gives
+        a first batch's labels. For a dict or tuple ``y``, ``loss`` is ``{output key: loss}``
+        and each output is checked against its own loss and shape. ``inferred``: why the loss
+        was inferred, when it was (named in an error)."""
         if source in self._checked:
             return
         self._checked.add(source)
         y, mask = chunk["y"], np.asarray(local_rows(chunk["mask"]))
+        shapes = output_shapes()
         if not isinstance(y, (dict, tuple, list)):
-            check_labels(source, loss, num_outputs(), np.asarray(local_rows(y)), mask)
+            shape = shapes if _is_shape(shapes) else None
+            size = (shape[-1] if shape else 1) if shape is not None else shapes
+            rows = np.asarray(local_rows(y))
+            check_labels(source, loss, size, rows, mask, output_shape=shape, inferred=inferred)
             return
-        sizes = num_outputs()
         for key, output_loss in loss.items():
             try:
-                size = sizes[key]
+                shape = shapes[key]
             except (KeyError, IndexError, TypeError):
                 continue  # the model's outputs are not laid out as y: the loss says so
-            check_labels(source, output_loss, size, np.asarray(local_rows(y[key])), mask, output=key)
+            if not _is_shape(shape):
+                continue
+            rows = np.asarray(local_rows(y[key]))
+            size = shape[-1] if shape else 1
+            check_labels(
+                source, output_loss, size, rows, mask, output=key, output_shape=shape, inferred=inferred
+            )
 
     @staticmethod
     def labels(source: Source, chunk: Mapping[str, Any]) -> Any:

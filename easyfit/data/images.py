@@ -23,6 +23,7 @@ __all__ = [
     "EncodedImages",
     "encoded_problem",
     "file_problem",
+    "file_stamp",
     "first_line",
     "header_size",
     "image_kind",
@@ -114,6 +115,48 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in out.at(i)) for i in range(len(data))]
 
 
+#: EXIF orientations that turn an image by a quarter (height and width swap).
+QUARTER_TURNS = (5, 6, 7, 8)
+
+
+def exif_orientation(data: bytes) -> int | None:
+    """The EXIF orientation (1 to 8) of a JPEG (its APP1 Exif segment's IFD0 tag 0x0112), or
+    None. DALI's decoders apply it, as Pillow's ``ImageOps.exif_transpose`` does.
+
+    Example:
+        >>> from easyfit.data.images import exif_orientation
+        >>> tiff = bytes.fromhex("4d4d002a 00000008 0001 0112 0003 00000001 0006 0000 00000000")
+        >>> app1 = bytes.fromhex("ffe1") + (8 + len(tiff)).to_bytes(2, "big") + b"Exif" + bytes(2)
+        >>> exif_orientation(bytes.fromhex("ffd8") + app1 + tiff + bytes.fromhex("ffd9"))
+        6
+    """
+    i = 2 if data.startswith(b"\xff\xd8") else len(data)
+    while i + 4 <= len(data) and data[i] == 0xFF and data[i + 1] not in (0xDA, 0xD9):
+        if data[i + 1] == 0xE1 and data[i + 4 : i + 10] == b"Exif\0\0":
+            tiff = i + 10
+            order: Any = "little" if data[tiff : tiff + 2] == b"II" else "big"
+            ifd = tiff + int.from_bytes(data[tiff + 4 : tiff + 8], order)
+            for k in range(int.from_bytes(data[ifd : ifd + 2], order)):
+                entry = ifd + 2 + 12 * k
+                if int.from_bytes(data[entry : entry + 2], order) == 0x0112:
+                    return int.from_bytes(data[entry + 8 : entry + 10], order)
+            return None
+        i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+    return None
+
+
+def turned(data: bytes) -> str:
+    """``" after its EXIF orientation 6 (a quarter turn, ...)"`` for an image that its EXIF
+    orientation turns by a quarter, else ``""``: what explains height and width swapped."""
+    orientation = exif_orientation(data)
+    if orientation not in QUARTER_TURNS:
+        return ""
+    return (
+        f" after its EXIF orientation {orientation} (a quarter turn, which DALI applies as "
+        "Pillow's exif_transpose does)"
+    )
+
+
 def sample_positions(n: int, k: int = SAMPLED) -> np.ndarray:
     """Up to ``k`` evenly spread positions in ``range(n)``."""
     return np.unique(np.linspace(0, n - 1, min(k, n)).astype(int))
@@ -175,7 +218,7 @@ class EncodedImages:
             if color_mode is None:
                 color_mode = "grayscale" if all(s[2] == 1 for s in shapes) else "rgb"
             if image_size is None:
-                image_size = self._common_size([n for n, _ in sampled], shapes, where)
+                image_size = self._common_size(sampled, shapes, where)
         self.color_mode, self.image_size = color_mode, image_size
         self.normalize = normalization(normalize, self.channels)
         if self.normalize is not None:
@@ -192,14 +235,16 @@ class EncodedImages:
         return bool(getattr(self.augment, "random_resized_crop", None))
 
     @staticmethod
-    def _common_size(names: list[str], shapes: list[tuple[int, ...]], where: str) -> tuple[int, int]:
+    def _common_size(
+        sampled: Sequence[tuple[str, bytes]], shapes: list[tuple[int, ...]], where: str
+    ) -> tuple[int, int]:
         sizes = {(s[0], s[1]) for s in shapes}
         if len(sizes) > 1:
-            a, sa = names[0], shapes[0][:2]
-            b, sb = next((n, s[:2]) for n, s in zip(names, shapes, strict=True) if s[:2] != sa)
+            (a, data_a), sa = sampled[0], shapes[0][:2]
+            (b, data_b), sb = next((n, s[:2]) for n, s in zip(sampled, shapes, strict=True) if s[:2] != sa)
             raise DataError(
-                f"{where}: images differ in size ({a} is {sa[0]}x{sa[1]}, {b} is "
-                f"{sb[0]}x{sb[1]}); pass image_size=(height, width) to resize them "
+                f"{where}: images differ in size ({a} is {sa[0]}x{sa[1]}{turned(data_a)}, {b} is "
+                f"{sb[0]}x{sb[1]}{turned(data_b)}); pass image_size=(height, width) to resize them "
                 "all"
             )
         return sizes.pop()
@@ -508,3 +553,14 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
         return f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
+
+
+def file_stamp(path: str) -> int | None:
+    """A number that changes when file ``path`` is written or replaced (from its size, inode,
+    modification and status-change times: ``os.stat``, no read); None when it cannot be
+    stat'ed. What sources compare to check a file again once it changed after its check."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return hash((st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns))

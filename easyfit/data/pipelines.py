@@ -28,7 +28,7 @@ from .._env import available_cores
 from ..errors import DataError
 from ..parallel import Placement
 from .augment import Augment
-from .diagnose import batch_error
+from .diagnose import batch_error, outside_error, turned_sample
 from .order import Orders, Plan
 from .sources.base import IndexedSource, Source
 
@@ -138,15 +138,31 @@ class PipelineRunner:
             outs = pipe.run()
         except RuntimeError as e:
             raise batch_error(self.source, e, suspects()) from None
-        return tuple(self.convert(pipe, o, name) for o, name in zip(outs, self.source.outputs, strict=True))
+        names = self.source.outputs
+        arrays = tuple(self.convert(pipe, o, name, suspects) for o, name in zip(outs, names, strict=True))
+        limit = self.source.decoded_label_limit()
+        if limit is not None and "y" in names and isinstance(self.source, IndexedSource):
+            y = arrays[names.index("y")]
+            if bool(((y < 0) | (y >= limit)).any()):  # one reduction per batch (on its device)
+                raise outside_error(self.source, suspects(), limit, np.asarray(y)) from None
+        return arrays
 
-    def convert(self, pipe: Any, out: Any, name: str) -> Any:
+    def convert(self, pipe: Any, out: Any, name: str, suspects: Any = list) -> Any:
         if not out.is_dense_tensor():
             shapes = sorted({tuple(out[i].shape()) for i in range(len(out))})
+            a, b = shapes[0], shapes[-1]
+            why = ""
+            if len(a) == 3 and (a[1], a[0], a[2]) == b:  # height and width swapped
+                turned = isinstance(self.source, IndexedSource) and turned_sample(self.source, suspects())
+                why = "height and width swapped: " + (
+                    turned
+                    or "a photo with an EXIF orientation that turns it by a quarter (DALI applies "
+                    "it, as Pillow's exif_transpose does) is decoded turned"
+                )
+                why += ". "
             raise DataError(
-                f"{self.source.describe()}: samples of {name} differ in shape "
-                f"({shapes[0]} and {shapes[-1]}); for images pass "
-                "image_size=(height, width) to resize them all"
+                f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b}); {why}"
+                "For images pass image_size=(height, width) to resize them all"
             )
         if not self.on_gpu:
             return out.as_array()

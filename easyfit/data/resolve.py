@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from ..errors import DataError
 from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
@@ -89,7 +90,12 @@ def to_source(
             return kind.from_recipe(data, recipe)
         return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
     if isinstance(data, tuple) and y is None and len(data) == 2 and not inputs_only:
-        return Arrays.prepared(recipe, *data, sample_weight=sample_weight)  # (x, y)
-    if isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__"):
+        data, y = data  # (x, y)
+    elif not (isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")):
+        raise unsupported(data, argument)
+    try:
         return Arrays.prepared(recipe, data, y, sample_weight=sample_weight)
-    raise unsupported(data, argument)
+    except DataError as e:
+        if argument == "x":
+            raise
+        raise DataError(f"{argument}: {e}") from None  # its x, y: not fit's x and y

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.loader import make_loader
-from tests.helpers.formats import encode, write_recordio, write_tfrecord, write_webdataset
+from tests.helpers.formats import all_labels, encode, write_recordio, write_tfrecord, write_webdataset
 
 N = 12
 BAD = 7  # the damaged record
@@ -22,15 +21,6 @@ def sample(mnist_arrays):
     y = y[:N].copy()
     y[BAD] = 3
     return [encode(a) for a in x[:N]], y
-
-
-def _all_labels(source) -> np.ndarray:
-    plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = make_loader(source, plan, ef.trainer.Placement.create())
-    try:
-        return np.asarray(next(loader)["y"])
-    finally:
-        loader.close()
 
 
 def _patch(path: str, offset: int, new: bytes) -> None:
@@ -45,7 +35,7 @@ def _tfrecord_offsets(path: str) -> list[int]:
 
 def test_a_tfrecord_label_changed_3_to_4_is_refused_by_its_data_crc(tmp_path, sample):
     path = write_tfrecord(tmp_path / "d.tfrecord", *sample)
-    np.testing.assert_array_equal(_all_labels(ef.data.TFRecord(path)), sample[1])
+    np.testing.assert_array_equal(all_labels(ef.data.TFRecord(path)), sample[1])
     start = _tfrecord_offsets(path)[BAD]
     raw = open(path, "rb").read()
     label = raw.index(b"\x1a\x03\x0a\x01\x03", start)  # int64_list { value: 3 }
@@ -54,7 +44,7 @@ def test_a_tfrecord_label_changed_3_to_4_is_refused_by_its_data_crc(tmp_path, sa
         ef.errors.DataError,
         match=f"^{path}: record {BAD} .byte offset {start}.: the CRC-32C of its data does not match",
     ):
-        _all_labels(ef.data.TFRecord(path))
+        all_labels(ef.data.TFRecord(path))
 
 
 def test_a_damaged_tfrecord_length_is_refused_by_its_crc(tmp_path, sample):
@@ -64,7 +54,7 @@ def test_a_damaged_tfrecord_length_is_refused_by_its_crc(tmp_path, sample):
     with pytest.raises(
         ef.errors.DataError, match=f"^{path}: record {BAD} .byte offset {start}.: the CRC of its length field"
     ):
-        _all_labels(ef.data.TFRecord(path))
+        all_labels(ef.data.TFRecord(path))
 
 
 def test_a_recordio_record_with_a_damaged_magic_is_named_with_its_offset(tmp_path, sample):

@@ -121,12 +121,13 @@ def _masked_crc(data: bytes) -> int:
 def write_tfrecord(
     path: str | os.PathLike,
     images: Sequence[bytes],
-    labels: Sequence[int],
+    labels: Sequence[int | float],
     image_key: str = "image/encoded",
     label_key: str = "image/class/label",
     index: bool = True,
 ) -> str:
-    """TFRecord of ``tf.train.Example``s; the index (``<path>.idx``) by DALI's tfrecord2idx."""
+    """TFRecord of ``tf.train.Example``s (a float label as a ``float_list``, else an
+    ``int64_list``); the index (``<path>.idx``) by DALI's tfrecord2idx."""
     from easyfit.data.protos import tf_example
 
     example = tf_example()
@@ -135,7 +136,11 @@ def write_tfrecord(
         for image, label in zip(images, labels, strict=True):
             ex = example()
             ex.features.feature[image_key].bytes_list.value.append(image)
-            ex.features.feature[label_key].int64_list.value.append(int(label))
+            feature = ex.features.feature[label_key]
+            if isinstance(label, float):  # a Python or NumPy float: a float_list
+                feature.float_list.value.append(label)
+            else:
+                feature.int64_list.value.append(int(label))
             data = ex.SerializeToString()
             length = struct.pack("<Q", len(data))
             f.write(
@@ -220,3 +225,16 @@ def write_idx_mnist(root: str | os.PathLike, data: dict) -> str:
             with gzip.open(os.path.join(root, name), "wb", compresslevel=1) as f:
                 f.write(head + arr.tobytes())
     return str(root)
+
+
+def all_labels(source) -> np.ndarray:
+    """Every label of ``source``, in order, as one batch of a real loader (what DALI is fed)."""
+    import easyfit as ef
+    from easyfit.data.loader import make_loader
+
+    plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
+    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    try:
+        return np.asarray(next(loader)["y"])
+    finally:
+        loader.close()

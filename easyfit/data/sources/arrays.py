@@ -11,7 +11,7 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..recipe import ImageRecipe
 from ..structure import Structure
-from .base import IndexedSource, nonfinite_problem
+from .base import IndexedSource, int32_labels, nonfinite_problem
 
 __all__ = ["Arrays"]
 
@@ -31,7 +31,9 @@ def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
         )
         raise DataError(f"{name}: dtype {a.dtype} is not numeric{fix}")
     if label:
-        a = a.astype(np.int32) if a.dtype.kind in "biu" else a.astype(np.float32, copy=False)
+        if a.dtype.kind in "biu":  # range-checked before the cast: a cast would wrap
+            return np.ascontiguousarray(int32_labels(a, lambda i: f"{name} (at x[{i}])"))
+        a = a.astype(np.float32, copy=False)
     elif a.dtype == np.float64:
         a = a.astype(np.float32)
     return np.ascontiguousarray(a)

@@ -25,9 +25,19 @@ from typing import Any, cast
 
 import numpy as np
 
+from ...errors import DataError
 from ..recipe import VERSION as RECIPE_VERSION
 
-__all__ = ["READER", "IndexedSource", "ReaderSource", "Source", "Subset", "nonfinite_problem"]
+__all__ = [
+    "READER",
+    "IndexedSource",
+    "ReaderSource",
+    "Source",
+    "Subset",
+    "int32_labels",
+    "nonfinite_problem",
+    "outside_classes",
+]
 
 #: The name a ReaderSource gives its DALI reader (``fn.readers.*(..., name=READER)``).
 READER = "reader"
@@ -51,6 +61,63 @@ def nonfinite_problem(a: np.ndarray, unit: str = "element") -> str | None:
         return None
     flat = a.reshape(len(a), -1) if unit == "sample" and a.ndim else a.reshape(-1)
     return f"holds NaN or inf (first at {unit} {int(np.argwhere(~np.isfinite(flat))[0][0])})"
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def int32_labels(labels: Any, where: Callable[[int], str]) -> np.ndarray:
+    """Class indices as int32, once every one is checked: a whole number that fits.
+
+    A narrowing cast wraps silently (``2**32 + 3`` becomes class 3) and a float one truncates
+    (``3.7`` becomes class 3), so both are checked first, vectorised, over every label given;
+    DataError names the first one that fails, by ``where(row)``. Integral floats (``3.0``)
+    are taken.
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.data.sources.base import int32_labels
+        >>> int32_labels(np.array([1, 2**32 + 3]), lambda i: f"y (at x[{i}])")
+        Traceback (most recent call last):
+        ...
+        easyfit.errors.DataError: y (at x[1]): label 4294967299 does not fit a class index ...
+        >>> int32_labels([1, 3.7], lambda i: f"record {i}")
+        Traceback (most recent call last):
+        ...
+        easyfit.errors.DataError: record 1: label 3.7 is not a whole number, ...
+    """
+    a = np.asarray(labels)
+    if a.size == 0 or a.dtype.kind not in "iuf":
+        return a.astype(np.int32)
+    rows = a.reshape(len(a), -1) if a.ndim else a.reshape(1, 1)
+    if a.dtype.kind == "f":
+        bad = ~np.isfinite(rows) | (rows != np.round(rows))
+        if bad.any():
+            i = int(np.flatnonzero(bad.any(axis=1))[0])
+            raise DataError(
+                f"{where(i)}: label {float(rows[i][bad[i]][0]):g} is not a whole number, but the labels "
+                "are class indices (integers, as those sampled at start-up); easyfit never "
+                "truncates one. Store integer labels, or floats throughout for a loss such as 'mse'"
+            )
+    bad = (rows < _INT32.min) | (rows > _INT32.max)
+    if bad.any():
+        i = int(np.flatnonzero(bad.any(axis=1))[0])
+        value = rows[i][bad[i]][0]
+        shown = int(value) if a.dtype.kind in "iu" else f"{value:.0f}"
+        raise DataError(
+            f"{where(i)}: label {shown} does not fit a class index (int32, at "
+            f"most {_INT32.max}); class indices run from 0 to the number of classes - 1. For "
+            "other integer targets pass floats (y.astype('float32')) with a loss such as 'mse'"
+        )
+    return a.astype(np.int32)
+
+
+def outside_classes(label: int, num_classes: int) -> str:
+    """The message for a class index outside a model's ``num_classes`` outputs."""
+    return (
+        f"label {label} is outside the model's {num_classes} outputs; class indices must be in "
+        f"0..{num_classes - 1}"
+    )
 
 
 class Source(abc.ABC):
@@ -151,6 +218,18 @@ class Source(abc.ABC):
         kind's defaults."""
         return cast("Any", cls)(path)
 
+    def limit_labels(self, num_classes: int) -> None:
+        """From now on, a fed class index outside ``0..num_classes - 1`` raises DataError naming
+        its sample (and so do those already fed). For sources that learn their labels only as
+        they feed them (``known_labels()`` None), called once the model's outputs are known.
+        Default: nothing (known labels are checked whole before training)."""
+
+    def decoded_label_limit(self) -> int | None:
+        """The number of classes that labels decoded by DALI (a segmentation mask's class ids)
+        must stay below, once :meth:`limit_labels` said it: the pipelines check every batch
+        of them (vectorised) and name the sample of one outside; None: no such labels."""
+        return None
+
     def check(self) -> None:
         """Checks to do before the first pipeline of this source is built (called by the
         loader before each; a source that checks much remembers it did); raises DataError.
@@ -188,6 +267,11 @@ class IndexedSource(Source):
                 ``easyfit.data.Augment``, its random draws as data nodes (see
                 ``Augment.names``): the graph applies the augmentation with them.
         """
+
+    def encoded_image(self, index: int) -> bytes | None:
+        """The encoded image of sample ``index`` (for messages about it), or None when the
+        source holds no encoded images."""
+        return None
 
     def sample_problem(self, index: int) -> str | None:
         """A cheap host-side reason why sample ``index`` cannot be read (e.g. an unreadable or
@@ -296,11 +380,20 @@ class Subset(IndexedSource):
     def check(self) -> None:
         self.source.check()
 
+    def limit_labels(self, num_classes: int) -> None:
+        self.source.limit_labels(num_classes)
+
+    def decoded_label_limit(self) -> int | None:
+        return self.source.decoded_label_limit()
+
     def locate(self, index: int) -> str:
         return self.source.locate(int(self.indices[index]))
 
     def sample_problem(self, index: int) -> str | None:
         return self.source.sample_problem(int(self.indices[index]))
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return self.source.encoded_image(int(self.indices[index]))
 
     def describe(self) -> str:
         return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"

@@ -12,7 +12,7 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..images import SAMPLED, EncodedImages
 from ..protos import caffe2_messages
-from .base import READER, ReaderSource
+from .base import READER, ReaderSource, int32_labels
 from .lmdb_walk import walk_lmdb
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
@@ -89,9 +89,13 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         self.encoded = records[0][1].ndim == 1
         labels = np.concatenate([np.ravel(r[2]) for r in records])
         self._label_dtype = np.dtype(np.int32 if labels.dtype.kind in "iu" else np.float32)
-        self._labels = (
-            every_label.astype(self._label_dtype) if self.encoded and every_label is not None else None
-        )
+        self._labels = None
+        if self.encoded and every_label is not None:
+            self._labels = (
+                int32_labels(every_label, self.locate)
+                if self._label_dtype.kind == "i"
+                else every_label.astype(np.float32)
+            )
         if self.encoded:
             self._init_images(
                 lambda: [(name, bytes(a)) for name, a, _ in records],

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
+from ..images import EncodedImages, encoded_problem, file_problem, file_stamp, read_file, sample_positions
 from .base import IndexedSource
 
 __all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "Files", "ImageFolder", "entries", "path_table", "scan_classes"]
@@ -32,7 +32,11 @@ IMAGE_EXTENSIONS = (
 
 def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
     """The entries of ``folder`` that are files (``kind="file"``) or directories (``"dir"``),
-    following symlinks; DataError naming an entry that cannot be followed (a symlink loop).
+    following symlinks.
+
+    Nothing is skipped without a word: DataError names ``folder`` when it cannot be listed (no
+    read permission), and an entry that cannot be followed: a symlink loop, or a broken
+    symlink (its target is gone), which would otherwise drop a sample silently.
 
     Example:
         >>> import os
@@ -41,15 +45,29 @@ def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
         >>> entries(DOCS_TMP)
         Traceback (most recent call last):
         ...
-        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)
+        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)...
     """
     found = []
-    for entry in os.scandir(folder):
+    try:
+        listed = list(os.scandir(folder))
+    except OSError as e:
+        raise DataError(
+            f"{folder}: cannot be listed ({e.strerror or e}); give the user who trains read "
+            "and execute permission on it (chmod a+rx), or move it out of the data"
+        ) from None
+    for entry in listed:
         try:
             if entry.is_file() if kind == "file" else entry.is_dir():
                 found.append(entry)
+            elif entry.is_symlink() and not os.path.exists(entry.path):
+                os.stat(entry.path)  # raises: the loop's or the missing target's error
         except OSError as e:
-            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e})") from None
+            link = (
+                f"; a symbolic link to {os.readlink(entry.path)!r}: fix or remove it"
+                if entry.is_symlink()
+                else ""
+            )
+            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e}){link}") from None
     return found
 
 
@@ -121,30 +139,43 @@ class Files(IndexedSource):
     ``fn.io.file.read``.
 
     :meth:`feed_paths` feeds each column of paths as ``(table, lengths)``. The first time a
-    sample is fed, :meth:`sample_problem` checks its files on the host (readable, not empty, the
-    whole of an image...): a broken file raises DataError naming it instead of reaching DALI,
-    whose decoders can crash the process on one.
+    sample is fed, and whenever its files changed since, :meth:`sample_problem` checks its
+    files on the host (readable, not empty, the whole of an image...): a broken file raises
+    DataError naming it instead of reaching DALI, whose decoders can crash the process on one.
     """
 
     files: list[str]
 
     def _init_paths(self, *columns: Sequence[str]) -> None:
         """Path tables of ``columns`` (``self.files`` first, then e.g. the masks)."""
+        self._columns = [list(column) for column in columns]
         self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
+        self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
 
     @property
     def num_samples(self) -> int:
         return len(self.files)
 
+    def _stamp(self, index: int) -> int | None:
+        """One number for the state of sample ``index``'s files (see :func:`file_stamp`)."""
+        stamps = [file_stamp(column[index]) for column in self._columns]
+        return None if None in stamps else hash(tuple(stamps))
+
     def feed_paths(self, indices: np.ndarray) -> list[np.ndarray]:
-        """``[table, lengths]`` rows of ``indices`` for each column of paths, after the first
-        feed of each sample is checked (DataError naming the file)."""
-        for i in indices[~self._checked[indices]]:  # pipelines feed disjoint rows: no lock
-            problem = self.sample_problem(int(i))
+        """``[table, lengths]`` rows of ``indices`` for each column of paths, once each sample is
+        checked (DataError naming the file): the first time it is fed, and again whenever one
+        of its files changed since (one ``os.stat`` per file and feed): a file replaced after
+        start-up, e.g. between epochs, never reaches DALI unchecked."""
+        for i in indices.tolist():  # pipelines feed disjoint rows: no lock
+            stamp = self._stamp(i)
+            if self._checked[i] and stamp == self._stamps[i]:
+                continue
+            problem = self.sample_problem(i)
             if problem:
-                raise DataError(f"{self.locate(int(i))}: {problem}")
-            self._checked[i] = True
+                raise DataError(f"{self.locate(i)}: {problem}")
+            self._checked[i] = stamp is not None  # a file that cannot be stat'ed: checked again
+            self._stamps[i] = stamp or 0
         return [part[indices] for table in self._tables for part in table]
 
     @staticmethod
@@ -286,6 +317,9 @@ class ImageFolder(EncodedImages, ClassFiles):
         """An ImageFolder at ``path`` read as ``recipe`` says, its labels the indices of the
         recorded class names (a class folder not among them raises DataError naming both)."""
         return cls(path, **cls.recipe_settings(recipe), class_names=recipe.get("class_names"))
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return read_file(self.files[index])
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
         other = ImageFolder(path, **self.image_settings(), class_names=self.class_names)

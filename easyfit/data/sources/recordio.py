@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .base import int32_labels
 from .records import RecordFiles, list_files
 
 __all__ = ["RecordIO"]
@@ -160,7 +161,7 @@ class RecordIO(RecordFiles):
             )
         labels = np.asarray([h[1] for h in headers], np.float32)
         if len(labels) and np.array_equal(labels, np.round(labels)):
-            labels = labels.astype(np.int32)
+            labels = int32_labels(labels, self.locate)
         self._init_records(
             root, labels, image_size, color_mode, decoder, transform, augment, normalize, eval_crop
         )

@@ -18,8 +18,8 @@ from typing import Any, cast
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, image_problem, sample_positions
-from .base import IndexedSource
+from ..images import EncodedImages, file_stamp, image_problem, sample_positions
+from .base import IndexedSource, int32_labels, outside_classes
 from .folder import entries
 
 __all__ = ["RecordFiles", "list_files"]
@@ -73,8 +73,13 @@ class RecordFiles(EncodedImages, IndexedSource):
         if len(self._offset) == 0:
             raise DataError(f"{root}: no records")
         self._labels = labels
+        self._label_limit: int | None = None  # classes the fed labels must be below (see limit_labels)
+        self._early = np.zeros(len(self._offset), np.int32)  # labels fed before the limit was known
+        self._early_fed = np.zeros(len(self._offset), bool)
+        self._labels_lock = threading.Lock()
         self.augment = augment
-        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once
+        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once...
+        self._file_stamps = [file_stamp(f) for f in self.files]  # ...while its file is unchanged
         picks = sample_positions(len(self._offset))
         parsed = [self.parse(int(i), self.read(int(i))) for i in picks]
         if labels is None:
@@ -129,6 +134,7 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         images, labels = [], []
+        self._recheck_changed(indices)
         for i in indices:
             image, label = self.parse(int(i), self.read(int(i)))
             problem = image_problem(image, whole=not self._checked[i])
@@ -139,7 +145,48 @@ class RecordFiles(EncodedImages, IndexedSource):
             labels.append(label)
         if self._labels is not None:
             return images, self._labels[indices]
-        return images, np.asarray(labels, self._label_dtype)
+        return images, self._parsed_labels(indices, labels)
+
+    def _recheck_changed(self, indices: np.ndarray) -> None:
+        """Records of a file that changed since they were checked (one ``os.stat`` per file
+        and feed) get their whole structure checked again as they are fed."""
+        for f in np.unique(self._file[indices]).tolist():
+            stamp = file_stamp(self.files[f])
+            if stamp is None or stamp != self._file_stamps[f]:
+                self._checked[self._file == f] = False
+                self._file_stamps[f] = stamp
+
+    def _parsed_labels(self, indices: np.ndarray, labels: list[Any]) -> np.ndarray:
+        """The labels parsed from records ``indices``, every one checked (vectorised): class
+        indices must be whole numbers that fit int32 (the dtype was inferred from a sample of
+        the records; another record may hold a float or a huge value) and, once the model's
+        classes are known, fewer than them."""
+        if self._label_dtype.kind == "f":
+            return np.asarray(labels, np.float32)
+        out = int32_labels(np.asarray(labels), lambda j: self.locate(int(indices[j])))
+        with self._labels_lock:
+            if self._label_limit is None:
+                self._early[indices], self._early_fed[indices] = out, True
+            else:
+                self._check_range(indices, out)
+        return out
+
+    def limit_labels(self, num_classes: int) -> None:
+        if self._labels is not None or self._label_dtype.kind == "f":
+            return  # known labels are checked whole; float labels are no class indices
+        with self._labels_lock:
+            self._label_limit = num_classes
+            fed = np.flatnonzero(self._early_fed)
+            self._check_range(fed, self._early[fed])
+
+    def _check_range(self, indices: np.ndarray, labels: np.ndarray) -> None:
+        assert self._label_limit is not None
+        bad = np.flatnonzero((labels < 0) | (labels >= self._label_limit))
+        if len(bad):
+            j = int(bad[0])
+            raise DataError(
+                f"{self.locate(int(indices[j]))}: {outside_classes(int(labels[j]), self._label_limit)}"
+            )
 
     def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         encoded, labels = nodes  # as feed() returns them
@@ -149,6 +196,9 @@ class RecordFiles(EncodedImages, IndexedSource):
     def sample_problem(self, index: int) -> str | None:
         image, _ = self.parse(index, self.read(index))
         return image_problem(image)
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return self.parse(index, self.read(index))[0]
 
     def locate(self, index: int) -> str:
         f = int(self._file[index])

@@ -216,6 +216,12 @@ class SegmentationFolder(EncodedImages, Files):
         masks = fn.cast(fn.squeeze(masks, axis_names="C"), dtype=types.DALIDataType.INT32)
         return images, masks
 
+    def limit_labels(self, num_classes: int) -> None:
+        self._mask_limit = num_classes  # class ids are decoded by DALI: checked per batch
+
+    def decoded_label_limit(self) -> int | None:
+        return getattr(self, "_mask_limit", None)
+
     def sample_problem(self, index: int) -> str | None:
         image, mask = self.files[index], self.masks[index]
         problem = file_problem(image, encoded_problem)

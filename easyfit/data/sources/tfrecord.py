@@ -56,15 +56,26 @@ def index_file(path: str) -> str | None:
 
 
 def _read_index(idx: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets and lengths from index ``idx`` of a TFRecord file of ``size`` bytes, every row
+    checked to lie inside the file (a negative offset or a huge length would reach ``pread``)."""
+    fix = "; remake it with DALI's tfrecord2idx, or remove it (easyfit then walks the file)"
     try:
         rows = np.loadtxt(idx, dtype=np.int64, ndmin=2)
-    except (OSError, ValueError) as e:
-        raise DataError(f"{idx}: not a TFRecord index (offset size lines): {e}") from None
+    except (OSError, ValueError, OverflowError) as e:
+        raise DataError(f"{idx}: not a TFRecord index (offset size lines): {e}{fix}") from None
     if rows.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if rows.shape[1] != 2 or (rows[:, 0] + rows[:, 1] > size).any():
-        raise DataError(f"{idx}: not the index of its TFRecord file ({size} bytes)")
-    return rows[:, 0], rows[:, 1]
+    if rows.shape[1] != 2:
+        raise DataError(f"{idx}: not a TFRecord index (offset size lines){fix}")
+    offsets, lengths = rows[:, 0], rows[:, 1]
+    bad = np.flatnonzero((offsets < 0) | (lengths < _FRAMING) | (lengths > size - offsets))
+    if len(bad):
+        i = int(bad[0])
+        raise DataError(
+            f"{idx}: line {i + 1} (record {i}: offset {offsets[i]}, size {lengths[i]}) does not "
+            f"lie inside its TFRecord file ({size} bytes){fix}"
+        )
+    return offsets, lengths
 
 
 def _walk(path: str, size: int) -> tuple[np.ndarray, np.ndarray]:

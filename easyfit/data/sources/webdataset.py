@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .base import int32_labels
 from .folder import IMAGE_EXTENSIONS
 from .records import RecordFiles, list_files
 
@@ -21,6 +22,24 @@ def _split(name: str) -> tuple[str, str]:
     head, base = os.path.split(name)
     stem, _, ext = base.partition(".")
     return os.path.join(head, stem), ext.lower()
+
+
+def _not_regular(m: tarfile.TarInfo) -> str:
+    """Why a sample's member that is no regular file cannot be read (its bytes are not in the
+    tar: a link points elsewhere), and the fix."""
+    kind = (
+        f"a symbolic link to {m.linkname!r}"
+        if m.issym()
+        else f"a hard link to {m.linkname!r}"
+        if m.islnk()
+        else "a directory"
+        if m.isdir()
+        else "a device node or FIFO"
+    )
+    return (
+        f"member {m.name} is {kind}, not a regular file, so its sample cannot be read; write the "
+        "shard with the files themselves (tar --dereference --hard-dereference)"
+    )
 
 
 def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], list[str]]:
@@ -37,9 +56,11 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
                         f"{path}: truncated tar file (member {m.name} ends at byte "
                         f"{m.offset_data + m.size}, the file has {size})"
                     )
-                if not m.isfile():
-                    continue
                 key, ext = _split(m.name)
+                if not m.isfile():
+                    if ext in image_exts or ext == label_ext:
+                        raise DataError(f"{path}: {_not_regular(m)}")
+                    continue
                 if ext in image_exts:
                     images[key] = (m.offset_data, m.size)
                 elif ext == label_ext:
@@ -135,7 +156,7 @@ class WebDataset(RecordFiles):
         self._set_ranges(parts)
         self._init_records(
             root,
-            np.asarray(labels, np.int32),
+            int32_labels(np.asarray(labels, np.float64), self.locate),  # float64: any size of int
             image_size,
             color_mode,
             decoder,
