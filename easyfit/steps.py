@@ -31,7 +31,6 @@ __all__ = [
     "batch_metrics",
     "compile_eval",
     "compile_predict",
-    "compile_steps",
     "compile_train",
     "forward",
     "make_eval_step",
@@ -347,7 +346,6 @@ class Compiled:
 
     train: Callable[[int], jax.stages.Wrapped]
     eval: Callable
-    predict: Callable
     metrics: type[clu_metrics.Collection]
 
 
@@ -355,28 +353,6 @@ def trains(train_step: Callable, placement: Placement, k: int) -> Callable[[int]
     """``n -> `` the jitted function that trains the first n steps of a chunk of k (n = k but
     for an epoch's last chunk; ``compile_train``), one per n, made when first asked for."""
     return functools.cache(functools.partial(compile_train, train_step, placement, k))
-
-
-def compile_steps(
-    adapter: ModelAdapter,
-    tx: optax.GradientTransformation,
-    loss_fn: BatchLoss,
-    metrics: type[clu_metrics.Collection],
-    scale: float | None,
-    precision: Precision,
-    placement: Placement,
-    k: int,
-    class_weight: Any = None,
-) -> Compiled:
-    """The train, evaluation and prediction functions for ``k`` steps per dispatch."""
-    train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision, class_weight)
-    eval_step = make_eval_step(adapter, loss_fn, metrics, scale, precision)
-    return Compiled(
-        train=trains(train_step, placement, k),
-        eval=compile_eval(eval_step, placement, k),
-        predict=compile_predict(adapter, scale, placement, k, precision),
-        metrics=metrics,
-    )
 
 
 def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> threading.Thread:

@@ -26,7 +26,7 @@ from .pipelines import FedPipelines
 from .reader_pipelines import ReaderPipelines
 from .sources.base import IndexedSource, ReaderSource, Source
 
-__all__ = ["Loader", "make_loader"]
+__all__ = ["Loader"]
 
 
 class Loader:
@@ -227,8 +227,3 @@ class Loader:
             self._queue.clear()
         self._peeked = None
         self._pipelines.close()
-
-
-def make_loader(source: Source, plan: Plan, placement: Placement, **kwargs: Any) -> Loader:
-    """A :class:`Loader` for ``source`` (kept for callers of the earlier two-class design)."""
-    return Loader(source, plan, placement, **kwargs)

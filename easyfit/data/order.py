@@ -161,9 +161,6 @@ class Plan:
             idx[rows] = np.where(mask[rows], order[np.minimum(pos[rows], n - 1)], order[0])
         return idx, mask
 
-    def epoch_of(self, iteration: int) -> int:
-        return iteration // self.chunks_per_epoch
-
 
 class Orders:
     """A plan's permutations, the latest few kept (a chunk reads one pass, or two where it

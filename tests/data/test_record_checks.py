@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.loader import make_loader
+from easyfit.data import Loader
 from tests.helpers.formats import encode, write_recordio, write_tfrecord, write_webdataset
 
 N = 12
@@ -26,7 +26,7 @@ def sample(mnist_arrays):
 
 def _all_labels(source) -> np.ndarray:
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.trainer.Placement.create())
     try:
         return np.asarray(next(loader)["y"])
     finally:

@@ -19,7 +19,7 @@ import optax  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.callbacks import BackupAndRestore  # noqa: E402
-from easyfit.data.loader import make_loader  # noqa: E402
+from easyfit.data import Loader  # noqa: E402
 from easyfit.data.reader_cache import ReaderCache  # noqa: E402
 from tests.helpers import Crash, crash_at  # noqa: E402
 from tests.helpers.models import SmallMLP  # noqa: E402
@@ -43,7 +43,7 @@ arrays_eval = trainer.evaluate(arrays_val, batch_size=8 * 9)
 # One reader per device (as on GPUs): every record once per epoch, through the shards' padding
 # and their rotation from epoch to epoch.
 plan = ef.data.Plan(len(lmdb_val), 8 * 7, shuffle=True, seed=0, steps_per_execution=2, num_shards=n)
-loader = make_loader(lmdb_val, plan, trainer.placement, pipelines=n)
+loader = Loader(lmdb_val, plan, trainer.placement, pipelines=n)
 epochs_exact = []
 for _ in range(3):
     labels = []
