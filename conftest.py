@@ -77,11 +77,19 @@ def format_roots(tmp_path_factory, mnist_arrays) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def trainer():
-    """A SmallMLP Trainer shared by one module's tests, so its steps compile once."""
+def _module_trainer():
     import optax
 
     import easyfit as ef
     from tests.helpers.models import SmallMLP
 
     return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+
+
+@pytest.fixture
+def trainer(_module_trainer):
+    """A SmallMLP Trainer shared by one module's tests, so its steps compile once, given to
+    each test untrained (``tests.helpers.untrained``): no test depends on the ones before."""
+    from tests.helpers import untrained
+
+    return untrained(_module_trainer)

@@ -96,7 +96,7 @@ def part_loader(args) -> dict:
     import jax
 
     import easyfit as ef
-    from easyfit.data.loader import make_loader
+    from easyfit.data import Loader
     from easyfit.parallel import Placement
 
     train = recipe_source(args)
@@ -110,7 +110,7 @@ def part_loader(args) -> dict:
         steps_per_execution=max(1, 6000 // batch),
         num_shards=placement.num_shards,
     )
-    loader = make_loader(train, plan, placement, training=True)
+    loader = Loader(train, plan, placement, training=True)
     rows = plan.batch_size * plan.steps_per_execution
     for _ in range(2):
         jax.block_until_ready(next(loader)["x"])

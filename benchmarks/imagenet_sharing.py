@@ -19,14 +19,14 @@ def _easyfit_input(args):
     import jax
 
     import easyfit as ef
-    from easyfit.data.loader import make_loader
+    from easyfit.data import Loader
     from easyfit.parallel import Placement
 
     train = recipe_source(args)
     plan = ef.data.Plan(
         len(train), args.batch_size, shuffle=True, seed=0, steps_per_execution=max(1, 6000 // args.batch_size)
     )
-    loader = make_loader(
+    loader = Loader(
         train,
         plan,
         Placement.create(),

@@ -179,7 +179,6 @@ class TrainerSteps(TrainerState):
             self._compiled[key] = steps.Compiled(
                 train=steps.trains(self._within(context, self.train_step), self.placement, k),
                 eval=steps.compile_eval(self._within(context, evaluate), self.placement, k),
-                predict=steps.compile_predict(adapter, scale, self.placement, k, precision),
                 metrics=collection,
             )
         return self._compiled[key]

@@ -238,9 +238,9 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[
 
 def _metric_values(acc: Any) -> dict[str, jax.Array]:
     """``acc.compute()`` jitted, one jitted function per collection class (kept on the class):
-    collections made by ``Collection.create`` are classes of one name and often one shape, and a
-    jit shared by them once handed one trainer's cached computation to another's collection (its
-    metric names; seen under load in CI)."""
+    collections made by ``Collection.create`` are classes of one name and often one shape, so a
+    jit shared by them could hand one collection the cached computation of another (with the
+    other's metric names)."""
     cls = type(acc)
     compute = cls.__dict__.get("_easyfit_compute")
     if compute is None:

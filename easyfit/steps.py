@@ -31,7 +31,6 @@ __all__ = [
     "batch_metrics",
     "compile_eval",
     "compile_predict",
-    "compile_steps",
     "compile_train",
     "forward",
     "make_eval_step",
@@ -243,8 +242,8 @@ def compile_train(
 
     An epoch's last chunk has fewer steps to train than rows for (``Plan.live_steps``); the
     rest, padding, is sliced off inside the compiled function rather than skipped step by step:
-    a ``lax.cond`` per step costs XLA's GPU backend a host round trip each time (ResNet-18 on an
-    H200: 3 % of the step time alone, 5 % beside DALI's decoding; docs/performance.md).
+    a ``lax.cond`` per step costs XLA's GPU backend a host round trip each time
+    (docs/performance.md).
     """
     used = k if steps is None else steps
 
@@ -309,6 +308,11 @@ def compile_predict(
     return jax.jit(run)
 
 
+#: Samples per dispatch that ``steps_per_execution="auto"`` aims at on GPUs, streaming from DALI
+#: and from the device cache (the measurements behind them: docs/performance.md).
+STREAMED_SAMPLES, CACHED_SAMPLES = 6_000, 12_800
+
+
 def per_dispatch(
     steps_per_execution: int | str,
     num_samples: int,
@@ -317,8 +321,9 @@ def per_dispatch(
     cached: bool,
     epoch_steps: int | None = None,
 ) -> int:
-    """Optimizer steps per dispatch: ``steps_per_execution``, or for ``"auto"`` about 6,000
-    samples per dispatch when streaming and 12,800 from the device cache (GPUs), never more
+    """Optimizer steps per dispatch: ``steps_per_execution``, or for ``"auto"`` about
+    :data:`STREAMED_SAMPLES` samples per dispatch when streaming and :data:`CACHED_SAMPLES`
+    from the device cache (GPUs: enough to keep them busy between dispatches), never more
     than an epoch (``epoch_steps`` steps, or a pass over the data); on CPUs one step, as XLA
     runs convolutions slower inside a scan. Fewer, down to half, when that many divide the
     epoch's steps: its last dispatch then needs no function of its own (one compilation less).
@@ -335,7 +340,7 @@ def per_dispatch(
     if steps_per_execution != "auto":
         return int(steps_per_execution)
     steps = epoch_steps or -(-num_samples // batch_size)
-    wanted = 1 if platform == "cpu" else round((12_800 if cached else 6_000) / batch_size)
+    wanted = 1 if platform == "cpu" else round((CACHED_SAMPLES if cached else STREAMED_SAMPLES) / batch_size)
     k = min(steps, max(1, wanted))
     return next((d for d in range(k, k // 2, -1) if steps % d == 0), k)
 
@@ -347,7 +352,6 @@ class Compiled:
 
     train: Callable[[int], jax.stages.Wrapped]
     eval: Callable
-    predict: Callable
     metrics: type[clu_metrics.Collection]
 
 
@@ -355,28 +359,6 @@ def trains(train_step: Callable, placement: Placement, k: int) -> Callable[[int]
     """``n -> `` the jitted function that trains the first n steps of a chunk of k (n = k but
     for an epoch's last chunk; ``compile_train``), one per n, made when first asked for."""
     return functools.cache(functools.partial(compile_train, train_step, placement, k))
-
-
-def compile_steps(
-    adapter: ModelAdapter,
-    tx: optax.GradientTransformation,
-    loss_fn: BatchLoss,
-    metrics: type[clu_metrics.Collection],
-    scale: float | None,
-    precision: Precision,
-    placement: Placement,
-    k: int,
-    class_weight: Any = None,
-) -> Compiled:
-    """The train, evaluation and prediction functions for ``k`` steps per dispatch."""
-    train_step = make_train_step(adapter, tx, loss_fn, metrics, scale, precision, class_weight)
-    eval_step = make_eval_step(adapter, loss_fn, metrics, scale, precision)
-    return Compiled(
-        train=trains(train_step, placement, k),
-        eval=compile_eval(eval_step, placement, k),
-        predict=compile_predict(adapter, scale, placement, k, precision),
-        metrics=metrics,
-    )
 
 
 def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> threading.Thread:

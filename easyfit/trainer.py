@@ -74,11 +74,10 @@ class Trainer(TrainerSteps):
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
             callbacks then fire once per dispatch, their ``batch`` counting dispatches where
-            Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs about 6,000
-            samples per dispatch when streaming and about 12,800 when training from the device
-            cache, never more than an epoch, and fewer (down to half) when that many divide
-            the epoch's steps; on CPUs one step, since XLA's CPU convolutions run slower inside
-            a scan (the measurements: docs/performance.md).
+            Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs enough steps per
+            dispatch to keep the devices busy, more when training from the device cache, never
+            more than an epoch (``easyfit.steps.per_dispatch`` gives the rule); on CPUs one
+            step, since XLA's CPU convolutions run slower inside a scan (docs/performance.md).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
             docs/performance.md).

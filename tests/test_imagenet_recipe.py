@@ -12,7 +12,7 @@ from flax import linen as nn
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
-from easyfit.data.loader import make_loader
+from easyfit.data import Loader
 from easyfit.parallel import Placement
 
 SIZE = (24, 24)
@@ -32,7 +32,7 @@ def _chunks(source, *, training, seed=0, epochs=1, pipelines=None, shuffle=False
     """Each epoch's training (or evaluation) batch of all samples, as NumPy."""
     n = source.num_samples
     plan = ef.data.Plan(n, n, shuffle=shuffle, seed=seed)
-    loader = make_loader(source, plan, Placement.create(), training=training, pipelines_per_device=pipelines)
+    loader = Loader(source, plan, Placement.create(), training=training, pipelines_per_device=pipelines)
     try:
         return [np.asarray(next(loader)["x"]) for _ in range(epochs)]
     finally:

@@ -38,10 +38,18 @@ class EarlyStopping(Callback):
         monitor_op: ``np.greater`` or ``np.less`` once the direction is settled, as Keras'.
 
     Example:
+        No fall of the loss is as large as ``min_delta`` here, so every epoch after the first
+        counts as one without improvement, and training stops after ``patience`` of them:
+
+        >>> import numpy as np, optax, easyfit as ef
+        >>> from flax import linen as nn
         >>> from easyfit.callbacks import EarlyStopping
-        >>> stop = EarlyStopping(monitor="val_accuracy", patience=2)
-        >>> stop.mode, stop.monitor_op is None  # settled at the first epoch's end
-        ('auto', True)
+        >>> x, y = np.linspace(-1, 1, 256, dtype=np.float32).reshape(64, 4), np.arange(64) % 2
+        >>> stop = EarlyStopping(monitor="loss", min_delta=10.0, patience=2)
+        >>> trainer = ef.Trainer(nn.Dense(2), optimizer=optax.sgd(0.1), seed=0)
+        >>> history = trainer.fit(x, y, epochs=10, batch_size=32, callbacks=[stop], verbose=0)
+        >>> history.epoch, stop.stopped_epoch, stop.best == history.history["loss"][0]
+        ([0, 1, 2], 2, True)
     """
 
     monitor_op = monitor_op_property

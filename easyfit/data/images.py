@@ -33,9 +33,9 @@ __all__ = [
 
 SAMPLED = 64  # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
-#: Share of JPEG decoding given to the GPU's hardware decoder (nvJPEG's A100/H100/H200 engine)
-#: when decoding on the GPU; the rest runs on CUDA cores. Measured on an H200 for ~90 KiB photos
-#: (docs/performance.md): DALI's default 0.65 leaves the engine short of work.
+#: Share of JPEG decoding given to the GPU's hardware decoder (nvJPEG's engine on A100, H100 and
+#: H200) when decoding on the GPU; the rest runs on CUDA cores. Higher than DALI's default 0.65,
+#: which leaves the engine short of work (the measurements: docs/performance.md).
 HW_DECODER_LOAD = 0.9
 #: ImageNet's per-channel mean and standard deviation, on the [0, 1] scale (RGB).
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))

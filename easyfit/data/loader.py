@@ -1,10 +1,10 @@
-"""The Loader: DALI pipelines -> chunks of global batches, the only place where sources meet
-devices.
+"""The Loader: DALI pipelines -> chunks of global batches, sharded on the devices.
 
-One Loader class, with one of two pipeline kinds (``easyfit.data.pipelines``): pipelines fed by
-easyfit's sampler for an indexed source, or DALI's own readers for a reader-driven one. The
-Loader owns what both share: the stream's position, peeking, the background thread that
-assembles chunks ahead of the training thread, and closing.
+The Loader builds the pipeline kind its source needs (``easyfit.data.pipelines``): pipelines fed
+by easyfit's sampler for an indexed source, or DALI's own readers for a reader-driven one. It
+owns what both share: the stream's position, peeking, the background thread that assembles
+chunks ahead of the training thread, and closing. The device caches (``easyfit.data.cache``,
+``easyfit.data.reader_cache``) hand out chunks of the same form.
 
 The stream is infinite: chunk ``i`` of the stream belongs to epoch ``i // chunks_per_epoch``, so
 epochs follow each other without a pipeline reset and prefetching crosses epoch ends.
@@ -26,7 +26,7 @@ from .pipelines import FedPipelines
 from .reader_pipelines import ReaderPipelines
 from .sources.base import IndexedSource, ReaderSource, Source
 
-__all__ = ["Loader", "make_loader"]
+__all__ = ["Loader"]
 
 
 class Loader:
@@ -227,8 +227,3 @@ class Loader:
             self._queue.clear()
         self._peeked = None
         self._pipelines.close()
-
-
-def make_loader(source: Source, plan: Plan, placement: Placement, **kwargs: Any) -> Loader:
-    """A :class:`Loader` for ``source`` (kept for callers of the earlier two-class design)."""
-    return Loader(source, plan, placement, **kwargs)

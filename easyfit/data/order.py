@@ -13,8 +13,9 @@ a repeating dataset. Epoch boundaries move; the sequence of batches does not.
 
 The stream is cut into *chunks*: ``steps_per_execution`` consecutive steps that run in one
 dispatch. An epoch always ends on a chunk boundary; steps of the last chunk that fall past the end
-of the epoch are fully masked (and the train step skips them), and the next epoch goes on with
-the step that follows the last one trained.
+of the epoch are fully masked (the training function of that chunk runs only the steps before
+them: ``easyfit.steps.compile_train``), and the next epoch goes on with the step that follows
+the last one trained.
 """
 
 from __future__ import annotations
@@ -160,9 +161,6 @@ class Plan:
             order = orders(int(p))
             idx[rows] = np.where(mask[rows], order[np.minimum(pos[rows], n - 1)], order[0])
         return idx, mask
-
-    def epoch_of(self, iteration: int) -> int:
-        return iteration // self.chunks_per_epoch
 
 
 class Orders:

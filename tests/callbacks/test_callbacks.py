@@ -17,7 +17,7 @@ from easyfit.callbacks import (
     ReduceLROnPlateau,
     TerminateOnNaN,
 )
-from tests.helpers import flat_params
+from tests.helpers import flat_params, untrained
 from tests.helpers.models import SmallMLP
 
 
@@ -28,14 +28,20 @@ def data(mnist_arrays):
 
 
 @pytest.fixture(scope="module")
-def trainer():
-    """One trainer (compiled once) reused by the tests: each fit goes on training it."""
+def _module_trainer():
     return ef.Trainer(
         SmallMLP(),
         optimizer=optax.inject_hyperparams(optax.adam)(learning_rate=1e-3),
         seed=0,
         steps_per_execution=1,
     )  # batch hooks at every step
+
+
+@pytest.fixture
+def trainer(_module_trainer):
+    """One trainer (compiled once), given to each test untrained, its rate back at 1e-3: the
+    fits within a test go on training it, those of other tests do not."""
+    return untrained(_module_trainer)
 
 
 def _fit(trainer, data, callbacks, epochs=4):
@@ -85,7 +91,6 @@ def test_learning_rate_scheduler_sets_the_optimizer_rate(trainer, data):
 
 
 def test_reduce_lr_on_plateau(trainer, data):
-    _fit(trainer, data, [LearningRateScheduler(lambda epoch: 1e-3)], epochs=1)
     reduce = ReduceLROnPlateau(monitor="loss", mode="max", factor=0.5, patience=1)
     lrs = _fit(trainer, data, [reduce]).history["learning_rate"]
     np.testing.assert_allclose(lrs, [1e-3, 1e-3, 5e-4, 2.5e-4], rtol=1e-6)

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.loader import make_loader
+from easyfit.data import Loader
 from tests.helpers.formats import encode
 
 
 def _batch(source, *, training, seed=0):
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False, seed=seed)
-    loader = make_loader(source, plan, ef.trainer.Placement.create(), training=training)
+    loader = Loader(source, plan, ef.trainer.Placement.create(), training=training)
     try:
         return np.asarray(next(loader)["x"])
     finally:

@@ -42,16 +42,21 @@ def _fresh_trainer() -> ef.Trainer:
     return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1), seed=0)
 
 
-def _broken_lmdb(path, digits, kind: str) -> tuple[str, str]:
-    """An LMDB of the digits with record MIDDLE broken by ``CORRUPTIONS[kind]``; the message."""
+def _broken_lmdb(path, digits, kind: str, at: int = MIDDLE) -> tuple[str, str]:
+    """An LMDB of the digits with record ``at`` broken by ``CORRUPTIONS[kind]``; the message."""
     (_, save), corrupt, message = CORRUPTIONS[kind]
     images = [save(a) for a in digits[0]]
-    images[MIDDLE] = corrupt(images[MIDDLE])
+    images[at] = corrupt(images[at])
     return write_lmdb(path, images, digits[1]), message
 
 
-def test_the_broken_record_is_past_those_read_up_front():
-    assert SAMPLED <= MIDDLE < N - 1
+@pytest.mark.parametrize("at", [0, SAMPLED, N - 1])
+def test_a_broken_record_is_named_wherever_it_lies(tmp_path, digits, at):
+    """Among the records building the source reads up front (0), just past them, and the last:
+    the check reads every record, not only those."""
+    db, message = _broken_lmdb(tmp_path / "db", digits, "jpeg segment length past its end", at)
+    with pytest.raises(ef.errors.DataError, match=f"^{db}: record {at} .in key order.: {message}"):
+        ef.data.Caffe2LMDB(db)
 
 
 @pytest.mark.parametrize("kind", CRASHING)

@@ -181,10 +181,10 @@ def test_a_broken_lmdb_record_is_named(tmp_path, xy, trainer):
 
 
 def _load_all(source):
-    from easyfit.data.loader import make_loader
+    from easyfit.data import Loader
 
     plan = ef.data.Plan(len(source), len(source), shuffle=False)
-    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.trainer.Placement.create())
     try:
         return next(loader)
     finally:

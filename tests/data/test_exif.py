@@ -11,8 +11,8 @@ import pytest
 from PIL import Image, ImageOps
 
 import easyfit as ef
+from easyfit.data import Loader
 from easyfit.data.images import sample_positions
-from easyfit.data.loader import make_loader
 
 
 def _jpeg(a: np.ndarray, orientation: int | None = None) -> bytes:
@@ -35,7 +35,7 @@ def _folder(root, n: int, turned: int, orientation: int = 6) -> str:
 
 def _batch(source) -> np.ndarray:
     plan = ef.data.Plan(len(source), len(source), shuffle=False)
-    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.trainer.Placement.create())
     try:
         return np.asarray(next(loader)["x"])
     finally:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.loader import make_loader
+from easyfit.data import Loader
 from tests.helpers.formats import (
     MAGIC,
     encode,
@@ -42,7 +42,7 @@ def _run(graph, batch_size):
 
 def _loaded(source):
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.trainer.Placement.create())
     batch = next(loader)
     loader.close()
     return np.asarray(batch["x"]), np.asarray(batch["y"])

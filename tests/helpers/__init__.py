@@ -57,6 +57,15 @@ def last_json(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def untrained(trainer):
+    """``trainer`` as a new Trainer of the same arguments would be, its compiled steps kept: no
+    state (the next fit or evaluate initialises it from the seed, as the first did) and not
+    stopping. Lets a module share one trainer's compilation without its tests depending on what
+    the tests before them trained."""
+    trainer.state, trainer.stop_training = None, False
+    return trainer
+
+
 def flat_params(tree) -> np.ndarray:
     """Every leaf of ``tree``, flattened into one array."""
     import jax

@@ -230,10 +230,10 @@ def write_idx_mnist(root: str | os.PathLike, data: dict) -> str:
 def all_labels(source) -> np.ndarray:
     """Every label of ``source``, in order, as one batch of a real loader (what DALI is fed)."""
     import easyfit as ef
-    from easyfit.data.loader import make_loader
+    from easyfit.data import Loader
 
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = make_loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.trainer.Placement.create())
     try:
         return np.asarray(next(loader)["y"])
     finally:

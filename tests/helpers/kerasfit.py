@@ -1,5 +1,5 @@
 """Small fits for the ports of Keras' callback tests (tests/keras/): slices of the MNIST sample
-and a SmallMLP, so that each module compiles its steps once. A module uses the fixtures
+and a SmallMLP, whose steps compile once for all of them. A module uses the fixtures
 ``data`` and ``trainer`` by importing them."""
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ def data(mnist_arrays) -> tuple[ef.data.Arrays, ef.data.Arrays]:
     return _SHARED["data"]  # type: ignore[return-value]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def trainer(data) -> ef.Trainer:
     """One ``small_trainer`` for every module that uses the fixture (its steps compile once),
-    given to each module as a first epoch (batches of 100) left it: the same parameters,
-    optimizer state and rate (1e-3), whatever the modules before did with it."""
+    given to each test as a first epoch (batches of 100) left it: the same parameters,
+    optimizer state and rate (1e-3), whatever the tests before did with it."""
     if "trainer" not in _SHARED:
         shared = small_trainer()
         shared.fit(data[0], epochs=1, batch_size=100, verbose=0, validation_data=data[1])

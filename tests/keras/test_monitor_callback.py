@@ -16,6 +16,7 @@ import pytest
 import easyfit as ef
 from easyfit.callbacks import EarlyStopping, ModelCheckpoint, ReduceLROnPlateau
 from easyfit.callbacks._monitor import Monitor
+from tests.helpers import untrained
 from tests.helpers.models import SmallMLP
 
 
@@ -39,7 +40,7 @@ gain._direction = "up"  # Keras' attribute: a custom metric saying that higher i
 
 
 @pytest.fixture(scope="module")
-def trainer():
+def _module_trainer():
     return ef.Trainer(
         SmallMLP(),
         optimizer=optax.inject_hyperparams(optax.sgd)(learning_rate=0.01),
@@ -48,6 +49,12 @@ def trainer():
         seed=0,
         steps_per_execution=1,
     )
+
+
+@pytest.fixture
+def trainer(_module_trainer):
+    """The module's trainer (compiled once), given to each test untrained."""
+    return untrained(_module_trainer)
 
 
 @pytest.fixture(scope="module")

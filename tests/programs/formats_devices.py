@@ -1,9 +1,10 @@
 """Reader-driven (LMDB, streamed and device-cached) and index-driven (RecordIO) sources on
 every (virtual) device.
 
-    python formats_devices.py MNIST_IDX LMDB_ROOT RECORDIO_ROOT
+    python formats_devices.py MNIST_IDX LMDB_ROOT RECORDIO_ROOT OUT
 
-Prints JSON figures on its last line.
+Prints JSON figures on its last line; writes the trained parameters to OUT/params.npz (the
+RecordIO fit) and OUT/cached_params.npz (the device-cached LMDB fit).
 """
 
 import json
@@ -19,17 +20,16 @@ import optax  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.callbacks import BackupAndRestore  # noqa: E402
-from easyfit.data.loader import make_loader  # noqa: E402
+from easyfit.data import Loader  # noqa: E402
 from easyfit.data.reader_cache import ReaderCache  # noqa: E402
 from tests.helpers import Crash, crash_at  # noqa: E402
 from tests.helpers.models import SmallMLP  # noqa: E402
 
-mnist_idx, lmdb_root, recordio_root = sys.argv[1:4]
+mnist_idx, lmdb_root, recordio_root, out = sys.argv[1:5]
 n = jax.device_count()
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
 history = trainer.fit(recordio_root + "/train", validation_split=0.2, epochs=1, batch_size=96, verbose=0)
-leaves = jax.tree_util.tree_leaves(trainer.params)
-param_sum = float(sum(np.asarray(leaf, np.float64).sum() for leaf in leaves))
+np.savez(Path(out) / "params.npz", *jax.tree_util.tree_leaves(jax.device_get(trainer.params)))
 
 lmdb_val = ef.data.Caffe2LMDB(lmdb_root + "/val")
 x, y = ef.datasets.mnist_arrays(mnist_idx)["val"]
@@ -43,7 +43,7 @@ arrays_eval = trainer.evaluate(arrays_val, batch_size=8 * 9)
 # One reader per device (as on GPUs): every record once per epoch, through the shards' padding
 # and their rotation from epoch to epoch.
 plan = ef.data.Plan(len(lmdb_val), 8 * 7, shuffle=True, seed=0, steps_per_execution=2, num_shards=n)
-loader = make_loader(lmdb_val, plan, trainer.placement, pipelines=n)
+loader = Loader(lmdb_val, plan, trainer.placement, pipelines=n)
 epochs_exact = []
 for _ in range(3):
     labels = []
@@ -85,6 +85,7 @@ with tempfile.TemporaryDirectory() as tmp:
         resumed_at = [point.epoch, point.batch, point.position]
     resumed = cached_fit([BackupAndRestore(tmp + "/b")])
 cached_leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(uninterrupted.params)]
+np.savez(Path(out) / "cached_params.npz", *cached_leaves)
 cached_resume_exact = all(
     np.array_equal(a, np.asarray(b))
     for a, b in zip(cached_leaves, jax.tree_util.tree_leaves(resumed.params), strict=True)
@@ -96,7 +97,6 @@ print(
             "devices": n,
             "val_accuracy": history.history["val_accuracy"][-1],
             "val_loss": history.history["val_loss"][-1],
-            "param_sum": param_sum,
             "lmdb_predict_rows": int(lmdb_pred.shape[0]),
             "lmdb_rows_match_arrays": same_rows,
             "lmdb_eval": lmdb_eval,
@@ -104,9 +104,9 @@ print(
             "reader_epochs_exact": epochs_exact,
             "lmdb_fit_val_accuracy": lmdb_history.history["val_accuracy"][-1],
             "reader_cache_exact": cache_exact,
+            "reader_chunks_per_epoch": plan.chunks_per_epoch,
             "cached_resume_exact": cached_resume_exact,
             "cached_resumed_at": resumed_at,
-            "cached_param_sum": float(sum(a.astype(np.float64).sum() for a in cached_leaves)),
             "cached_accuracy": uninterrupted.history.history["accuracy"][-1],
         }
     )

@@ -12,7 +12,7 @@ import sys
 
 import easyfit as ef
 import easyfit.data.diagnose  # noqa: F401 - imported before the process loses its rights
-from easyfit.data.loader import make_loader
+from easyfit.data import Loader
 
 late_dir, early_dir, bad = sys.argv[1:4]
 placement = ef.trainer.Placement.create()
@@ -23,7 +23,7 @@ if os.geteuid() == 0:
 assert not os.access(bad, os.R_OK)
 errors = {}
 try:
-    loader = make_loader(late, ef.data.Plan(len(late), len(late), shuffle=False), placement)
+    loader = Loader(late, ef.data.Plan(len(late), len(late), shuffle=False), placement)
     next(loader)
 except ef.errors.DataError as e:
     errors["first_batch"] = str(e)

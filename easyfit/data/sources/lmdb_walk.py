@@ -38,7 +38,8 @@ from typing import Any
 
 _META = struct.Struct("<I I Q Q 96s Q Q")  # magic, version, address, mapsize, dbs, last_pg, txnid
 _MAGIC = 0xBEEFC0DE
-#: Bytes of ``data.mdb`` per child at least: a child costs about 0.2 s to start.
+#: Bytes of ``data.mdb`` per child at least: starting a child (a fresh interpreter) costs more
+#: than checking a smaller share.
 PART_BYTES = 4 << 20
 _UNPARSABLE = "not a Caffe2 TensorProtos of an image and a label (unparsable record)"
 
