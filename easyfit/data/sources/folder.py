@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, encoded_problem, file_problem, file_stamp, read_file, sample_positions
+from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
+from ..stat_child import StatChild
 from .base import IndexedSource
 
 __all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "Files", "ImageFolder", "entries", "path_table", "scan_classes"]
@@ -152,30 +154,40 @@ class Files(IndexedSource):
         self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
         self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
+        self._stat: StatChild | None = None  # started at the first feed
+        self._stat_lock = threading.Lock()
 
     @property
     def num_samples(self) -> int:
         return len(self.files)
 
-    def _stamp(self, index: int) -> int | None:
-        """One number for the state of sample ``index``'s files (see :func:`file_stamp`)."""
-        stamps = [file_stamp(column[index]) for column in self._columns]
-        return None if None in stamps else hash(tuple(stamps))
+    def _stamps_of(self, indices: np.ndarray) -> np.ndarray:
+        """One int64 per sample of ``indices`` for the state of its files, 0 where one cannot
+        be stat'ed: a batch's files stat'ed by one request to a child process
+        (``easyfit.data.stat_child``)."""
+        with self._stat_lock:
+            if self._stat is None:
+                self._stat = StatChild([p for column in self._columns for p in column])
+        stamps = self._stat.stamps(indices)
+        for k in range(1, len(self._columns)):  # e.g. the masks
+            more = self._stat.stamps(indices + k * len(self.files))
+            stamps = np.where((stamps == 0) | (more == 0), 0, stamps * 1_000_003 ^ more)
+        return stamps
 
     def feed_paths(self, indices: np.ndarray) -> list[np.ndarray]:
         """``[table, lengths]`` rows of ``indices`` for each column of paths, once each sample is
         checked (DataError naming the file): the first time it is fed, and again whenever one
-        of its files changed since (one ``os.stat`` per file and feed): a file replaced after
-        start-up, e.g. between epochs, never reaches DALI unchecked."""
-        for i in indices.tolist():  # pipelines feed disjoint rows: no lock
-            stamp = self._stamp(i)
-            if self._checked[i] and stamp == self._stamps[i]:
-                continue
+        of its files changed since (every file of the batch stat'ed, compared as one vector):
+        a file replaced after start-up, e.g. between epochs, never reaches DALI unchecked."""
+        stamps = self._stamps_of(indices)
+        stale = ~self._checked[indices] | (stamps != self._stamps[indices]) | (stamps == 0)
+        for j in np.flatnonzero(stale).tolist():  # pipelines feed disjoint rows: no lock
+            i = int(indices[j])
             problem = self.sample_problem(i)
             if problem:
                 raise DataError(f"{self.locate(i)}: {problem}")
-            self._checked[i] = stamp is not None  # a file that cannot be stat'ed: checked again
-            self._stamps[i] = stamp or 0
+            self._checked[i] = stamps[j] != 0  # a file that cannot be stat'ed: checked again
+            self._stamps[i] = stamps[j]
         return [part[indices] for table in self._tables for part in table]
 
     @staticmethod
