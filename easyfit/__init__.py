@@ -3,17 +3,18 @@
 Example:
     >>> import easyfit as ef
     >>> ef.Trainer, ef.History, ef.data.ImageFolder  # doctest: +ELLIPSIS
-    (<class 'easyfit.trainer.Trainer'>, ...)
+    (<class 'easyfit.training.trainer.Trainer'>, ...)
 """
 
 from ._env import arrange_environment
 
 arrange_environment()  # before anything below can start JAX's backend
 
-from . import callbacks, checkpoint, data, datasets, distributed, errors  # noqa: E402
+from . import callbacks, data, datasets, distributed, errors  # noqa: E402
 from .callbacks import Callback, History  # noqa: E402
 from .errors import CheckpointError, DataError  # noqa: E402
-from .trainer import Trainer  # noqa: E402
+from .persistence import checkpoint  # noqa: E402
+from .training.trainer import Trainer  # noqa: E402
 
 __version__ = "0.1.0"  # the only place the version is written (pyproject reads it)
 

@@ -15,7 +15,7 @@ import optax
 from flax import linen as nn
 
 from . import datasets
-from .trainer import Trainer
+from .training.trainer import Trainer
 
 __all__ = ["MLP", "run_demo"]
 

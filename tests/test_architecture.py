@@ -94,10 +94,10 @@ def test_the_import_graph_is_found_with_function_level_imports():
     data.base <-> data.diagnose through a function-level import, data.loader <-> data.reader)."""
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert "easyfit.data.door" in graph["easyfit.trainer"]
+    assert "easyfit.data.door" in graph["easyfit.training.trainer"]
     assert "easyfit.data.diagnose" in graph["easyfit.data.pipelines"]
-    # checkpoint imports easyfit.data.order only under TYPE_CHECKING
-    assert "easyfit.data.order" not in graph["easyfit.checkpoint"]
+    # checkpoint imports easyfit.data.plan only under TYPE_CHECKING
+    assert "easyfit.data.plan" not in graph["easyfit.persistence.checkpoint"]
     # a cycle through an import inside a function is found
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 

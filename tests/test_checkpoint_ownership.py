@@ -11,7 +11,7 @@ import optax
 import pytest
 
 import easyfit as ef
-from easyfit import _integrity
+from easyfit.persistence import checkpoint_files as _integrity
 from tests.helpers import flat_params
 from tests.helpers.models import SmallMLP
 

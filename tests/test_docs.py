@@ -102,7 +102,7 @@ def test_mkdocs_build_strict(tmp_path):
         "easyfit.Trainer.fit",
         "easyfit.Trainer.evaluate",
         "easyfit.data.Source.num_samples",
-        "easyfit.optimizers.get_optimizer",
+        "easyfit.training.optimizers.get_optimizer",
     } <= ids
     internal = {
         "easyfit.data.Source.feed",

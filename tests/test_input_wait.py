@@ -9,7 +9,7 @@ import optax
 from flax import linen as nn
 
 import easyfit as ef
-from easyfit._input_wait import INPUT_BOUND
+from easyfit.training.input_wait import INPUT_BOUND
 
 
 class SlowArrays(ef.data.Arrays):

@@ -124,7 +124,7 @@ def test_labels_of_shape_n_1_and_one_hot_floats_train_as_class_indices(sample, c
 
 
 def test_float_labels_that_are_not_one_hot_stay_mean_squared_error():
-    from easyfit.losses import infer_loss
+    from easyfit.training.losses import infer_loss
 
     rows = np.array([[0.2, 0.5], [0.3, 0.1]], np.float32)  # no distribution: regression
     assert infer_loss(rows.dtype, rows)[0] == "mse"
@@ -185,7 +185,7 @@ def test_write_back_leaves_the_module_as_it_was_when_the_state_was_donated():
     """A step that failed after donating the state: fit's clean-up must not raise over it."""
     import types
 
-    from easyfit.models import write_back
+    from easyfit.training.models import write_back
 
     model = NNXMLP(nnx.Rngs(0))
     before = np.asarray(model.out.kernel[...]).copy()

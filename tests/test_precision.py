@@ -12,11 +12,11 @@ from flax import linen as nn
 from flax import nnx
 
 import easyfit as ef
-from easyfit import steps
-from easyfit.metrics import build_collection
-from easyfit.models import adapt
-from easyfit.precision import get_precision
-from easyfit.state import TrainState
+from easyfit.training import steps
+from easyfit.training.metrics import build_collection
+from easyfit.training.models import adapt
+from easyfit.training.precision import get_precision
+from easyfit.training.state import TrainState
 from tests.helpers.models import NormedCNN
 
 

@@ -19,7 +19,7 @@ from flax import linen as nn
 from PIL import Image
 
 import easyfit as ef
-from easyfit import _integrity
+from easyfit.persistence import checkpoint_files as _integrity
 from tests.helpers import last_json, run_program
 from tests.helpers.formats import encode
 from tests.helpers.models import SmallMLP

@@ -11,9 +11,9 @@ import warnings
 import jax
 import orbax.checkpoint as ocp
 
-from .._integrity import WriterLock, owned
-from ..checkpoint import ResumePoint, checkpoint_args, reader, verify
 from ..errors import CheckpointError
+from ..persistence.checkpoint import ResumePoint, checkpoint_args, reader, verify
+from ..persistence.checkpoint_files import WriterLock, owned
 from ._monitor import check_freq
 from .callback import Callback, Logs
 

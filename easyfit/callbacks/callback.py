@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..trainer import Trainer
+    from ..training.trainer import Trainer
 
 __all__ = ["Callback"]
 

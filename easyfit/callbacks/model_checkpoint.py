@@ -10,7 +10,7 @@ from typing import Any
 
 import jax
 
-from .._integrity import owned
+from ..persistence.checkpoint_files import owned
 from ._monitor import Monitor, check_freq, monitor_op_property
 from .callback import Callback, Logs
 

@@ -10,7 +10,7 @@ from .augment import Augment
 from .detect import detect
 from .door import DataDoor
 from .loader import Loader
-from .order import Plan, epoch_permutation
+from .plan import Plan, epoch_permutation
 from .resolve import VALIDATION_NAMES, split_layout, to_source
 from .sources import (
     IMAGE_EXTENSIONS,

@@ -5,7 +5,7 @@ sample has been seen (the first full epoch; more chunks when an epoch is shorter
 ``steps_per_epoch``, or starts mid-pass); they are then scattered, by sample index, into one
 array per output (per array of structured ``x`` and ``y``, and the sample weights; replicated on
 every device, in the source's order). From then on each chunk
-is a gather of its indices (the same :class:`~easyfit.data.order.Plan`, so the same samples in
+is a gather of its indices (the same :class:`~easyfit.data.plan.Plan`, so the same samples in
 the same steps as streaming): no input pipeline is left, and DALI's pipelines are released. A
 source read by DALI's own reader cannot be replayed so: :mod:`easyfit.data.reader_cache` reads
 it once before the first epoch.
@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..parallel import DATA_AXIS, Placement
 from .loader import Loader
-from .order import Orders, Plan
+from .plan import Orders, Plan
 from .sources.base import ReaderSource, Source
 
 __all__ = [
@@ -194,7 +194,7 @@ def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int
 
     Example:
         >>> from easyfit.data.cache import chunks_to_cover
-        >>> from easyfit.data.order import Plan
+        >>> from easyfit.data.plan import Plan
         >>> chunks_to_cover(Plan(num_samples=10, batch_size=4), 0)  # a pass: 3 steps
         3
         >>> chunks_to_cover(Plan(num_samples=10, batch_size=4, shuffle=False, epoch_steps=2), 1)

@@ -21,12 +21,12 @@ import jax
 import numpy as np
 
 from ..parallel import Placement, local_rows
-from ..steps import per_dispatch
+from ..training.steps import per_dispatch
 from .cache import CachedLoader, decide_cache
 from .checks import check_labels
 from .loader import Loader
-from .order import Plan
 from .passes import Lease, PassLoaders
+from .plan import Plan
 from .reader_cache import ReaderCache, resume_mode
 from .resolve import split_layout, to_source
 from .sources.base import ReaderSource, Source
@@ -46,7 +46,7 @@ _DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
 class _Resume(Protocol):
-    """Where a fit resumes (``easyfit.checkpoint.ResumePoint``): what the door needs of it."""
+    """Where a fit resumes (``easyfit.persistence.checkpoint.ResumePoint``): what the door needs of it."""
 
     @property
     def epoch(self) -> int: ...
@@ -198,7 +198,7 @@ class DataDoor:
         steps_per_epoch: int | None = None,
         training: bool = False,
     ) -> Plan:
-        """The batching plan (steps per dispatch: ``easyfit.steps.per_dispatch``); an epoch is
+        """The batching plan (steps per dispatch: ``easyfit.training.steps.per_dispatch``); an epoch is
         ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None). A
         ``batch_size`` larger than the samples is clamped to them (see :meth:`_clamped`; a
         warning for the ``training`` data)."""

@@ -15,8 +15,8 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import DataError
-from .integrity import structure_problem
 from .recipe import ImageRecipe
+from .validation.structure import structure_problem
 
 __all__ = [
     "MAX_IMAGE_PIXELS",
@@ -448,7 +448,7 @@ def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = No
     wrong pixels. Recognises JPEG, PNG, BMP, WebP, TIFF, PNM and JPEG 2000; checks that JPEG,
     PNG, BMP and WebP data are complete (a JPEG's or PNG's end marker may be followed by a
     little more data, as some writers leave), BMP and WebP headers, and with ``data`` the
-    structure of JPEG, PNG, BMP and WebP images (:mod:`easyfit.data.integrity`).
+    structure of JPEG, PNG, BMP and WebP images (:mod:`easyfit.data.validation.structure`).
 
     Example:
         >>> from easyfit.data.images import encoded_problem

@@ -21,8 +21,8 @@ from typing import Any
 import jax
 
 from ..parallel import Placement
-from .order import Plan
 from .pipelines import FedPipelines
+from .plan import Plan
 from .reader_pipelines import ReaderPipelines
 from .sources.base import IndexedSource, ReaderSource, Source
 

@@ -13,7 +13,7 @@ from typing import Any
 from ..parallel import Placement
 from .cache import CachedLoader, decide_cache
 from .loader import Loader
-from .order import Plan
+from .plan import Plan
 from .reader_cache import ReaderCache
 from .sources.base import ReaderSource, Source
 

@@ -1,7 +1,7 @@
 """The loader's two pipeline kinds: DALI pipelines that produce one chunk of global batches.
 
 * :class:`FedPipelines`, for an :class:`~easyfit.data.sources.base.IndexedSource`: each pipeline
-  is fed by an ``external_source`` whose callback asks the :class:`~easyfit.data.order.Plan`
+  is fed by an ``external_source`` whose callback asks the :class:`~easyfit.data.plan.Plan`
   which samples make up the chunk DALI is preparing. The order is a pure function of (seed,
   data pass), so a position is just a chunk index.
 * :class:`~easyfit.data.reader_pipelines.ReaderPipelines` (in its own module), for a
@@ -29,7 +29,7 @@ from ..errors import DataError
 from ..parallel import Placement
 from .augment import Augment
 from .diagnose import batch_error, outside_error, turned_sample
-from .order import Orders, Plan
+from .plan import Orders, Plan
 from .sources.base import IndexedSource, Source
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 A reader picks its own order and cannot seek, so the cache of :mod:`easyfit.data.cache` (record
 the first epoch while training streams it, then replay the same
-:class:`~easyfit.data.order.Plan`) cannot replay it. Instead, before the first chunk, the reader
+:class:`~easyfit.data.plan.Plan`) cannot replay it. Instead, before the first chunk, the reader
 pipelines read the dataset once, unshuffled: each reads its contiguous shard in order, so the
 ``j``-th row of shard ``k`` is sample ``k * n // shards + j`` of the source's own order (an LMDB's
 key order) whatever the number of pipelines
@@ -35,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 from ..errors import DataError
 from ..parallel import DATA_AXIS, Placement
 from .cache import buffer_specs, chunk_buffers, gather_rows, record_chunk, scatter_rows
-from .order import Plan
+from .plan import Plan
 from .reader_pipelines import ReaderPipelines
 from .sources.base import ReaderSource
 
@@ -61,7 +61,7 @@ class ReaderCache:
 
     Example:
         >>> import numpy as np, easyfit as ef
-        >>> from easyfit.data.order import epoch_permutation
+        >>> from easyfit.data.plan import epoch_permutation
         >>> from easyfit.data.reader_cache import ReaderCache
         >>> source = ef.data.Caffe2LMDB(MNIST_FORMATS["lmdb"] + "/val")  # 100 records
         >>> loader = ReaderCache(source, ef.data.Plan(100, 50, seed=0), ef.parallel.Placement.create())

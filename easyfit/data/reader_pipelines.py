@@ -15,7 +15,6 @@ import jax
 import numpy as np
 
 from ..parallel import Placement
-from .order import Plan
 from .pipelines import (
     PipelineRunner,
     augmented,
@@ -26,6 +25,7 @@ from .pipelines import (
     run_rows,
     shard_sizes,
 )
+from .plan import Plan
 from .sources.base import READER, ReaderSource
 
 __all__ = ["ReaderPipelines", "ReaderPlan"]

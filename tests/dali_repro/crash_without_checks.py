@@ -1,5 +1,5 @@
 """Reproduces DALI 2.4's CPU image decoder crashes (SIGSEGV instead of an error) that easyfit's
-host-side image checks (``easyfit/data/integrity.py``) exist to prevent.
+host-side image checks (``easyfit/data/validation/structure.py``) exist to prevent.
 
 Usage: ``python crash_without_checks.py <case> [--checked]``. Writes 100 MNIST digits of the
 sample shipped with easyfit as an image folder, breaks one header field of one file, switches

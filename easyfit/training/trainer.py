@@ -1,8 +1,8 @@
 """Trainer: configuration, and fit / evaluate / predict that only coordinate.
 
 The work is elsewhere: the data door (``easyfit.data.DataDoor``) resolves what to read and lends
-loaders of global batches, the pure steps (``easyfit.steps``) train and evaluate, checkpoints
-(``easyfit.checkpoint``) save plain values, callbacks report (see docs/architecture.md).
+loaders of global batches, the pure steps (``easyfit.training.steps``) train and evaluate, checkpoints
+(``easyfit.persistence.checkpoint``) save plain values, callbacks report (see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -19,26 +19,27 @@ import jax
 import numpy as np
 import optax
 
-from . import checkpoint, steps
-from ._args import check_int, check_verbose
-from ._fit_options import class_weights, validation_epochs
-from ._input_wait import EpochInputWait
-from ._interrupt import deferred_signals
-from ._trainer_steps import TrainerSteps
-from .callbacks import Callback, CallbackList, History
-from .callbacks.callback_list import LazyLogs, as_list, fit_callbacks
-from .data.door import DataDoor
-from .errors import Preempted
+from ..callbacks import Callback, CallbackList, History
+from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
+from ..data.door import DataDoor
+from ..errors import Preempted
+from ..parallel import Placement, gather_to_host
+from ..persistence import checkpoint
+from . import steps
+from .args import check_int, check_verbose
+from .fit_options import class_weights, validation_epochs
+from .input_wait import EpochInputWait
+from .interrupt import deferred_signals
 from .losses import LossFn, get_loss
 from .metrics import compute_on_host, epoch_logs
 from .models import adapt, write_back
 from .optimizers import get_optimizer
-from .parallel import Placement, gather_to_host
 from .precision import get_precision
 from .state import TrainState
+from .trainer_steps import TrainerSteps
 
 if TYPE_CHECKING:
-    from .data.sources.base import Source
+    from ..data.sources.base import Source
 
 __all__ = ["Trainer"]
 
@@ -54,18 +55,18 @@ class Trainer(TrainerSteps):
             ``train``, ``training`` or ``deterministic`` gets it set for training and evaluation.
         optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``), or a Keras
             name with Keras' defaults: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``,
-            ``"adagrad"`` (see ``easyfit.optimizers``).
+            ``"adagrad"`` (see ``easyfit.training.optimizers``).
         loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
             ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``), a
             function ``(y_true, y_pred) -> per-sample losses`` (Keras' order), or an optax loss
-            (called in optax's order; the rule: ``easyfit.losses``). Models output logits. None:
+            (called in optax's order; the rule: ``easyfit.training.losses``). Models output logits. None:
             sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
             categorical cross-entropy for one-hot float labels, mse for other float labels
             (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
             dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
-            tuple), as in Keras (``easyfit.outputs``).
+            tuple), as in Keras (``easyfit.training.multi_output``).
         metrics: Keras metric names, functions ``(y_true, y_pred) -> per-sample values``
-            (called as ``loss`` functions are) or clu metrics (see ``easyfit.metrics``).
+            (called as ``loss`` functions are) or clu metrics (see ``easyfit.training.metrics``).
             None: ``["accuracy"]`` for classification losses, none otherwise. For several
             outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
         loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
@@ -76,7 +77,7 @@ class Trainer(TrainerSteps):
             callbacks then fire once per dispatch, their ``batch`` counting dispatches where
             Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs enough steps per
             dispatch to keep the devices busy, more when training from the device cache, never
-            more than an epoch (``easyfit.steps.per_dispatch`` gives the rule); on CPUs one
+            more than an epoch (``easyfit.training.steps.per_dispatch`` gives the rule); on CPUs one
             step, since XLA's CPU convolutions run slower inside a scan (docs/performance.md).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
@@ -84,7 +85,7 @@ class Trainer(TrainerSteps):
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
-            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.precision``).
+            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
 
     Example:
         >>> import optax, easyfit as ef

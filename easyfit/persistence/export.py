@@ -44,7 +44,7 @@ def summary(
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> from easyfit.export import summary
+        >>> from easyfit.persistence.export import summary
         >>> params = {"Dense_0": {"kernel": jnp.zeros((784, 10)), "bias": jnp.zeros(10)}}
         >>> for line in summary(params, {}).splitlines()[-3:]:
         ...     print(line)
@@ -92,7 +92,7 @@ def parameter_overview(tree: Mapping[str, Any]) -> str:
 
 def _specs(shape: Any, dtype: Any, batch: Any) -> Any:
     """``jax.ShapeDtypeStruct`` of a batch of inputs of one sample's ``shape`` and ``dtype``
-    (dicts or lists of them for several inputs, as ``easyfit.models.input_spec`` gives)."""
+    (dicts or lists of them for several inputs, as ``easyfit.training.models.input_spec`` gives)."""
     if isinstance(shape, Mapping):
         return {
             k: _specs(v, dtype[k] if isinstance(dtype, Mapping) else dtype, batch) for k, v in shape.items()

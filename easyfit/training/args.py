@@ -17,7 +17,7 @@ def check_int(name: str, value: Any, minimum: int, *, none: bool = False) -> Non
     """Raises ValueError unless ``value`` is an integer >= ``minimum`` (or None, if allowed).
 
     Example:
-        >>> from easyfit._args import check_int
+        >>> from easyfit.training.args import check_int
         >>> check_int("batch_size", 0, 1, none=True)
         Traceback (most recent call last):
         ...

@@ -8,7 +8,7 @@ a JPEG scan, a BMP header of a size that does not exist, a PNG stream whose chec
 These functions read the structure of the bytes, in Python with the standard library, and
 say what is broken so that the file is named before DALI sees it:
 
-* JPEG (:mod:`easyfit.data.jpeg_structure`): every marker segment's length and contents
+* JPEG (:mod:`easyfit.data.validation.jpeg`): every marker segment's length and contents
   (SOF, DHT, DQT, SOS, DRI), their order, the markers inside entropy-coded data (only stuffed
   ``FF 00``, fill bytes and restart markers, in sequence and as many as the restart interval
   implies) up to the end-of-image marker. The entropy-coded data itself is not decoded: a
@@ -30,7 +30,7 @@ import zlib
 from ._bytes import ceil_div as _ceil
 from ._bytes import u16 as _u16
 from ._bytes import u32 as _u32
-from .jpeg_structure import jpeg_problem
+from .jpeg import jpeg_problem
 
 __all__ = ["bmp_problem", "jpeg_problem", "png_problem", "structure_problem", "webp_problem"]
 

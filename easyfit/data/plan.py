@@ -14,7 +14,7 @@ a repeating dataset. Epoch boundaries move; the sequence of batches does not.
 The stream is cut into *chunks*: ``steps_per_execution`` consecutive steps that run in one
 dispatch. An epoch always ends on a chunk boundary; steps of the last chunk that fall past the end
 of the epoch are fully masked (the training function of that chunk runs only the steps before
-them: ``easyfit.steps.compile_train``), and the next epoch goes on with the step that follows
+them: ``easyfit.training.steps.compile_train``), and the next epoch goes on with the step that follows
 the last one trained.
 """
 
@@ -34,7 +34,7 @@ def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
     epoch's unless fit is given ``steps_per_epoch``).
 
     Example:
-        >>> from easyfit.data.order import epoch_permutation
+        >>> from easyfit.data.plan import epoch_permutation
         >>> p = epoch_permutation(5, seed=0, epoch=0)
         >>> sorted(p.tolist()) == [0, 1, 2, 3, 4]
         True
@@ -58,7 +58,7 @@ class Plan:
         epoch_steps: steps per epoch (fit's ``steps_per_epoch``); None: an epoch is one pass.
 
     Example:
-        >>> from easyfit.data.order import Plan
+        >>> from easyfit.data.plan import Plan
         >>> plan = Plan(num_samples=5, batch_size=2, shuffle=False)
         >>> plan.steps_per_epoch
         3
@@ -111,7 +111,7 @@ class Plan:
         an epoch's last chunk when the steps do not divide evenly.
 
         Example:
-            >>> from easyfit.data.order import Plan
+            >>> from easyfit.data.plan import Plan
             >>> plan = Plan(num_samples=11, batch_size=2, steps_per_execution=4)  # 6 steps
             >>> [plan.live_steps(c) for c in range(plan.chunks_per_epoch)]
             [4, 2]
@@ -168,7 +168,7 @@ class Orders:
     crosses from one into the next); safe to share between threads.
 
     Example:
-        >>> from easyfit.data.order import Orders, Plan
+        >>> from easyfit.data.plan import Orders, Plan
         >>> orders = Orders(Plan(num_samples=4, batch_size=2, seed=1))
         >>> sorted(orders(3).tolist())
         [0, 1, 2, 3]

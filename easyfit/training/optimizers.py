@@ -54,8 +54,8 @@ def get_optimizer(optimizer: str | optax.GradientTransformation | None) -> optax
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.learning_rate import get_learning_rate
-        >>> from easyfit.optimizers import get_optimizer
+        >>> from easyfit.training.learning_rate import get_learning_rate
+        >>> from easyfit.training.optimizers import get_optimizer
         >>> tx = get_optimizer("sgd")
         >>> round(get_learning_rate(tx.init({"w": jnp.zeros(2)})), 6)
         0.01

@@ -2,7 +2,7 @@
 
 :class:`TrainerState` is the part of :class:`easyfit.Trainer` (a base class, as Keras' ``Model``
 takes its training methods from a ``Trainer`` base) that creates ``trainer.state`` and saves,
-loads, summarises and exports it. The training loops are in ``easyfit/trainer.py``.
+loads, summarises and exports it. The training loops are in ``easyfit/training/trainer.py``.
 """
 
 from __future__ import annotations
@@ -16,19 +16,20 @@ from typing import TYPE_CHECKING, Any
 import jax
 from flax import nnx
 
-from . import checkpoint, steps
-from . import export as export_lib
-from .data.recipe import ImageRecipe
-from .errors import CheckpointError
+from ..data.recipe import ImageRecipe
+from ..errors import CheckpointError
+from ..persistence import checkpoint
+from ..persistence import export as export_lib
+from . import steps
 from .models import write_back
 from .state import TrainState, create_state
 
 if TYPE_CHECKING:
     import optax
 
-    from .data.door import DataDoor
+    from ..data.door import DataDoor
+    from ..parallel import Placement
     from .models import ModelAdapter
-    from .parallel import Placement
     from .precision import Precision
 
 __all__ = ["TrainerState"]
@@ -116,7 +117,7 @@ class TrainerState:
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
         ``model.json`` (class names, input recipe): it runs with JAX alone, for any batch size
-        (``easyfit.export``).
+        (``easyfit.persistence.export``).
 
         Args:
             path: the directory to write.
@@ -155,7 +156,7 @@ class TrainerState:
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
         """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
         reached, the seed, and the training data's input recipe as plain JSON, so that ``load``
-        reads data as training did (see ``easyfit.checkpoint``). Replaces a checkpoint already
+        reads data as training did (see ``easyfit.persistence.checkpoint``). Replaces a checkpoint already
         at ``path`` only once the new one is complete.
 
         Args:
@@ -255,7 +256,7 @@ class TrainerState:
 
     def _init_state(self, shape: Any, dtype: Any, abstract: bool = False) -> Any:
         """Creates ``self.state`` for inputs of ``shape`` (one sample's, or a dict or list of
-        them: ``easyfit.models.input_spec``); with ``abstract``, returns its shapes, dtypes and
+        them: ``easyfit.training.models.input_spec``); with ``abstract``, returns its shapes, dtypes and
         shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
         state = create_state(

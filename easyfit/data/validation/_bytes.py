@@ -1,5 +1,5 @@
 """Fixed-width integer fields of encoded files, for the host-side structure checks
-(:mod:`easyfit.data.integrity`, :mod:`easyfit.data.jpeg_structure`)."""
+(:mod:`easyfit.data.validation.structure`, :mod:`easyfit.data.validation.jpeg`)."""
 
 from __future__ import annotations
 

@@ -32,11 +32,11 @@ def _class_index_key(key: object) -> int:
 
 def class_weights(class_weight: Mapping[Any, float] | None) -> tuple[float, ...] | None:
     """``{class index: weight}`` as one weight per class index up to the largest key (1.0 for
-    classes not named; the classes past it weigh 1.0 too, see ``easyfit.steps.weighted``).
+    classes not named; the classes past it weigh 1.0 too, see ``easyfit.training.steps.weighted``).
     Keys may be ints, numeric strings or integral floats; ``{}`` weighs nothing (None).
 
     Example:
-        >>> from easyfit._fit_options import class_weights
+        >>> from easyfit.training.fit_options import class_weights
         >>> class_weights({0: 1.0, "2": 5.0})
         (1.0, 1.0, 5.0)
     """
@@ -73,7 +73,7 @@ def validation_epochs(validation_freq: int | Collection[int]) -> Callable[[int],
     1-based epochs listed (Keras' semantics).
 
     Example:
-        >>> from easyfit._fit_options import validation_epochs
+        >>> from easyfit.training.fit_options import validation_epochs
         >>> [validation_epochs(2)(e) for e in range(4)], validation_epochs([1, 3])(2)
         ([False, True, False, True], True)
     """

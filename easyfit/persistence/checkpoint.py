@@ -55,12 +55,12 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from . import _integrity
-from .errors import CheckpointError
-from .precision import get_precision
+from ..errors import CheckpointError
+from ..training.precision import get_precision
+from . import checkpoint_files as _integrity
 
 if TYPE_CHECKING:
-    from .data.order import Plan
+    from ..data.plan import Plan
 
 __all__ = [
     "Progress",
@@ -179,7 +179,7 @@ def save(
 
     Args:
         path: the checkpoint's directory.
-        state: a :class:`~easyfit.state.TrainState`.
+        state: a :class:`~easyfit.training.state.TrainState`.
         progress: where training stands (epoch, batch, loader position, metrics, plan).
         meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names``, ``recipe``, ...
             (JSON values: ``Trainer.checkpoint_meta``).

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import Preempted
+from ..errors import Preempted
 
 __all__ = ["Stop", "deferred_signals"]
 
@@ -46,7 +46,7 @@ def deferred_signals() -> Iterator[Stop]:
     """Yields a :class:`Stop` telling whether a SIGINT or SIGTERM arrived since entering.
 
     Example:
-        >>> from easyfit._interrupt import deferred_signals
+        >>> from easyfit.training.interrupt import deferred_signals
         >>> with deferred_signals() as stop:
         ...     stop()  # True once a Ctrl-C or a SIGTERM has come
         False

@@ -1,8 +1,9 @@
 """The trainer's steps: what it compiles, and the methods a subclass overrides to change them.
 
 :class:`TrainerSteps` is the part of :class:`easyfit.Trainer` (a base class, below the loops of
-``easyfit/trainer.py`` and above :class:`~easyfit._trainer_state.TrainerState`) that resolves the
-loss and the metrics from the first batch and compiles the jitted steps for each configuration.
+``easyfit/training/trainer.py`` and above
+:class:`~easyfit.training.trainer_state.TrainerState`) that resolves the loss and the metrics
+from the first batch and compiles the jitted steps for each configuration.
 As in Keras, a subclass changes training at two levels, both traced into the jitted chunk:
 
 * ``compute_loss(outputs, batch) -> per-sample losses``: the loss alone;
@@ -21,17 +22,17 @@ import jax
 import jax.numpy as jnp
 
 from . import steps
-from ._fit_options import check_class_weight
-from ._trainer_state import TrainerState
+from .fit_options import check_class_weight
 from .metrics import build_collection, default_metrics
 from .models import check_input_shape, input_spec
-from .outputs import OutputLosses, infer_losses, is_structured, loss_function, losses_by_output
+from .multi_output import OutputLosses, infer_losses, is_structured, loss_function, losses_by_output
+from .trainer_state import TrainerState
 
 if TYPE_CHECKING:
     import threading
 
-    from .data.order import Plan
-    from .data.sources.base import Source
+    from ..data.plan import Plan
+    from ..data.sources.base import Source
     from .losses import LossFn
     from .state import TrainState
 
@@ -78,7 +79,7 @@ class TrainerSteps(TrainerState):
         Override it to take full control of training, as Keras' ``train_step``; call
         ``super().train_step(state, batch)`` for easyfit's step. The contract:
 
-        * ``state``: the :class:`~easyfit.state.TrainState` (``step``, ``params``,
+        * ``state``: the :class:`~easyfit.training.state.TrainState` (``step``, ``params``,
           ``opt_state``, ``model_state``, ``rng``, ``dynamic_scale``), replicated.
         * ``batch``: ``x`` and ``y`` as the source delivers them (arrays, or dicts or tuples of
           arrays), ``mask`` (False for padding rows, which must count zero) and, when given,

@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 NEW, OLD = ".easyfit-new", ".easyfit-old"
 #: The item of a checkpoint that holds the checksums.

@@ -48,7 +48,7 @@ class EpochInputWait:
         of the epoch, else None.
 
         Example:
-            >>> from easyfit._input_wait import EpochInputWait
+            >>> from easyfit.training.input_wait import EpochInputWait
             >>> print(EpochInputWait.advice(0, 0.62, 1.24, 2.0))
             easyfit: the devices waited for input 62% of epoch 1 (1.2 s of 2.0 s): training is ...
             >>> EpochInputWait.advice(0, 0.1, 0.2, 2.0) is None

@@ -56,11 +56,11 @@ def create_state(
     and dtypes only, computing nothing.
 
     Args:
-        adapter: the model's ``easyfit.models.ModelAdapter``.
+        adapter: the model's ``easyfit.training.models.ModelAdapter``.
         tx: the optimizer.
         seed: seeds the initialisation (linen) and the training RNG key.
         shape: one input sample's shape (a dict or list of shapes for several inputs: see
-            ``easyfit.models.input_spec``).
+            ``easyfit.training.models.input_spec``).
         nnx_variables: an NNX model's ``(params, model_state)``, copied: the train step donates
             the state's buffers, never the user's.
         abstract: return ``jax.ShapeDtypeStruct`` leaves instead of arrays.

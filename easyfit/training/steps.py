@@ -21,8 +21,8 @@ from clu import metrics as clu_metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..parallel import DATA_AXIS, Placement
 from .models import ModelAdapter
-from .parallel import DATA_AXIS, Placement
 from .precision import Precision
 from .state import TrainState
 
@@ -329,7 +329,7 @@ def per_dispatch(
     epoch's steps: its last dispatch then needs no function of its own (one compilation less).
 
     Example:
-        >>> from easyfit.steps import per_dispatch
+        >>> from easyfit.training.steps import per_dispatch
         >>> per_dispatch("auto", 60_000, 200, "gpu", False)  # 300 steps, 30 per dispatch
         30
         >>> per_dispatch("auto", 60_000, 200, "gpu", True)  # 64 wanted; 60 divides 300
