@@ -132,10 +132,14 @@ class Tracker(Callback):
 
     def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
         self._since += 1
-        if self._since < self.update_freq or not self._open_run:
+        if self._since < self.update_freq:
             return
         self._since = 0
-        metrics = _numbers("batch/", logs or {})  # reading the logs: the one host sync
+        # reading the logs (the one host sync) runs a jitted call: on every process, as all
+        # run the steps, though only process 0 logs
+        metrics = _numbers("batch/", logs or {})
+        if not self._open_run:
+            return
         state = self.trainer.state
         assert state is not None
         rate = get_learning_rate(state.opt_state)

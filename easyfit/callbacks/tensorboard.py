@@ -120,6 +120,13 @@ class TensorBoard(Callback):
     def on_train_end(self, logs: Logs | None = None) -> None:
         if self._tracing:  # fit ended (stopped, interrupted, failed) inside the traced range
             self._stop_trace()
+        elif self.profile_batch is not None and self._batches < self.profile_batch[0]:
+            warnings.warn(
+                f"TensorBoard(profile_batch={self.profile_batch}): no trace written: this fit "
+                f"trained {self._batches} batches",
+                UserWarning,
+                stacklevel=2,
+            )
         for writer in self._writers.values():
             writer.close()
         self._writers = {}

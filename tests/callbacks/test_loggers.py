@@ -207,6 +207,12 @@ def test_tensorboard_bad_profile_batch_is_a_value_error_naming_it(tmp_path, give
         TensorBoard(tmp_path, profile_batch=given)
 
 
+def test_tensorboard_profile_batch_past_the_fit_warns(tmp_path, trainer, mnist_arrays):
+    with pytest.warns(UserWarning, match=r"profile_batch=\(7, 7\)\): no trace written: this fit trained 6"):
+        _fit(trainer, mnist_arrays, [TensorBoard(tmp_path, profile_batch=7)], epochs=1)
+    assert not (tmp_path / "train" / "plugins").exists()
+
+
 def test_tensorboard_profile_left_to_a_trace_already_running(tmp_path, trainer, mnist_arrays):
     import jax
 
