@@ -349,7 +349,9 @@ def test_mlflow_logger_writes_params_metrics_and_checkpoints_to_a_file_store(
         assert _files(local) == _files(path)
 
 
-def test_mlflow_logger_logs_into_an_active_run_and_marks_a_failed_fit(file_store, trainer, mnist_arrays):
+def test_mlflow_logger_logs_into_an_active_run_and_marks_failed_and_interrupted_fits(
+    file_store, trainer, mnist_arrays
+):
     import mlflow
 
     def fail(epoch, logs):
@@ -367,6 +369,16 @@ def test_mlflow_logger_logs_into_an_active_run_and_marks_a_failed_fit(file_store
     client = mlflow.MlflowClient()
     (failed,) = client.search_runs([client.get_experiment_by_name("failing").experiment_id])
     assert failed.info.status == "FAILED"
+
+    def interrupt(epoch, logs):
+        raise KeyboardInterrupt  # as Ctrl-C: fit calls on_interrupt, then on_train_end
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(
+            trainer, mnist_arrays, [MLflowLogger("stopped"), LambdaCallback(on_epoch_end=interrupt)], epochs=1
+        )
+    (stopped,) = client.search_runs([client.get_experiment_by_name("stopped").experiment_id])
+    assert stopped.info.status == "KILLED"
 
 
 def test_a_missing_tracker_package_names_the_extra():
