@@ -203,6 +203,16 @@ def test_labels_a_null_a_foreign_class_and_a_labelless_split_are_named(tmp_path)
         ef.data.Parquet(test)
 
 
+def test_a_validation_split_with_a_class_training_lacks_is_refused_by_fit(tmp_path):
+    images, _ = _shard(tmp_path, n=20)
+    splits = {"train": (images, ["cat", "dog"] * 10), "validation": (images, ["cat"] * 19 + ["emu"])}
+    root = write_hf_splits(tmp_path / "hf", splits, shards=1)
+    val = os.path.join(root, "data", "validation-00000-of-00001.parquet")
+    trainer = ef.Trainer(SmallMLP(), seed=0)
+    with pytest.raises(ef.errors.DataError, match=rf"^{val}: row group 0, row 19: class 'emu' is not one"):
+        trainer.fit(root, epochs=1, verbose=0)
+
+
 def test_reading_row_groups_again_and_again_is_warned_once(tmp_path):
     _, path = _shard(tmp_path)
     small = ef.data.Parquet(path, cache_bytes=1)  # one row group held at a time

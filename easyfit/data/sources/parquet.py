@@ -528,10 +528,7 @@ class Parquet(EncodedImages, IndexedSource):
         }
 
     def sibling(self, path: str | os.PathLike) -> Parquet | None:
-        try:
-            other = Parquet(path, **self.settings())
-        except DataError:
-            return None
+        other = Parquet(path, **self.settings())  # a DataError here is the split's own: raised
         self.check_same_images(other, self.root, other.root)
         return other
 
