@@ -414,38 +414,45 @@ class Parquet(EncodedImages, IndexedSource):
         path = self.files[f]
         stamp = file_stamp(path)
         if stamp is None or stamp != self._file_stamps[f]:  # changed since checked: check again
-            first = int(np.searchsorted(self._file_of, f))
-            self._checked[self._start[first] : self._start[first + int((self._file_of == f).sum())]] = False
+            groups = np.searchsorted(self._file_of, [f, f + 1])  # a file's row groups are contiguous
+            self._checked[self._start[groups[0]] : self._start[groups[1]]] = False
             self._file_stamps[f] = stamp
         pf = self._open(_pyarrow(), path)
         rows = int(self._start[g + 1] - self._start[g])
         try:
-            column = pf.read_row_group(local, columns=[self.image_column]).column(0).combine_chunks()
+            chunks = pf.read_row_group(local, columns=[self.image_column]).column(0)
+            column = chunks.chunk(0) if chunks.num_chunks == 1 else chunks.combine_chunks()
         except Exception as e:  # noqa: BLE001 - pyarrow's errors
             raise DataError(self._damaged(path, local, int(self._file_row[g]), rows, e)) from None
         finally:
             pf.close()
         if len(column) != rows:
             raise DataError(self._damaged(path, local, int(self._file_row[g]), rows, ValueError("row count")))
-        missing = np.asarray(column.is_null().to_numpy(zero_copy_only=False))
         hint = ""
+        parts = [column]
         if pa.types.is_struct(column.type):
-            column = column.field("bytes")  # the struct's own nulls are in ``missing``
-            missing |= np.asarray(column.is_null().to_numpy(zero_copy_only=False))
+            column = column.field("bytes")  # the struct's own nulls stay in parts[0]
+            parts.append(column)
             hint = (
                 "; a Hugging Face Image that names only its path must be stored with its bytes "
                 "(datasets' embed_external_files)"
             )
-        if missing.any():
+        if any(p.null_count for p in parts):
+            missing = np.logical_or.reduce([p.is_null().to_numpy(zero_copy_only=False) for p in parts])
             row = int(self._file_row[g]) + int(np.flatnonzero(missing)[0])
             raise DataError(
                 f"{path}: row group {local}, row {row}: no image (null in column {self.image_column!r}){hint}"
             )
-        if not pa.types.is_large_binary(column.type):
-            column = column.cast(pa.large_binary())
+        if pa.types.is_binary(column.type):
+            width: np.dtype = np.dtype(np.int32)  # the offsets as stored: no copy of the bytes
+        else:
+            width = np.dtype(np.int64)
+            if not pa.types.is_large_binary(column.type):  # binary_view: another layout
+                column = column.cast(pa.large_binary())
         _, offsets, data = column.buffers()
-        offsets = np.frombuffer(offsets, np.int64)[column.offset : column.offset + rows + 1]
-        return _Group(np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8), offsets)
+        starts: np.ndarray = np.frombuffer(offsets, width)[column.offset : column.offset + rows + 1]
+        images = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+        return _Group(images, starts.astype(np.int64))
 
     def _row(self, index: int) -> tuple[int, int]:
         g = int(np.searchsorted(self._start, index, side="right") - 1)
