@@ -4,7 +4,9 @@ named by file, row group and row."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
 import warnings
 
@@ -161,7 +163,10 @@ def test_a_missing_column_names_the_file_and_the_columns_it_has(tmp_path):
         ef.errors.DataError, match=rf"^{path}: no column 'label' \(its columns: image, class\); pass .*label="
     ):
         ef.data.Parquet(path)
-    assert ef.data.Parquet(path, label="class").num_samples == 40
+    source = ef.data.Parquet(path, label="class")
+    assert source.num_samples == 40
+    again = ef.data.to_source(path, recipe=source.recipe())  # a trained model's recipe: its columns
+    assert (again.image_column, again.label_column) == ("image", "class")
 
 
 def test_a_null_image_names_the_file_the_row_group_and_the_row(tmp_path):
@@ -221,10 +226,13 @@ def test_reading_row_groups_again_and_again_is_warned_once(tmp_path):
         for batch in order.reshape(4, 10):
             small.feed(batch)
     roomy = ef.data.Parquet(path)
+    in_order = ef.data.Parquet(path, cache_bytes=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for batch in np.tile(order, 3).reshape(12, 10):
+        for batch in np.tile(order, 3).reshape(12, 10):  # every row group read once, kept
             roomy.feed(batch)
+        for batch in np.tile(np.arange(40), 3).reshape(12, 10):  # each row group read once a pass
+            in_order.feed(batch)
 
 
 def test_without_pyarrow_the_error_names_the_extra(tmp_path, monkeypatch):
@@ -235,3 +243,14 @@ def test_without_pyarrow_the_error_names_the_extra(tmp_path, monkeypatch):
         ImportError, match=r"^reading Parquet needs pyarrow: pip install 'easyfit\[parquet\]'"
     ):
         ef.data.Parquet(path)
+
+
+def test_easyfit_info_shows_the_pyarrow_installed():
+    import pyarrow
+
+    from easyfit import _info
+
+    env = _info.collect()
+    assert re.search(rf"^pyarrow +{re.escape(pyarrow.__version__)}$", _info.report(env), re.M)
+    gone = _info.report(dataclasses.replace(env, versions={**env.versions, "pyarrow": None}))
+    assert re.search(r"^pyarrow +not installed$", gone, re.M)

@@ -289,7 +289,8 @@ class Parquet(EncodedImages, IndexedSource):
         self._cached_bytes = 0
         self._lock = threading.Lock()
         self._file_locks = [threading.Lock() for _ in self.files]  # a ParquetFile is read by one thread
-        self._reads = np.zeros(len(counts), np.int64)  # times each row group was read
+        self._rows_read = 0  # rows of the row groups read from the files...
+        self._rows_fed = 0  # ...and rows fed: a pass in file order reads each row once
         self._warned = False
         self._init_images(
             self._sample, image_size, color_mode, decoder, transform, self.root, normalize, eval_crop
@@ -391,9 +392,8 @@ class Parquet(EncodedImages, IndexedSource):
             while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
                 self._cached_bytes -= old.nbytes
-            self._reads[g] += 1
-            rereads = int(self._reads.sum()) - int((self._reads > 0).sum())
-            warn = not self._warned and rereads > len(self._reads)
+            self._rows_read += int(self._start[g + 1] - self._start[g])
+            warn = not self._warned and self._rows_read > 2 * self._rows_fed + self.num_samples
             self._warned |= warn
         if warn:
             warnings.warn(
@@ -484,6 +484,8 @@ class Parquet(EncodedImages, IndexedSource):
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         indices = np.asarray(indices, np.int64)
+        with self._lock:
+            self._rows_fed += len(indices)
         groups = np.searchsorted(self._start, indices, side="right") - 1
         images: list[Any] = [None] * len(indices)
         for g in np.unique(groups).tolist():
