@@ -4,6 +4,7 @@ named by file, row group and row."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import re
@@ -189,6 +190,17 @@ def test_an_image_that_is_not_one_names_the_file_the_row_group_and_the_row(tmp_p
         source.feed(np.arange(30, 40))
 
 
+def test_a_row_group_read_again_from_a_rewritten_shard_is_checked_again(tmp_path):
+    images, path = _shard(tmp_path)
+    source = ef.data.Parquet(path, cache_bytes=1, image_size=(8, 8), color_mode="grayscale")
+    source.feed(np.arange(10))  # row group 0 read and checked...
+    source.feed(np.arange(10, 20))  # ...and dropped for row group 1
+    images[3] = images[3][:-20]  # cut short: no end-of-image chunk
+    write_parquet(path, images, np.arange(40) % 3, row_group_size=10)
+    with pytest.raises(ef.errors.DataError, match=rf"^{path}: row group 0, row 3: truncated PNG"):
+        source.feed(np.arange(10))
+
+
 def test_labels_a_null_a_foreign_class_and_a_labelless_split_are_named(tmp_path):
     images, _ = _shard(tmp_path, n=20)
     nulls = write_parquet(tmp_path / "a.parquet", images, [0] * 13 + [None] + [1] * 6, row_group_size=10)
@@ -216,6 +228,18 @@ def test_a_validation_split_with_a_class_training_lacks_is_refused_by_fit(tmp_pa
     trainer = ef.Trainer(SmallMLP(), seed=0)
     with pytest.raises(ef.errors.DataError, match=rf"^{val}: row group 0, row 19: class 'emu' is not one"):
         trainer.fit(root, epochs=1, verbose=0)
+
+
+def test_threads_feeding_at_once_get_the_rows_they_ask_for(tmp_path):
+    """DALI's feeding threads share the source: each row group is read under its file's lock
+    and the cache under its own; every thread gets its rows' bytes."""
+    images, path = _shard(tmp_path)
+    source = ef.data.Parquet(path, cache_bytes=2000, image_size=(8, 8), color_mode="grayscale")
+    orders = [np.random.default_rng(k).permutation(40) for k in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        fed = list(pool.map(lambda order: source.feed(order)[0], orders))
+    for order, got in zip(orders, fed, strict=True):
+        assert [bytes(g) for g in got] == [images[i] for i in order]
 
 
 def test_reading_row_groups_again_and_again_is_warned_once(tmp_path):

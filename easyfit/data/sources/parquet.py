@@ -283,8 +283,8 @@ class Parquet(EncodedImages, IndexedSource):
                         f"{len(names)} classes its ClassLabel names (a split published without "
                         "labels, such as a test split, holds -1)"
                     )
-        self._checked = np.zeros(n, bool)  # whole structure checked once...
-        self._file_stamps = [file_stamp(f) for f in self.files]  # ...while its file is unchanged
+        self._checked = np.zeros(n, bool)  # checked once, as first fed...
+        self._group_stamps: list[int | None] = [None] * len(counts)  # ...from bytes read at that stamp
         self._cache: collections.OrderedDict[int, _Group] = collections.OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
@@ -413,10 +413,9 @@ class Parquet(EncodedImages, IndexedSource):
         f, local = int(self._file_of[g]), int(self._local[g])
         path = self.files[f]
         stamp = file_stamp(path)
-        if stamp is None or stamp != self._file_stamps[f]:  # changed since checked: check again
-            groups = np.searchsorted(self._file_of, [f, f + 1])  # a file's row groups are contiguous
-            self._checked[self._start[groups[0]] : self._start[groups[1]]] = False
-            self._file_stamps[f] = stamp
+        if stamp is None or stamp != self._group_stamps[g]:  # new bytes: checked as fed
+            self._checked[self._start[g] : self._start[g + 1]] = False
+            self._group_stamps[g] = stamp
         pf = self._open(_pyarrow(), path)
         rows = int(self._start[g + 1] - self._start[g])
         try:
@@ -494,10 +493,11 @@ class Parquet(EncodedImages, IndexedSource):
             for j, r in zip(at.tolist(), (indices[at] - self._start[g]).tolist(), strict=True):
                 image = group.image(r)
                 i = int(indices[j])
-                problem = _problem(image, whole=not self._checked[i])
-                if problem:
-                    raise DataError(f"{self.locate(i)}: {problem}")
-                self._checked[i] = True
+                if not self._checked[i]:  # bytes in memory, checked whole once: they stay as checked
+                    problem = _problem(image)
+                    if problem:
+                        raise DataError(f"{self.locate(i)}: {problem}")
+                    self._checked[i] = True
                 images[j] = image
         return images, self._labels[indices]
 
@@ -517,7 +517,7 @@ class Parquet(EncodedImages, IndexedSource):
         return self._image(index).tobytes()
 
     def sample_problem(self, index: int) -> str | None:
-        return _problem(self._image(index), whole=True)
+        return _problem(self._image(index))
 
     def locate(self, index: int) -> str:
         g, _ = self._row(index)
@@ -558,12 +558,13 @@ class Parquet(EncodedImages, IndexedSource):
         return f"Parquet({self.root!r}: {self.num_samples} rows in {len(self.files)} files)"
 
 
-def _problem(image: np.ndarray, whole: bool) -> str | None:
-    """:func:`~easyfit.data.images.encoded_problem` of an image held as a NumPy view."""
+def _problem(image: np.ndarray) -> str | None:
+    """:func:`~easyfit.data.images.encoded_problem` of an image held as a NumPy view (its whole
+    structure when it is at most :data:`~easyfit.data.images.WHOLE` bytes)."""
     size = len(image)
     if size == 0:
         return "empty image (0 bytes)"
-    data = image.tobytes() if whole and size <= WHOLE else None
+    data = image.tobytes() if size <= WHOLE else None
     return encoded_problem(image[:HEAD].tobytes(), image[-TAIL:].tobytes(), size, data)
 
 
