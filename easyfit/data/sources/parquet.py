@@ -25,7 +25,16 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import HEAD, TAIL, WHOLE, EncodedImages, encoded_problem, file_stamp, sample_positions
+from ..images import (
+    HEAD,
+    TAIL,
+    WHOLE,
+    EncodedImages,
+    encoded_problem,
+    file_stamp,
+    first_line,
+    sample_positions,
+)
 from .base import IndexedSource, int32_labels
 from .folder import entries
 
@@ -278,10 +287,11 @@ class Parquet(EncodedImages, IndexedSource):
                 bad = np.flatnonzero((self._labels < 0) | (self._labels >= len(names)))
                 if len(bad):
                     row = int(bad[0])
+                    named_by = "its ClassLabel names" if class_names is None else "of class_names"
                     raise DataError(
                         f"{self.locate(row)}: label {int(self._labels[row])} is not one of the "
-                        f"{len(names)} classes its ClassLabel names (a split published without "
-                        "labels, such as a test split, holds -1)"
+                        f"{len(names)} classes {named_by} (a split published without labels, "
+                        "such as a Hugging Face test split, holds -1)"
                     )
         self._checked = np.zeros(n, bool)  # checked once, as first fed...
         self._group_stamps: list[int | None] = [None] * len(counts)  # ...from bytes read at that stamp
@@ -304,7 +314,7 @@ class Parquet(EncodedImages, IndexedSource):
             raise DataError(f"{f}: cannot be read ({e.strerror or e})") from None
         except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin
             raise DataError(
-                f"{f}: not a readable Parquet file ({e}); it may be truncated or damaged"
+                f"{f}: not a readable Parquet file ({first_line(e)}); it may be truncated or damaged"
             ) from None
 
     def _check_columns(self, f: str, schema: Any) -> None:
@@ -338,13 +348,16 @@ class Parquet(EncodedImages, IndexedSource):
 
         try:
             column = pf.read(columns=[self.label_column]).column(0)
-        except Exception:  # noqa: BLE001 - find the row group that cannot be read
+        except Exception as whole:  # noqa: BLE001 - find the row group that cannot be read
             for g in range(len(sizes)):
                 try:
                     pf.read_row_group(g, columns=[self.label_column])
                 except Exception as e:  # noqa: BLE001 - pyarrow's errors
                     raise DataError(self._damaged(f, g, int(sizes[:g].sum()), int(sizes[g]), e)) from None
-            raise
+            raise DataError(
+                f"{f}: column {self.label_column!r} cannot be read ({first_line(whole)}); the file "
+                "is damaged or truncated: write it again"
+            ) from None
         if pa.types.is_dictionary(column.type):
             column = column.cast(column.type.value_type)
         if column.null_count:
@@ -366,13 +379,13 @@ class Parquet(EncodedImages, IndexedSource):
     @staticmethod
     def _damaged(f: str, g: int, first: int, rows: int, e: BaseException) -> str:
         return (
-            f"{f}: row group {g} (rows {first}-{first + rows - 1}) cannot be read ({e}); the file "
-            "is damaged or truncated: write it again"
+            f"{f}: row group {g} (rows {first}-{first + rows - 1}) cannot be read "
+            f"({first_line(e)}); the file is damaged or truncated: write it again"
         )
 
     # ------------------------------------------------------------------------------ row groups
     def _group(self, g: int) -> _Group:
-        """Row group ``g``'s images, from the cache or read now (its file's lock held)."""
+        """Row group ``g``'s images, from the cache or read now (under its file's lock)."""
         with self._lock:
             group = self._cache.get(g)
             if group is not None:
@@ -386,15 +399,8 @@ class Parquet(EncodedImages, IndexedSource):
                     self._cache.move_to_end(g)
                     return group
             group = self._read_group(g)
-        with self._lock:
-            self._cache[g] = group
-            self._cached_bytes += group.nbytes
-            while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cached_bytes -= old.nbytes
-            self._rows_read += int(self._start[g + 1] - self._start[g])
-            warn = not self._warned and self._rows_read > 2 * self._rows_fed + self.num_samples
-            self._warned |= warn
+            with self._lock:  # in the cache before the file's lock is let go: read once
+                warn = self._keep(g, group)
         if warn:
             warnings.warn(
                 f"{self.describe()}: row groups are read again and again: its images "
@@ -406,6 +412,19 @@ class Parquet(EncodedImages, IndexedSource):
                 stacklevel=2,
             )
         return group
+
+    def _keep(self, g: int, group: _Group) -> bool:
+        """Caches row group ``g`` (the lock held), dropping the least recently used beyond
+        ``cache_bytes``; whether to warn now that row groups are read again and again."""
+        self._cache[g] = group
+        self._cached_bytes += group.nbytes
+        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old.nbytes
+        self._rows_read += int(self._start[g + 1] - self._start[g])
+        warn = not self._warned and self._rows_read > 2 * self._rows_fed + self.num_samples
+        self._warned |= warn
+        return warn
 
     def _read_group(self, g: int) -> _Group:
         import pyarrow as pa
