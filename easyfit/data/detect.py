@@ -10,6 +10,7 @@ from .sources.caffe2 import Caffe2LMDB, is_lmdb
 from .sources.folder import IMAGE_EXTENSIONS, ImageFolder, entries
 from .sources.image_csv import ImageCSV
 from .sources.numpy_folder import NumpyFolder
+from .sources.parquet import Parquet, is_parquet_pattern
 from .sources.recordio import RecordIO
 from .sources.segmentation import SegmentationFolder, is_segmentation_folder
 from .sources.tfrecord import TFRECORD_SUFFIXES, TFRecord
@@ -21,6 +22,7 @@ _BY_SUFFIX: tuple[tuple[tuple[str, ...], type[Source]], ...] = (
     ((".rec",), RecordIO),
     ((".tar",), WebDataset),
     (TFRECORD_SUFFIXES, TFRecord),
+    ((".parquet",), Parquet),
 )
 
 
@@ -46,11 +48,14 @@ def detect(path: str | os.PathLike) -> type[Source]:
     * ``.tar`` shards: :class:`~easyfit.data.WebDataset`;
     * ``.tfrecord``/``.tfrecords``/``.tfrec`` files (with their ``.idx``):
       :class:`~easyfit.data.TFRecord`;
+    * ``.parquet`` files, or a ``data/`` folder of them (Hugging Face's layout):
+      :class:`~easyfit.data.Parquet`;
     * exactly two folders, ``images/`` and ``masks/``: :class:`~easyfit.data.SegmentationFolder`;
     * class folders of ``.npy`` files: :class:`~easyfit.data.NumpyFolder`;
     * class folders of images: :class:`~easyfit.data.ImageFolder`.
 
-    A single file is recognised by its suffix (a ``.csv`` file: :class:`~easyfit.data.ImageCSV`).
+    A single file is recognised by its suffix (a ``.csv`` file: :class:`~easyfit.data.ImageCSV`),
+    and so is a glob pattern of ``.parquet`` files (``"hf/data/train-*.parquet"``).
 
     Example:
         >>> import easyfit as ef
@@ -59,14 +64,16 @@ def detect(path: str | os.PathLike) -> type[Source]:
         ['Caffe2LMDB', 'WebDataset', 'NumpyFolder']
     """
     path = os.fspath(path)
+    if is_parquet_pattern(path):
+        return Parquet
     if os.path.isfile(path):
         by_suffix: tuple[tuple[tuple[str, ...], type[Source]], ...] = (*_BY_SUFFIX, ((".csv",), ImageCSV))
         for suffixes, kind in by_suffix:
             if path.lower().endswith(suffixes):
                 return kind
         raise DataError(
-            f"{path}: a file easyfit cannot read; expected a directory, or a .rec, .tar, .tfrecord "
-            "or .csv file"
+            f"{path}: a file easyfit cannot read; expected a directory, or a .rec, .tar, .tfrecord, "
+            ".parquet or .csv file"
         )
     if not os.path.isdir(path):
         raise DataError(f"{path}: no such directory")
@@ -82,4 +89,7 @@ def detect(path: str | os.PathLike) -> type[Source]:
         )
     if found:
         return found[0]
+    data = os.path.join(path, "data")
+    if os.path.isdir(data) and any(e.name.lower().endswith(".parquet") for e in entries(data)):
+        return Parquet  # Hugging Face's layout
     return SegmentationFolder if is_segmentation_folder(path) else _class_folder_kind(path)

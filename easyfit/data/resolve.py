@@ -11,6 +11,7 @@ from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
 from .sources.base import Source, Subset
+from .sources.parquet import hf_splits
 
 __all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
 
@@ -19,7 +20,9 @@ VALIDATION_NAMES = ("val", "validation", "test", "testing")
 
 
 def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
-    """``(train, validation or None)`` when ``root`` holds ``train/``; else None.
+    """``(train, validation or None)`` when ``root`` holds ``train/``, or Parquet shards of a
+    ``train`` split in Hugging Face's layout (``data/train-*.parquet``: the splits are glob
+    patterns, validation the first of :data:`VALIDATION_NAMES` there); else None.
 
     Each of ``train/`` and ``val/`` may be of any format (:func:`easyfit.data.detect.detect`).
 
@@ -35,7 +38,10 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     root = os.fspath(root)
     train = os.path.join(root, "train")
     if not os.path.isdir(train):
-        return None
+        splits = hf_splits(root) if os.path.isdir(root) else {}
+        if "train" not in splits:
+            return None
+        return splits["train"], next((splits[v] for v in VALIDATION_NAMES if v in splits), None)
     val = next(
         (os.path.join(root, v) for v in VALIDATION_NAMES if os.path.isdir(os.path.join(root, v))), None
     )
