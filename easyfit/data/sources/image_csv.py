@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, encoded_problem, file_problem
+from ..images import EncodedImages
+from ..validation.encoded import encoded_problem
+from ..validation.files import file_problem
 from .folder import Files
 
 __all__ = ["ImageCSV", "read_targets"]
