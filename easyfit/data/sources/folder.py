@@ -255,8 +255,8 @@ class Files(IndexedSource):
     def read(paths: Any, lengths: Any) -> Any:
         """DALI graph: the bytes of each file, from the fed ``(paths, lengths)``.
 
-        Paths travel as one zero-padded byte table (one dense array per batch: a list of
-        per-file arrays costs ~8 us of Python per file to feed) and are cut to length by DALI.
+        Paths travel as one zero-padded byte table (one dense array per batch, where a list of
+        per-file arrays would cost Python work per file to feed) and are cut to length by DALI.
         Files are read with plain reads: mapping each small file costs several times more, and
         unmapping it stalls every DALI thread of the process (docs/performance.md).
         """
