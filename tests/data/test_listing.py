@@ -3,6 +3,7 @@ bytes at ImageNet-21k's 21,841 classes, and the folders listing must refuse."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.sources.folder import IMAGE_EXTENSIONS, folder_files, path_table, scan_classes
+from tests.helpers import ROOT, run_python
 
 CLASSES = 21_841  # ImageNet-21k
 
@@ -112,3 +114,12 @@ def test_the_path_table_holds_each_paths_file_system_bytes_zero_padded():
 def test_a_path_with_a_nul_character_is_refused_naming_it():
     with pytest.raises(ef.errors.DataError, match=r"^'b\\x00c.png': a path with a NUL character"):
         path_table(["a.png", "b\0c.png"])
+
+
+@pytest.mark.slow  # runs the benchmark in a fresh interpreter
+def test_the_listing_benchmark_writes_its_folder_and_times_the_listing(tmp_path):
+    args = ("--files", "60", "--classes", "7", "--dir", str(tmp_path), "--repeat", "1")
+    out = json.loads(run_python(str(ROOT / "benchmarks" / "listing.py"), *args).splitlines()[-1])
+    assert (out["files"], out["classes"]) == (60, 7)
+    names, files, labels = scan_classes(str(tmp_path / "60-7"), IMAGE_EXTENSIONS)
+    assert len(names) == 7 and len(files) == 60 and np.bincount(labels).tolist() == [9, 9, 9, 9, 8, 8, 8]
