@@ -3,7 +3,8 @@
 Writes ``--files`` empty ``.jpg`` files spread over ``--classes`` class folders (once: a
 folder already written with the same counts is reused), then times listing the classes and
 files (``scan_classes``) and building the path table that DALI reads paths from
-(``path_table``), each the best of ``--repeat`` runs, and prints one JSON line.
+(``path_table``), each the best of ``--repeat`` runs, and prints one JSON line: wall-clock
+seconds and CPU seconds of this process (user + system, steadier on a shared machine).
 
 python benchmarks/listing.py [--files 200000] [--classes 1000] [--dir /tmp/easyfit-listing]
 python benchmarks/listing.py --files 21841 --classes 21841   # ImageNet-21k's classes
@@ -35,14 +36,15 @@ def write_folder(root: str, files: int, classes: int) -> str:
     return folder
 
 
-def best(f, repeat: int) -> tuple[float, object]:
-    """The shortest of ``repeat`` timed calls of ``f`` (seconds) and its result."""
-    times, out = [], None
+def best(f, repeat: int) -> tuple[float, float, object]:
+    """The shortest wall-clock and CPU seconds of ``repeat`` calls of ``f``, and its result."""
+    walls, cpus, out = [], [], None
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = f()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return min(walls), min(cpus), out
 
 
 def main() -> None:
@@ -53,15 +55,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     root = write_folder(args.dir, args.files, args.classes)
-    scan, (_, files, _) = best(lambda: scan_classes(root, IMAGE_EXTENSIONS), args.repeat)
-    table, _ = best(lambda: path_table(files), args.repeat)
+    scan, scan_cpu, (_, files, _) = best(lambda: scan_classes(root, IMAGE_EXTENSIONS), args.repeat)
+    table, table_cpu, _ = best(lambda: path_table(files), args.repeat)
     result = {
         "files": len(files),
         "classes": args.classes,
         "scan_classes_s": round(scan, 3),
+        "scan_classes_cpu_s": round(scan_cpu, 3),
         "path_table_s": round(table, 3),
-        "scan_us_per_file": round(1e6 * scan / len(files), 2),
-        "table_us_per_file": round(1e6 * table / len(files), 2),
+        "path_table_cpu_s": round(table_cpu, 3),
     }
     print(json.dumps(result), flush=True)
 
