@@ -25,16 +25,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import (
-    HEAD,
-    TAIL,
-    WHOLE,
-    EncodedImages,
-    encoded_problem,
-    file_stamp,
-    first_line,
-    sample_positions,
-)
+from ..images import EncodedImages, first_line, sample_positions
+from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
+from ..validation.files import file_stamp
 from .base import IndexedSource, int32_labels
 from .folder import entries
 
