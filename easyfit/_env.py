@@ -21,6 +21,7 @@ its compiled steps from disk instead of compiling them again.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from typing import Any
@@ -112,6 +113,39 @@ def arrange_compilation_cache() -> str | None:
         if name.upper() not in os.environ:
             jax.config.update(name, value)
     return folder
+
+
+#: What ``Trainer(deterministic=True)`` adds to ``XLA_FLAGS``: XLA:GPU then uses deterministic
+#: implementations of scatter, select-and-scatter, GEMMs and convolutions, and picks kernels
+#: without timing candidates (autotuning would pick by measurements that vary between runs).
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
+_DETERMINISTIC = re.compile(r"--xla_gpu_deterministic_ops(=(true|1))?(\s|$)", re.IGNORECASE)
+
+
+def arrange_determinism() -> bool:
+    """Adds :data:`DETERMINISTIC_FLAG` to ``XLA_FLAGS`` while JAX's backend has not started (XLA
+    reads the flags when the backend starts), keeping every flag already there.
+
+    Returns:
+        True when the flag is in effect (set now or by the user); False when the backend had
+        started without it, after a warning (on a GPU the run may then not repeat bit for bit;
+        on a CPU it does anyway).
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _DETERMINISTIC.search(flags):
+        return True
+    if _backend_started():
+        warnings.warn(
+            "Trainer(deterministic=True) came after JAX started its backend, so it could not add "
+            f"{DETERMINISTIC_FLAG} to XLA_FLAGS: on a GPU, this run may not repeat bit for bit "
+            "(on a CPU it does anyway). Create the Trainer before anything uses JAX, or start "
+            f"Python with XLA_FLAGS={DETERMINISTIC_FLAG} in the environment.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_FLAG}".strip()
+    return True
 
 
 def available_cores() -> int:
