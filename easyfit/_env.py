@@ -27,6 +27,7 @@ import warnings
 from typing import Any
 
 _FLAG = "--xla_gpu_enable_command_buffer="
+_COMMAND_BUFFER = re.compile("xla_gpu_enable_command_buffer")  # the user's own value counts
 #: CUDA's hardware work queues per device (CUDA's default 8, at most 32) and easyfit's setting.
 CONNECTIONS = ("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 
@@ -131,20 +132,29 @@ def arrange_determinism() -> bool:
         started without it, after a warning (on a GPU the run may then not repeat bit for bit;
         on a CPU it does anyway).
     """
+    message = (
+        "Trainer(deterministic=True) came after JAX started its backend, so it could not add "
+        f"{DETERMINISTIC_FLAG} to XLA_FLAGS: on a GPU, this run may not repeat bit for bit "
+        "(on a CPU it does anyway). Create the Trainer before anything uses JAX, or start "
+        f"Python with XLA_FLAGS={DETERMINISTIC_FLAG} in the environment."
+    )
+    return _add_flag(DETERMINISTIC_FLAG, _DETERMINISTIC, message, gpu_only=False)
+
+
+def _add_flag(flag: str, present: re.Pattern[str], message: str, *, gpu_only: bool) -> bool:
+    """Appends ``flag`` to ``XLA_FLAGS`` unless ``present`` finds it there already; once JAX's
+    backend has started, warns ``message`` instead (only on a GPU where ``gpu_only``), pointing
+    at the code two calls above (the caller's caller)."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if _DETERMINISTIC.search(flags):
+    if present.search(flags):
         return True
     if _backend_started():
-        warnings.warn(
-            "Trainer(deterministic=True) came after JAX started its backend, so it could not add "
-            f"{DETERMINISTIC_FLAG} to XLA_FLAGS: on a GPU, this run may not repeat bit for bit "
-            "(on a CPU it does anyway). Create the Trainer before anything uses JAX, or start "
-            f"Python with XLA_FLAGS={DETERMINISTIC_FLAG} in the environment.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        import jax
+
+        if not gpu_only or any(d.platform == "gpu" for d in jax.devices()):
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
         return False
-    os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_FLAG}".strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
     return True
 
 
@@ -172,25 +182,13 @@ def arrange_environment() -> bool:
         True when the command-buffer flag is in effect (set now or by the user), False when JAX
         had already started and a warning was issued.
     """
-    flags = os.environ.get("XLA_FLAGS", "")
-    started = _backend_started()
-    arrange_compilation_cache()
-    if not started:
+    if not _backend_started():
         os.environ.setdefault(*CONNECTIONS)
-    if "xla_gpu_enable_command_buffer" in flags:
-        return True
-    if started:
-        import jax
-
-        if any(d.platform == "gpu" for d in jax.devices()):
-            warnings.warn(
-                "easyfit was imported after JAX started its GPU backend, so it could not turn off "
-                "XLA command buffers, which break beside DALI (nor give CUDA the work queues that "
-                "keep DALI from waiting behind training). Import easyfit before using JAX, or set "
-                f"XLA_FLAGS={_FLAG} {'='.join(CONNECTIONS)} in the environment.",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return False
-    os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}".strip()
-    return True
+    arrange_compilation_cache()
+    message = (
+        "easyfit was imported after JAX started its GPU backend, so it could not turn off "
+        "XLA command buffers, which break beside DALI (nor give CUDA the work queues that "
+        "keep DALI from waiting behind training). Import easyfit before using JAX, or set "
+        f"XLA_FLAGS={_FLAG} {'='.join(CONNECTIONS)} in the environment."
+    )
+    return _add_flag(_FLAG, _COMMAND_BUFFER, message, gpu_only=True)
