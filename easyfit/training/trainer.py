@@ -87,7 +87,7 @@ class Trainer(TrainerSteps):
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
             BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
-        deterministic: True makes runs on a GPU repeat bit for bit: adds
+        deterministic: True asks XLA for runs that repeat bit for bit on a GPU: adds
             ``--xla_gpu_deterministic_ops=true`` to ``XLA_FLAGS`` (deterministic kernels, no
             autotuning by timing), which takes effect only if JAX's backend has not started yet;
             otherwise it warns. DALI's random draws are seeded already. Costs speed on a GPU
