@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from ._env import _FLAG, CONNECTIONS
+from ._env import _FLAG, CONNECTIONS, compilation_cache
 
 __all__ = ["Environment", "collect", "problems", "report"]
 
@@ -58,6 +58,8 @@ class Environment:
         xla_flags: ``XLA_FLAGS`` as this process sees it.
         connections: ``CUDA_DEVICE_MAX_CONNECTIONS`` as this process sees it ("" when unset).
         gpu_present: an NVIDIA GPU device node exists on this machine.
+        compilation_cache: JAX's persistent compilation cache: its folder and whose choice it
+            is, or why it is off.
     """
 
     python: str
@@ -73,6 +75,7 @@ class Environment:
     xla_flags: str = ""
     connections: str = ""
     gpu_present: bool = False
+    compilation_cache: str = ""
 
 
 def _version(name: str) -> str | None:
@@ -134,6 +137,7 @@ def collect() -> Environment:
         if not name.startswith(DALI):
             versions.setdefault(name, _version(name))
     backend, devices, processes = _devices()
+    cache_folder, cache_why = compilation_cache()
     return Environment(
         python=platform.python_version(),
         versions=versions,
@@ -148,6 +152,7 @@ def collect() -> Environment:
         xla_flags=os.environ.get("XLA_FLAGS", ""),
         connections=os.environ.get(CONNECTIONS[0], ""),
         gpu_present=os.path.exists("/dev/nvidia0"),
+        compilation_cache=f"{cache_folder} ({cache_why})" if cache_folder else cache_why,
     )
 
 
@@ -239,6 +244,7 @@ def report(env: Environment) -> str:
         ("processes", str(env.process_count)),
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
+        ("compilation cache", env.compilation_cache or "(not known)"),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]  # one column of values

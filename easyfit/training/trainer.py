@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import optax
 
+from .._env import arrange_determinism
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
 from ..data.door import DataDoor
@@ -86,6 +87,11 @@ class Trainer(TrainerSteps):
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
             BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
+        deterministic: True asks XLA for runs that repeat bit for bit on a GPU: adds
+            ``--xla_gpu_deterministic_ops=true`` to ``XLA_FLAGS`` (deterministic kernels, no
+            autotuning by timing), which takes effect only if JAX's backend has not started yet;
+            otherwise it warns. DALI's random draws are seeded already. Costs speed on a GPU
+            (docs/performance.md); changes nothing on a CPU, where runs repeat bit for bit anyway.
 
     Example:
         >>> import optax, easyfit as ef
@@ -116,7 +122,13 @@ class Trainer(TrainerSteps):
         num_threads: int | None = None,
         pipelines_per_device: int | None = None,
         precision: str = "float32",
+        deterministic: bool = False,
     ):
+        if not isinstance(deterministic, bool):
+            raise TypeError(f"deterministic={deterministic!r}: must be True or False")
+        self.deterministic = deterministic
+        if deterministic:  # first: the flag must be in XLA_FLAGS before the backend starts
+            arrange_determinism()
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.optimizer = get_optimizer(optimizer)
