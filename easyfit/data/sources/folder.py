@@ -47,7 +47,8 @@ IMAGE_EXTENSIONS = (
 def _listed(folder: str) -> list[os.DirEntry]:
     """``os.scandir(folder)`` as a list; DataError naming ``folder`` when it cannot be listed."""
     try:
-        return list(os.scandir(folder))
+        with os.scandir(folder) as listing:
+            return list(listing)
     except OSError as e:
         raise DataError(
             f"{folder}: cannot be listed ({e.strerror or e}); give the user who trains read "
