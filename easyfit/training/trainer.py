@@ -26,14 +26,14 @@ from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint
 from . import steps
-from .args import check_int, check_verbose
+from .args import check_int, check_momentum, check_verbose
 from .fit_options import class_weights, validation_epochs
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
 from .losses import LossFn, get_loss
 from .metrics import compute_on_host, epoch_logs
 from .models import adapt, write_back
-from .optimizers import get_optimizer
+from .optimizers import accumulating, get_optimizer
 from .precision import get_precision
 from .state import TrainState
 from .trainer_steps import TrainerSteps
@@ -86,6 +86,16 @@ class Trainer(TrainerSteps):
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
             BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
+        gradient_accumulation_steps: None (default), or k >= 2: the optimizer updates once
+            every k batches, with the mean of their gradients (``optax.MultiSteps``), as
+            Keras' optimizer argument. Batches, not updates, are what ``steps_per_epoch``,
+            progress, callbacks and ``state.step`` count; BatchNorm statistics move every
+            batch (docs/training.md).
+        ema_momentum: None (default), or m in [0, 1]: keep an exponential moving average of
+            the parameters, updated on the device after every batch (Keras' ``use_ema=True,
+            ema_momentum=m``); evaluation (validation in fit too), prediction, export and
+            ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
+            (docs/training.md).
 
     Example:
         >>> import optax, easyfit as ef
@@ -116,10 +126,14 @@ class Trainer(TrainerSteps):
         num_threads: int | None = None,
         pipelines_per_device: int | None = None,
         precision: str = "float32",
+        gradient_accumulation_steps: int | None = None,
+        ema_momentum: float | None = None,
     ):
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
-        self.optimizer = get_optimizer(optimizer)
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.optimizer = accumulating(get_optimizer(optimizer), gradient_accumulation_steps)
+        self.ema_momentum = check_momentum(ema_momentum)
         self._optimizer_name = optimizer if isinstance(optimizer, str) else None
         self._optimizer_given = optimizer is not None
         self._inference_only: str | None = None
