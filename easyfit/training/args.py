@@ -34,7 +34,7 @@ def check_momentum(value: Any) -> float | None:
     """``ema_momentum`` as a float in [0, 1], or None; else ValueError (Keras' range)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
         raise ValueError(
             f"ema_momentum={value!r}: expected a number in [0, 1], or None for no moving average"
         )
