@@ -8,11 +8,11 @@ import json
 import numpy as np
 import optax
 import pytest
-from flax import linen as nn
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
 from tests.helpers import Crash, crash_at, flat_params, run_python, untrained
+from tests.helpers.models import TinyMLP as Tiny
 
 #: k batches of b against one of k*b: the same sums in another order (float32), over a few
 #: updates; Adam divides by the root of tiny second moments, so it gets the looser bound.
@@ -23,14 +23,6 @@ OPTIMIZERS = {
     "plain": lambda: optax.sgd(0.1),  # no momentum: an update is -0.1 * the gradient
 }
 N = 96  # divides by every batch size below: no epoch ends on a short (padded) batch
-
-
-class Tiny(nn.Module):
-    """Few parameters: the tests here are about the updates, not the model."""
-
-    @nn.compact
-    def __call__(self, x):
-        return nn.Dense(10)(nn.relu(nn.Dense(16)(x.reshape((x.shape[0], -1)))))
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +146,7 @@ _DEVICES = """
 import json, sys
 import numpy as np, optax, easyfit as ef, jax
 from tests.helpers import flat_params
-from tests.test_accumulation import Tiny
+from tests.helpers.models import TinyMLP as Tiny
 x, y = ef.datasets.sample()["train"]
 x, y = (x[:96] / 255).astype(np.float32), y[:96]
 t = ef.Trainer(Tiny(), optimizer=optax.adam(1e-3), seed=0, gradient_accumulation_steps=int(sys.argv[1]))
