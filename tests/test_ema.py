@@ -4,9 +4,12 @@ resumed bit for bit; the raw weights stay in ``state.params``."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
 import easyfit as ef
@@ -91,9 +94,13 @@ def test_checkpoints_keep_both_and_older_ones_load(trained, tmp_path):
     plain = ef.Trainer.from_checkpoint(path, Tiny(), optimizer=optax.sgd(0.1, momentum=0.9))
     assert plain.state.ema_params is None
     assert np.array_equal(flat_params(plain.params), flat_params(trained.state.params))
-    # a checkpoint without an average (an older one, or of a trainer without it): the average
-    # starts from the parameters
+    # a checkpoint without an average (of a trainer without it, or an older easyfit's: the
+    # state item holds the fields it always held): the average starts from the parameters
     old = plain.save(tmp_path / "plain")
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        item = checkpointer.metadata(os.path.join(old, "state"))
+    item = getattr(getattr(item, "item_metadata", item), "tree", item)
+    assert sorted(item) == ["dynamic_scale", "model_state", "opt_state", "params", "rng", "step"]
     averaging = ef.Trainer.from_checkpoint(
         old, Tiny(), optimizer=optax.sgd(0.1, momentum=0.9), ema_momentum=M
     )

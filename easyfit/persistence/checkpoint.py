@@ -153,7 +153,7 @@ def checkpoint_args(
     if weights_only:
         trees["weights"] = {"params": inference_params(state), "model_state": state.model_state}
     else:
-        trees["state"] = state.replace(dynamic_scale=None, ema_params=None)
+        trees["state"] = _state_item(state)
         if state.ema_params is not None:
             trees["ema_params"] = state.ema_params
         if state.dynamic_scale is not None:
@@ -375,8 +375,7 @@ def restore(
         weights = {"params": target.params, "model_state": target.model_state}
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
         return _with_average(target.replace(**got["weights"]), read, meta), None
-    bare = target.replace(dynamic_scale=None, ema_params=None)  # both items of their own
-    items = {"state": ocp.args.StandardRestore(_abstract(bare))}
+    items = {"state": ocp.args.StandardRestore(_abstract(_state_item(target)))}
     if meta.get("has_metrics") and metrics_template is not None:
         items["epoch_metrics"] = ocp.args.StandardRestore(_abstract(metrics_template))
     scaled = target.dynamic_scale is not None
@@ -389,8 +388,19 @@ def restore(
         scale = jax.tree_util.tree_map(
             lambda t, v: jax.device_put(v, t.sharding), target.dynamic_scale, fresh
         )
-    state = got["state"].replace(dynamic_scale=scale, ema_params=target.ema_params)
+    state = target.replace(**{**got["state"], "dynamic_scale": scale})
     return _with_average(state, read, meta), got.get("epoch_metrics")
+
+
+#: The TrainState fields of the ``state`` item, as every checkpoint since the first holds them.
+_STATE_FIELDS = ("step", "params", "opt_state", "model_state", "rng", "dynamic_scale")
+
+
+def _state_item(state: Any) -> dict[str, Any]:
+    """The ``state`` item of a TrainState: its fields as a dict (as Orbax stores a dataclass),
+    without the loss scale (None) and the moving average (items of their own), so that a field
+    added to TrainState later does not change the item's structure."""
+    return {name: None if name == "dynamic_scale" else getattr(state, name) for name in _STATE_FIELDS}
 
 
 def _with_average(state: Any, read: Reader, meta: Mapping[str, Any]) -> Any:
