@@ -90,12 +90,12 @@ class Trainer(TrainerSteps):
             every k batches, with the mean of their gradients (``optax.MultiSteps``), as
             Keras' optimizer argument. Batches, not updates, are what ``steps_per_epoch``,
             progress, callbacks and ``state.step`` count; BatchNorm statistics move every
-            batch (docs/training.md).
+            batch (docs/models.md).
         ema_momentum: None (default), or m in [0, 1]: keep an exponential moving average of
             the parameters, updated on the device after every batch (Keras' ``use_ema=True,
             ema_momentum=m``); evaluation (validation in fit too), prediction, export and
             ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
-            (docs/training.md).
+            (docs/models.md).
 
     Example:
         >>> import optax, easyfit as ef
