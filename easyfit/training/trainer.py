@@ -27,14 +27,14 @@ from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint
 from . import steps
-from .args import check_int, check_verbose
+from .args import check_int, check_momentum, check_verbose
 from .fit_options import class_weights, validation_epochs
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
 from .losses import LossFn, get_loss
 from .metrics import compute_on_host, epoch_logs
 from .models import adapt, write_back
-from .optimizers import get_optimizer
+from .optimizers import accumulating, get_optimizer
 from .precision import get_precision
 from .state import TrainState
 from .trainer_steps import TrainerSteps
@@ -92,6 +92,16 @@ class Trainer(TrainerSteps):
             autotuning by timing), which takes effect only if JAX's backend has not started yet;
             otherwise it warns. DALI's random draws are seeded already. Costs speed on a GPU
             (docs/performance.md); changes nothing on a CPU, where runs repeat bit for bit anyway.
+        gradient_accumulation_steps: None (default), or k >= 2: the optimizer updates once
+            every k batches, with the mean of their gradients (``optax.MultiSteps``), as
+            Keras' optimizer argument. Batches, not updates, are what ``steps_per_epoch``,
+            progress, callbacks and ``state.step`` count; BatchNorm statistics move every
+            batch (docs/models.md).
+        ema_momentum: None (default), or m in [0, 1]: keep an exponential moving average of
+            the parameters, updated on the device after every batch (Keras' ``use_ema=True,
+            ema_momentum=m``); evaluation (validation in fit too), prediction, export and
+            ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
+            (docs/models.md).
 
     Example:
         >>> import optax, easyfit as ef
@@ -123,6 +133,8 @@ class Trainer(TrainerSteps):
         pipelines_per_device: int | None = None,
         precision: str = "float32",
         deterministic: bool = False,
+        gradient_accumulation_steps: int | None = None,
+        ema_momentum: float | None = None,
     ):
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic={deterministic!r}: must be True or False")
@@ -131,7 +143,9 @@ class Trainer(TrainerSteps):
             arrange_determinism()
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
-        self.optimizer = get_optimizer(optimizer)
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.optimizer = accumulating(get_optimizer(optimizer), gradient_accumulation_steps)
+        self.ema_momentum = check_momentum(ema_momentum)
         self._optimizer_name = optimizer if isinstance(optimizer, str) else None
         self._optimizer_given = optimizer is not None
         self._inference_only: str | None = None

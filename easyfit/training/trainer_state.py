@@ -22,7 +22,7 @@ from ..persistence import checkpoint
 from ..persistence import export as export_lib
 from . import steps
 from .models import write_back
-from .state import TrainState, create_state
+from .state import TrainState, create_state, inference_params
 
 if TYPE_CHECKING:
     import optax
@@ -55,18 +55,21 @@ class TrainerState:
     optimizer: optax.GradientTransformation
     placement: Placement
     precision: Precision
+    ema_momentum: float | None
 
     @property
     def params(self) -> Any:
-        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
-        return self._require_state().params
+        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models):
+        with ``ema_momentum``, their moving average, which evaluation, prediction and export
+        use (the raw weights: ``state.params``)."""
+        return inference_params(self._require_state())
 
     @property
     def model(self) -> Any:
         """The model. For NNX, the module with the trained state merged back in."""
         if self._adapter.kind == "nnx" and self.state is not None:
             return nnx.merge(
-                self._adapter.module, *jax.device_get((self.state.params, self.state.model_state))
+                self._adapter.module, *jax.device_get((inference_params(self.state), self.state.model_state))
             )
         return self._model
 
@@ -267,6 +270,7 @@ class TrainerState:
             self._nnx_variables,
             abstract,
             self.precision.initial_scale(),
+            ema=self.ema_momentum is not None,
         )
         if abstract:
             return self.placement.abstract(state, replicated=True)

@@ -62,6 +62,7 @@ class TrainerSteps(TrainerState):
     _class_weight: tuple[float, ...] | None
     _compiled: dict[Any, Any]
     _tracing: threading.local
+    gradient_accumulation_steps: int | None
 
     # -------------------------------------------------------- hooks, traced into the jitted steps
     def compute_loss(self, outputs: Any, batch: Mapping[str, Any]) -> jax.Array:
@@ -177,8 +178,11 @@ class TrainerSteps(TrainerState):
             )
             context = _Context(default, loss_fn, collection, scale)
             evaluate = steps.make_eval_step(adapter, self.compute_loss, collection, scale, precision)
+            train = self._within(context, self.train_step)
+            if self.ema_momentum is not None:
+                train = steps.with_ema(train, self.ema_momentum, self.gradient_accumulation_steps)
             self._compiled[key] = steps.Compiled(
-                train=steps.trains(self._within(context, self.train_step), self.placement, k),
+                train=steps.trains(train, self.placement, k),
                 eval=steps.compile_eval(self._within(context, evaluate), self.placement, k),
                 metrics=collection,
             )
