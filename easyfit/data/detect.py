@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DataError
+from . import object_store
 from .sources.base import Source
 from .sources.caffe2 import Caffe2LMDB, is_lmdb
 from .sources.folder import IMAGE_EXTENSIONS, ImageFolder, entries
@@ -38,6 +39,19 @@ def _class_folder_kind(root: str) -> type[Source]:
     return ImageFolder  # its own checks say what is missing
 
 
+def _remote_kind(url: str) -> type[Source]:
+    """The source class for ``s3://bucket/prefix``: class folders of images only, so far."""
+    names = [e.name.lower() for e in object_store.listing(url).entries(url)]
+    found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
+    if found or url.lower().endswith(tuple(s for suffixes, _ in _BY_SUFFIX for s in suffixes)):
+        raise DataError(
+            f"{url}: record files on object storage are not read by easyfit yet (s3:// works for "
+            "class folders of images); copy the shards to a local disk (aws s3 sync), or store "
+            "the images as class folders"
+        )
+    return ImageFolder  # its own checks say what is missing
+
+
 def detect(path: str | os.PathLike) -> type[Source]:
     """The source class for ``path``, from its contents.
 
@@ -59,6 +73,8 @@ def detect(path: str | os.PathLike) -> type[Source]:
         ['Caffe2LMDB', 'WebDataset', 'NumpyFolder']
     """
     path = os.fspath(path)
+    if object_store.is_url(path):
+        return _remote_kind(path)
     if os.path.isfile(path):
         by_suffix: tuple[tuple[tuple[str, ...], type[Source]], ...] = (*_BY_SUFFIX, ((".csv",), ImageCSV))
         for suffixes, kind in by_suffix:

@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import DataError
+from . import object_store
 from .recipe import ImageRecipe
 from .validation.structure import structure_problem
 
@@ -393,6 +394,8 @@ class EncodedImages:
 
 def read_file(path: str) -> bytes:
     """The bytes of ``path``; DataError naming it when it cannot be read."""
+    if object_store.is_url(path):
+        return object_store.read_object(path)
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -535,6 +538,8 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
     """Why file ``path`` cannot be read (or is empty), or what ``check(head, tail, size,
     data)`` finds wrong with its first :data:`HEAD` and last :data:`TAIL` bytes, and all of
     them (``data``, else None) when it is at most :data:`WHOLE` bytes; None when all is well."""
+    if object_store.is_url(path):
+        return object_store.object_problem(path, check, HEAD, TAIL, WHOLE)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
+from . import object_store
 from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
@@ -33,12 +34,11 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
         ['train', 'test']
     """
     root = os.fspath(root)
+    isdir = object_store.listing(root).isdir if object_store.is_url(root) else os.path.isdir
     train = os.path.join(root, "train")
-    if not os.path.isdir(train):
+    if not isdir(train):
         return None
-    val = next(
-        (os.path.join(root, v) for v in VALIDATION_NAMES if os.path.isdir(os.path.join(root, v))), None
-    )
+    val = next((os.path.join(root, v) for v in VALIDATION_NAMES if isdir(os.path.join(root, v))), None)
     return train, val
 
 

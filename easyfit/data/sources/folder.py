@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .. import object_store
 from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
 from ..stat_child import StatChild
 from .base import IndexedSource
@@ -81,9 +82,14 @@ def scan_classes(
     ``class_names`` fixes the class names (and so the labels: their indices), e.g. those of the
     training folder when reading the validation folder, which may lack some.
     """
-    if not os.path.isdir(root):
+    isdir: Callable[[str], bool] = os.path.isdir
+    listed: Callable[..., Sequence[Any]] = entries
+    if object_store.is_url(root):  # s3://bucket/prefix: the same questions, of one listing
+        remote = object_store.listing(root)
+        isdir, listed = remote.isdir, remote.entries
+    if not isdir(root):
         raise DataError(f"{root}: no such directory")
-    found = sorted(e.name for e in entries(root, "dir") if not e.name.startswith("."))
+    found = sorted(e.name for e in listed(root, "dir") if not e.name.startswith("."))
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
     names = list(found if class_names is None else class_names)
@@ -101,7 +107,7 @@ def scan_classes(
     for name in found:
         label = names.index(name)
         folder = os.path.join(root, name)
-        found = sorted(e.path for e in entries(folder) if e.name.lower().endswith(extensions))
+        found = sorted(e.path for e in listed(folder) if e.name.lower().endswith(extensions))
         if not found and class_names is None:  # another split may lack a training class
             empty.append(folder)
         files += found
@@ -154,7 +160,7 @@ class Files(IndexedSource):
         self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
         self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
-        self._stat: StatChild | None = None  # started at the first feed
+        self._stat: StatChild | object_store.Stamps | None = None  # started at the first feed
         self._stat_lock = threading.Lock()
 
     @property
@@ -167,7 +173,9 @@ class Files(IndexedSource):
         (``easyfit.data.stat_child``)."""
         with self._stat_lock:
             if self._stat is None:
-                self._stat = StatChild([p for column in self._columns for p in column])
+                paths = [p for column in self._columns for p in column]
+                remote = object_store.is_url(paths[0])
+                self._stat = object_store.Stamps(paths) if remote else StatChild(paths)
         stamps = self._stat.stamps(indices)
         for k in range(1, len(self._columns)):  # e.g. the masks
             more = self._stat.stamps(indices + k * len(self.files))
@@ -181,9 +189,13 @@ class Files(IndexedSource):
         a file replaced after start-up, e.g. between epochs, never reaches DALI unchecked."""
         stamps = self._stamps_of(indices)
         stale = ~self._checked[indices] | (stamps != self._stamps[indices]) | (stamps == 0)
-        for j in np.flatnonzero(stale).tolist():  # pipelines feed disjoint rows: no lock
-            i = int(indices[j])
-            problem = self.sample_problem(i)
+        rows = np.flatnonzero(stale).tolist()
+        stale_indices = [int(indices[j]) for j in rows]
+        if object_store.is_url(self.files[0]):  # GETs: waited on together
+            problems = object_store.check_all(self.sample_problem, stale_indices)
+        else:
+            problems = [self.sample_problem(i) for i in stale_indices]
+        for j, i, problem in zip(rows, stale_indices, problems, strict=True):  # disjoint rows: no lock
             if problem:
                 raise DataError(f"{self.locate(i)}: {problem}")
             self._checked[i] = stamps[j] != 0  # a file that cannot be stat'ed: checked again

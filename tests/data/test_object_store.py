@@ -1,0 +1,180 @@
+"""s3:// data paths, for real: an S3-compatible server (moto's) on 127.0.0.1, started and
+stopped here; the MNIST sample uploaded to it is read back by DALI and trained on, with the
+same parameters as from the local copy. A missing bucket, denied access and an unreachable
+endpoint raise DataError naming the URL, bounded by timeouts (no hang)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import jax
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+
+import easyfit as ef
+from easyfit.data import object_store
+from easyfit.errors import DataError
+
+boto3 = pytest.importorskip("boto3")
+moto_server = pytest.importorskip("moto.server")
+
+BUCKET = "easyfit-data"
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The server's URL, with the AWS variables pointing at it for the module's tests."""
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    url = f"http://{host}:{port}"
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ENDPOINT_URL", url)
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata look-ups
+        yield url
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def mnist(server, tmp_path_factory):
+    """``(local root, s3 root)`` of the MNIST sample (200 training, 100 validation PNGs)."""
+    root = ef.datasets.sample_folder(tmp_path_factory.mktemp("s3") / "mnist", limit=(200, 100))
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            client.upload_file(path, BUCKET, "mnist/" + os.path.relpath(path, root).replace(os.sep, "/"))
+    return root, f"s3://{BUCKET}/mnist"
+
+
+def _model():
+    return nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])
+
+
+def _fit(data):
+    trainer = ef.Trainer(_model(), optimizer=optax.sgd(0.1), seed=0)
+    history = trainer.fit(data, epochs=2, batch_size=50, verbose=0)
+    return [np.asarray(a) for a in jax.tree_util.tree_leaves(trainer.params)], history.history
+
+
+def test_image_folder_lists_class_folders_from_the_bucket(mnist):
+    local, remote = mnist
+    here = ef.data.ImageFolder(local + "/train")
+    there = ef.data.ImageFolder(remote + "/train")
+    assert there.class_names == here.class_names
+    assert [os.path.relpath(f, local) for f in here.files] == [f[len(remote) + 1 :] for f in there.files]
+    np.testing.assert_array_equal(there.labels, here.labels)
+    assert there.image_shape == here.image_shape == (28, 28, 1)
+
+
+def test_fit_from_s3_gives_the_same_parameters_as_the_local_copy(mnist):
+    local, remote = mnist
+    from_disk, h_disk = _fit(local)
+    from_bucket, h_bucket = _fit(remote)
+    assert set(h_bucket) == set(h_disk) and "val_loss" in h_bucket  # train/ and test/ both found
+    for a, b in zip(from_disk, from_bucket, strict=True):
+        np.testing.assert_array_equal(a, b)  # CPU: bit for bit
+    np.testing.assert_array_equal(h_disk["loss"], h_bucket["loss"])
+
+
+def test_data_fingerprint_of_s3_files_holds_their_sizes(mnist):
+    from easyfit.persistence.checkpoint import data_fingerprint
+
+    local, remote = mnist
+    assert data_fingerprint(ef.data.ImageFolder(remote + "/train")) == data_fingerprint(
+        ef.data.ImageFolder(local + "/train")
+    )
+
+
+def test_a_broken_image_in_the_bucket_is_named_before_dali_decodes_it(server, mnist):
+    local, _ = mnist
+    client = boto3.client("s3")
+    names = sorted(os.listdir(local + "/train/3"))
+    for name in names:
+        with open(os.path.join(local, "train/3", name), "rb") as f:
+            client.put_object(Bucket=BUCKET, Key=f"broken/3/{name}", Body=f.read())
+    with open(os.path.join(local, "train/3", names[1]), "rb") as f:
+        data = f.read()
+    client.put_object(Bucket=BUCKET, Key=f"broken/3/{names[1]}", Body=data[: len(data) // 2])
+    trainer = ef.Trainer(_model(), optimizer=optax.sgd(0.1), seed=0)
+    with pytest.raises(DataError, match=f"s3://{BUCKET}/broken/3/{names[1]}: truncated PNG"):
+        trainer.fit(f"s3://{BUCKET}/broken", epochs=1, batch_size=len(names), verbose=0)
+
+
+def test_a_missing_bucket_is_named(server):
+    with pytest.raises(DataError, match=r"s3://no-such-bucket/data/train: no such bucket"):
+        ef.data.ImageFolder("s3://no-such-bucket/data/train")
+
+
+def test_an_empty_prefix_is_no_directory(mnist):
+    with pytest.raises(DataError, match=f"s3://{BUCKET}/nothing-here: no such directory"):
+        ef.data.ImageFolder(f"s3://{BUCKET}/nothing-here")
+
+
+def _auth_checks(endpoint: str, after: bytes) -> None:
+    """Turns moto's IAM checks on after ``after`` more requests (``b"inf"``: never)."""
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth", data=after, method="POST", headers={"Content-Type": "text/plain"}
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def test_wrong_credentials_are_denied_access(mnist, monkeypatch):
+    """moto checks the keys once its IAM checks are on (``/moto-api/reset-auth``): an unknown
+    key, and a known one with no policy that allows reading."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    iam = boto3.client("iam", region_name="us-east-1")
+    user = iam.create_user(UserName="reader")["User"]["UserName"]
+    key = iam.create_access_key(UserName=user)["AccessKey"]  # a real key, with no policy
+    _auth_checks(endpoint, b"0")  # from now on every request is checked
+    try:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
+        with pytest.raises(DataError, match=f"s3://{BUCKET}/mnist/train: access denied"):
+            ef.data.ImageFolder(f"s3://{BUCKET}/mnist/train")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        with pytest.raises(DataError, match=f"s3://{BUCKET}/mnist/val: access denied"):
+            ef.data.ImageFolder(f"s3://{BUCKET}/mnist/val")
+    finally:
+        _auth_checks(endpoint, b"inf")  # moto's default: none
+
+
+def test_an_unreachable_endpoint_is_named_not_waited_on(monkeypatch):
+    with socket.socket() as s:  # a port nothing listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with pytest.raises(DataError, match=rf"s3://{BUCKET}/mnist/train: cannot reach http://127.0.0.1:{port}"):
+        ef.data.ImageFolder(f"s3://{BUCKET}/mnist/train")
+
+
+def test_record_shards_on_s3_are_refused_with_the_fix(server, tmp_path):
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="shards")
+    client.put_object(Bucket="shards", Key="wds/shard-000000.tar", Body=b"\0" * 1024)
+    with pytest.raises(DataError, match="s3://shards/wds: record files on object storage are not read"):
+        ef.Trainer(_model(), optimizer=optax.sgd(0.1)).fit("s3://shards/wds", epochs=1, verbose=0)
+
+
+def test_gs_paths_say_what_to_do():
+    with pytest.raises(DataError, match="gs://bucket/data: gs:// paths are not read by easyfit yet"):
+        ef.data.ImageFolder("gs://bucket/data")
+
+
+def test_is_url_tells_object_storage_from_local_paths():
+    assert object_store.is_url("s3://b/k") and object_store.is_url("gs://b/k")
+    assert not object_store.is_url("/data/s3://x") and not object_store.is_url("data")
