@@ -40,14 +40,22 @@ def _class_folder_kind(root: str) -> type[Source]:
 
 
 def _remote_kind(url: str) -> type[Source]:
-    """The source class for ``s3://bucket/prefix``: class folders of images only, so far."""
-    names = [e.name.lower() for e in object_store.listing(url).entries(url)]
+    """The source class for ``s3://bucket/prefix``: class folders of images; the other formats
+    are refused by name rather than read as class folders (``images/`` and ``masks/`` would
+    be two classes)."""
+    listed = object_store.listing(url)
+    names = [e.name.lower() for e in listed.entries(url)]
     found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
+    if "data.mdb" in names:
+        found.append(Caffe2LMDB)
+    if {e.name for e in listed.entries(url, "dir")} == {"images", "masks"}:
+        found.append(SegmentationFolder)
     if found or url.lower().endswith(tuple(s for suffixes, _ in _BY_SUFFIX for s in suffixes)):
+        what = found[0].__name__ if found else "record files"
         raise DataError(
-            f"{url}: record files on object storage are not read by easyfit yet (s3:// works for "
-            "class folders of images); copy the shards to a local disk (aws s3 sync), or store "
-            "the images as class folders"
+            f"{url}: {what} data on object storage is not read by easyfit yet (s3:// works for "
+            "class folders of images); copy it to a local disk (aws s3 sync), or store the "
+            "images as class folders"
         )
     return ImageFolder  # its own checks say what is missing
 

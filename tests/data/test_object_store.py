@@ -162,12 +162,35 @@ def test_an_unreachable_endpoint_is_named_not_waited_on(monkeypatch):
         ef.data.ImageFolder(f"s3://{BUCKET}/mnist/train")
 
 
-def test_record_shards_on_s3_are_refused_with_the_fix(server, tmp_path):
+@pytest.mark.parametrize(
+    ("keys", "kind"),
+    [
+        (["wds/shard-000000.tar"], "WebDataset"),
+        (["wds/train-00000-of-00001.tfrecord"], "TFRecord"),
+        (["wds/images/a.png", "wds/masks/a.png"], "SegmentationFolder"),
+    ],
+)
+def test_other_formats_on_s3_are_refused_with_the_fix(server, keys, kind):
     client = boto3.client("s3")
-    client.create_bucket(Bucket="shards")
-    client.put_object(Bucket="shards", Key="wds/shard-000000.tar", Body=b"\0" * 1024)
-    with pytest.raises(DataError, match="s3://shards/wds: record files on object storage are not read"):
-        ef.Trainer(_model(), optimizer=optax.sgd(0.1)).fit("s3://shards/wds", epochs=1, verbose=0)
+    bucket = "shards-" + kind.lower()
+    client.create_bucket(Bucket=bucket)
+    for key in keys:
+        client.put_object(Bucket=bucket, Key=key, Body=b"\0" * 1024)
+    with pytest.raises(DataError, match=f"s3://{bucket}/wds: {kind} data on object storage is not read"):
+        ef.Trainer(_model(), optimizer=optax.sgd(0.1)).fit(f"s3://{bucket}/wds", epochs=1, verbose=0)
+
+
+def test_an_object_deleted_after_listing_is_named(server, mnist):
+    local, _ = mnist
+    client = boto3.client("s3")
+    names = sorted(os.listdir(local + "/train/5"))
+    for name in names:
+        client.upload_file(os.path.join(local, "train/5", name), BUCKET, f"gone/5/{name}")
+    folder = ef.data.ImageFolder(f"s3://{BUCKET}/gone")
+    client.delete_object(Bucket=BUCKET, Key=f"gone/5/{names[2]}")
+    trainer = ef.Trainer(_model(), optimizer=optax.sgd(0.1), seed=0)
+    with pytest.raises(DataError, match=f"s3://{BUCKET}/gone/5/{names[2]}: cannot be read \\(no such object"):
+        trainer.fit(folder, epochs=1, batch_size=len(names), verbose=0)
 
 
 def test_gs_paths_say_what_to_do():
