@@ -52,8 +52,8 @@ __all__ = [
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 20.0
 _ATTEMPTS = 3  # boto3's "standard" retry mode: the first try and two retries
-#: How long a listing is reused for a prefix under it (``fit("s3://b/data")`` lists
-#: ``data/`` once for ``train/`` and ``val/``), in seconds.
+#: How long a listing is reused for the prefixes under it (``fit("s3://b/data")`` lists
+#: ``data/`` once for ``train/`` and ``val/``), in seconds; never for its own prefix.
 LISTING_REUSE = 60.0
 _THREADS = 32  # host-side checks of a batch's objects run this many GETs at a time
 _EXTRA = "pip install 'easyfit[s3]'"
@@ -231,9 +231,8 @@ class Listing:
         self._dirs.setdefault(self.url, {})
 
     def covers(self, url: str) -> bool:
-        """Whether ``url`` is this listing's prefix or under it."""
-        url = url.rstrip("/")
-        return url == self.url or url.startswith(self.url + "/")
+        """Whether ``url`` is under this listing's prefix (not the prefix itself)."""
+        return url.rstrip("/").startswith(self.url + "/")
 
     def isdir(self, url: str) -> bool:
         """Whether ``url`` is a prefix holding objects (a bucket has no empty folders)."""
@@ -253,9 +252,10 @@ _known: dict[str, tuple[int, str]] = {}  # every listed object's (size, ETag), b
 
 
 def listing(url: str) -> Listing:
-    """A :class:`Listing` covering ``url``: the latest one of ``url`` or a prefix above it when
-    made within :data:`LISTING_REUSE` seconds with the same AWS variables, else a new one;
-    DataError naming ``url`` when the bucket cannot be listed."""
+    """A :class:`Listing` covering ``url``: the latest one of a prefix above it when made
+    within :data:`LISTING_REUSE` seconds with the same AWS variables, else a new one (so
+    ``fit("s3://b/data")`` lists ``data/`` anew, and its ``train/`` and ``val/`` from that
+    listing); DataError naming ``url`` when the bucket cannot be listed."""
     now, settings = time.monotonic(), _settings()
     with _listings_lock:
         _listings[:] = [lst for lst in _listings if now - lst.created < LISTING_REUSE]

@@ -90,9 +90,17 @@ def test_data_fingerprint_of_s3_files_holds_their_sizes(mnist):
     from easyfit.persistence.checkpoint import data_fingerprint
 
     local, remote = mnist
-    assert data_fingerprint(ef.data.ImageFolder(remote + "/train")) == data_fingerprint(
-        ef.data.ImageFolder(local + "/train")
-    )
+    listed = ef.data.ImageFolder(remote + "/train")
+    assert data_fingerprint(listed) == data_fingerprint(ef.data.ImageFolder(local + "/train"))
+    client = boto3.client("s3")
+    for f in listed.files:  # the same names under another prefix, one object a byte longer
+        client.copy_object(Bucket=BUCKET, Key="grown/" + f[len(remote) + 1 :], CopySource=f[len("s3://") :])
+    key = "grown/" + listed.files[7][len(remote) + 1 :]
+    body = client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    client.put_object(Bucket=BUCKET, Key=key, Body=body + b"\0")
+    grown = data_fingerprint(ef.data.ImageFolder(f"s3://{BUCKET}/grown/train"))
+    same = data_fingerprint(listed)
+    assert grown["files"] != same["files"] and {**grown, "files": 0} == {**same, "files": 0}
 
 
 def test_a_broken_image_in_the_bucket_is_named_before_dali_decodes_it(server, mnist):
@@ -201,3 +209,14 @@ def test_gs_paths_say_what_to_do():
 def test_is_url_tells_object_storage_from_local_paths():
     assert object_store.is_url("s3://b/k") and object_store.is_url("gs://b/k")
     assert not object_store.is_url("/data/s3://x") and not object_store.is_url("data")
+
+
+def test_a_prefix_is_listed_anew_each_time_it_is_read(server, mnist):
+    local, _ = mnist
+    client = boto3.client("s3")
+    names = sorted(os.listdir(local + "/train/2"))
+    for name in names[:-1]:
+        client.upload_file(os.path.join(local, "train/2", name), BUCKET, f"fresh/2/{name}")
+    assert len(ef.data.ImageFolder(f"s3://{BUCKET}/fresh")) == len(names) - 1
+    client.upload_file(os.path.join(local, "train/2", names[-1]), BUCKET, f"fresh/2/{names[-1]}")
+    assert len(ef.data.ImageFolder(f"s3://{BUCKET}/fresh")) == len(names)
