@@ -40,18 +40,25 @@ def _class_folder_kind(root: str) -> type[Source]:
 
 
 def _remote_kind(url: str) -> type[Source]:
-    """The source class for ``s3://bucket/prefix``: class folders of images; the other formats
-    are refused by name rather than read as class folders (``images/`` and ``masks/`` would
-    be two classes)."""
+    """The source class for ``s3://bucket/prefix``: class folders of images, WebDataset or
+    TFRecord shards (the prefix, or one object); the other formats are refused by name rather
+    than read as class folders (``images/`` and ``masks/`` would be two classes)."""
+    for suffixes, kind in _BY_SUFFIX:
+        if url.lower().endswith(suffixes) and kind is not RecordIO:
+            return kind
     listed = object_store.listing(url)
     names = [e.name.lower() for e in listed.entries(url)]
     found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
+    if len(found) == 1 and found[0] is not RecordIO:
+        return found[0]
+    if len(found) > 1:
+        raise DataError(f"{url}: holds files of several formats ({', '.join(k.__name__ for k in found)})")
     if "data.mdb" in names:
         found.append(Caffe2LMDB)
     if {e.name for e in listed.entries(url, "dir")} == {"images", "masks"}:
         found.append(SegmentationFolder)
-    if found or url.lower().endswith(tuple(s for suffixes, _ in _BY_SUFFIX for s in suffixes)):
-        what = found[0].__name__ if found else "record files"
+    if found or url.lower().endswith(".rec"):
+        what = found[0].__name__ if found else "RecordIO"
         raise DataError(
             f"{url}: {what} data on object storage is not read by easyfit yet (s3:// works for "
             "class folders of images); copy it to a local disk (aws s3 sync), or store the "

@@ -564,6 +564,8 @@ def file_stamp(path: str) -> int | None:
     """A number that changes when file ``path`` is written or replaced (from its size, inode,
     modification and status-change times: ``os.stat``, no read); None when it cannot be
     stat'ed. What sources compare to check a file again once it changed after its check."""
+    if object_store.is_url(path):
+        return object_store.stamp(path)
     try:
         st = os.stat(path)
     except OSError:

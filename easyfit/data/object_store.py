@@ -22,12 +22,13 @@ Every request is bounded by a connect and a read timeout and a few retries, and 
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
 import posixpath
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -40,6 +41,9 @@ __all__ = [
     "Stamps",
     "available",
     "check_all",
+    "list_files",
+    "open_object",
+    "stamp",
     "is_url",
     "listing",
     "object_problem",
@@ -224,7 +228,9 @@ class Listing:
                 self._add_dirs(parent)
 
     def _add_dirs(self, folder: str) -> None:
+        """Records ``folder`` and every folder above it, up to the listed prefix."""
         while len(folder) > len(self.url):
+            self._dirs.setdefault(folder, {})
             parent, name = posixpath.split(folder)
             self._dirs.setdefault(parent, {})[name] = Entry(name, folder)
             folder = parent
@@ -278,6 +284,74 @@ def size(url: str) -> int:
     stat'ed)."""
     known = _object(url)
     return -1 if known is None else known[0]
+
+
+def stamp(url: str) -> int | None:
+    """What ``easyfit.data.images.file_stamp`` gives of a local file, for a listed object:
+    a number from its size and ETag; None when it was not listed."""
+    known = _object(url)
+    return None if known is None else hash(known)
+
+
+def _head(url: str) -> tuple[int, str]:
+    """``(size, ETag)`` of one object, asked of the store (and remembered as a listed one's)."""
+    bucket, key = split_url(url)
+    client = _client(url)
+    found = _call(url, lambda: client.head_object(Bucket=bucket, Key=key))
+    known = (int(found["ContentLength"]), str(found.get("ETag", "")))
+    _known[url] = known
+    return known
+
+
+def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
+    """What ``easyfit.data.sources.records.list_files`` gives of a local path, for ``root``: the
+    object itself when its name ends with ``suffixes``, else the sorted objects directly under
+    the prefix that do."""
+    if root.lower().endswith(suffixes):
+        _head(root)
+        return [root]
+    files = sorted(e.path for e in listing(root).entries(root) if e.name.lower().endswith(suffixes))
+    if not files:
+        raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
+    return files
+
+
+class _Ranged(io.RawIOBase):
+    """A listed object as a read-only seekable file: each read is a ranged GET."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.length = size(url) if _object(url) else _head(url)[0]
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.length - self.pos)
+        if n <= 0:
+            return 0
+        data = read_object(self.url, self.pos, n)
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def open_object(url: str, buffer: int = 1 << 20) -> io.BufferedReader:
+    """Object ``url`` as a buffered binary file (``buffer`` bytes per ranged GET): for code that
+    walks a file's headers, as ``tarfile`` does a WebDataset shard's."""
+    return io.BufferedReader(_Ranged(url), buffer)
 
 
 class Stamps:
@@ -334,9 +408,12 @@ def object_problem(
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 
-def check_all(check: Callable[[int], str | None], indices: Iterable[int]) -> list[str | None]:
-    """``[check(i) for i in indices]``, run :data:`_THREADS` at a time: each check of an
-    object waits on its GETs, which a sequential loop would add up."""
+_T = TypeVar("_T")
+
+
+def check_all(check: Callable[[int], _T], indices: Iterable[int]) -> list[_T]:
+    """``[check(i) for i in indices]``, run :data:`_THREADS` at a time: each check (or read) of
+    an object waits on its GETs, which a sequential loop would add up."""
     global _pool
     with _clients_lock:
         if _pool is None:

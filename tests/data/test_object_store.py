@@ -49,20 +49,16 @@ def mnist(server, tmp_path_factory):
     root = ef.datasets.sample_folder(tmp_path_factory.mktemp("s3") / "mnist", limit=(200, 100))
     client = boto3.client("s3")
     client.create_bucket(Bucket=BUCKET)
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            client.upload_file(path, BUCKET, "mnist/" + os.path.relpath(path, root).replace(os.sep, "/"))
-    return root, f"s3://{BUCKET}/mnist"
+    return root, _upload(client, root, "mnist")
 
 
 def _model():
     return nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])
 
 
-def _fit(data):
+def _fit(data, epochs=2):
     trainer = ef.Trainer(_model(), optimizer=optax.sgd(0.1), seed=0)
-    history = trainer.fit(data, epochs=2, batch_size=50, verbose=0)
+    history = trainer.fit(data, epochs=epochs, batch_size=50, verbose=0)
     return [np.asarray(a) for a in jax.tree_util.tree_leaves(trainer.params)], history.history
 
 
@@ -170,11 +166,51 @@ def test_an_unreachable_endpoint_is_named_not_waited_on(monkeypatch):
         ef.data.ImageFolder(f"s3://{BUCKET}/mnist/train")
 
 
+def _upload(client, root: str, prefix: str) -> str:
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            client.upload_file(path, BUCKET, prefix + "/" + os.path.relpath(path, root).replace(os.sep, "/"))
+    return f"s3://{BUCKET}/{prefix}"
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
+def test_record_shards_from_s3_train_as_the_local_copy(mnist, mnist_arrays, tmp_path, fmt):
+    from tests.helpers.formats import mnist_in
+
+    local = mnist_in(fmt, tmp_path / fmt, mnist_arrays, (100, 50))
+    remote = _upload(boto3.client("s3"), local, fmt)
+    kind = ef.data.WebDataset if fmt == "webdataset" else ef.data.TFRecord
+    there = kind(remote + "/train")
+    assert len(there) == 100 and [f[len(remote) + 1 :] for f in there.files] == [
+        os.path.relpath(f, local) for f in kind(local + "/train").files
+    ]
+    from_disk, h_disk = _fit(local, epochs=1)
+    from_bucket, h_bucket = _fit(remote, epochs=1)
+    for a, b in zip(from_disk, from_bucket, strict=True):
+        np.testing.assert_array_equal(a, b)  # CPU: bit for bit
+    np.testing.assert_array_equal(h_disk["val_loss"], h_bucket["val_loss"])
+
+
+def test_a_tfrecord_without_its_index_is_walked_from_the_bucket(mnist, mnist_arrays, tmp_path):
+    from tests.helpers.formats import mnist_in
+
+    local = mnist_in("tfrecord", tmp_path / "tf", mnist_arrays, (60, 10))
+    client = boto3.client("s3")
+    for shard in sorted(os.listdir(local + "/train")):
+        if not shard.endswith(".idx"):
+            client.upload_file(os.path.join(local, "train", shard), BUCKET, f"noidx/{shard}")
+    walked = ef.data.TFRecord(f"s3://{BUCKET}/noidx")
+    indexed = ef.data.TFRecord(local + "/train")
+    np.testing.assert_array_equal(walked._offset, indexed._offset)
+    assert walked.encoded_image(59) == indexed.encoded_image(59)
+
+
 @pytest.mark.parametrize(
     ("keys", "kind"),
     [
-        (["wds/shard-000000.tar"], "WebDataset"),
-        (["wds/train-00000-of-00001.tfrecord"], "TFRecord"),
+        (["wds/mnist.rec", "wds/mnist.idx"], "RecordIO"),
+        (["wds/data.mdb"], "Caffe2LMDB"),
         (["wds/images/a.png", "wds/masks/a.png"], "SegmentationFolder"),
     ],
 )
