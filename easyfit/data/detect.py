@@ -61,8 +61,8 @@ def _remote_kind(url: str) -> type[Source]:
         what = found[0].__name__ if found else "RecordIO"
         raise DataError(
             f"{url}: {what} data on object storage is not read by easyfit yet (s3:// works for "
-            "class folders of images); copy it to a local disk (aws s3 sync), or store the "
-            "images as class folders"
+            "class folders of images, WebDataset and TFRecord shards); copy it to a local disk "
+            "(aws s3 sync), or store it in one of those formats"
         )
     return ImageFolder  # its own checks say what is missing
 

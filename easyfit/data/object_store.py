@@ -1,8 +1,9 @@
-"""Object storage (``s3://bucket/prefix``): what easyfit does on the host for data that DALI
-reads from a bucket.
+"""Object storage (``s3://bucket/prefix``): what easyfit does on the host for data in a bucket.
 
-DALI reads the objects itself (``fn.io.file.read`` takes ``s3://`` paths: its own AWS SDK
-client, configured by the standard AWS variables). What easyfit does on the host goes through
+DALI reads an image folder's objects itself (``fn.io.file.read`` takes ``s3://`` paths: its
+own AWS SDK client, configured by the standard AWS variables). What easyfit does on the host,
+and the records of WebDataset and TFRecord shards (byte ranges of an object, which
+``fn.io.file.read`` cannot read: :func:`read_object`, :func:`open_object`), goes through
 boto3 (the optional extra ``easyfit[s3]``), configured by the same variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``):
 

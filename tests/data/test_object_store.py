@@ -204,6 +204,8 @@ def test_a_tfrecord_without_its_index_is_walked_from_the_bucket(mnist, mnist_arr
     indexed = ef.data.TFRecord(local + "/train")
     np.testing.assert_array_equal(walked._offset, indexed._offset)
     assert walked.encoded_image(59) == indexed.encoded_image(59)
+    first = sorted(os.listdir(local + "/train"))[0]  # one object, named by its whole key
+    assert len(ef.data.TFRecord(f"s3://{BUCKET}/noidx/{first}")) == 30
 
 
 @pytest.mark.parametrize(
