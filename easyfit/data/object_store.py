@@ -105,7 +105,7 @@ def available() -> str | None:
     return None
 
 
-_clients: dict[tuple[str | None, ...], Any] = {}
+_clients: dict[tuple[str | None, ...], Any] = {}  # by settings and timeouts
 _clients_lock = threading.Lock()
 _ENV = (
     "AWS_ENDPOINT_URL",
@@ -132,7 +132,7 @@ def _client(url: str) -> Any:
         from botocore.config import Config
     except ImportError:
         raise DataError(f"{url}: reading object storage needs boto3; {_EXTRA}") from None
-    key = _settings()
+    key = (*_settings(), str(CONNECT_TIMEOUT), str(READ_TIMEOUT))
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
@@ -173,7 +173,12 @@ def _failure(url: str, e: Exception) -> DataError:
             f"{url}: no credentials for object storage; set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
         )
-    if isinstance(e, (x.EndpointConnectionError, x.ConnectTimeoutError, x.ReadTimeoutError)):
+    if isinstance(e, x.ReadTimeoutError):
+        return DataError(
+            f"{url}: {_endpoint()} did not answer within {READ_TIMEOUT:g} s ({_ATTEMPTS} attempts); "
+            "check AWS_ENDPOINT_URL and the network"
+        )
+    if isinstance(e, (x.EndpointConnectionError, x.ConnectTimeoutError)):
         return DataError(
             f"{url}: cannot reach {_endpoint()} ({e}; {_ATTEMPTS} attempts, {CONNECT_TIMEOUT:g} s "
             "connect timeout each); check AWS_ENDPOINT_URL and the network"

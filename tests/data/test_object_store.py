@@ -174,6 +174,20 @@ def _upload(client, root: str, prefix: str) -> str:
     return f"s3://{BUCKET}/{prefix}"
 
 
+def test_an_endpoint_that_never_answers_is_named_after_its_timeout(monkeypatch):
+    with socket.socket() as s:  # accepts connections (the kernel's backlog), never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        monkeypatch.setattr(object_store, "READ_TIMEOUT", 0.5)
+        silent = rf"s3://{BUCKET}/mnist/train: http://127.0.0.1:\d+ did not answer within 0.5 s"
+        with pytest.raises(DataError, match=silent):
+            ef.data.ImageFolder(f"s3://{BUCKET}/mnist/train")
+
+
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord"])
 def test_record_shards_from_s3_train_as_the_local_copy(mnist, mnist_arrays, tmp_path, fmt):
     from tests.helpers.formats import mnist_in
