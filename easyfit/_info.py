@@ -22,7 +22,19 @@ from ._env import _FLAG, CONNECTIONS
 __all__ = ["Environment", "collect", "problems", "report"]
 
 DALI = "nvidia-dali"
-_SHOWN = ("jax", "jaxlib", "flax", "optax", DALI, "clu", "orbax-checkpoint", "numpy", "tqdm", "matplotlib")
+_SHOWN = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    DALI,
+    "clu",
+    "orbax-checkpoint",
+    "numpy",
+    "tqdm",
+    "matplotlib",
+    "pyarrow",
+)
 _JAX_CUDA = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
 _DALI_DIST = re.compile(r"^nvidia-dali(?:-cuda(\d\d)\d?)?$")
 

@@ -205,9 +205,9 @@ class Entry(NamedTuple):
 class Listing:
     """The objects under ``url`` (``s3://bucket/prefix``), listed once (paginated).
 
-    :meth:`isdir` and :meth:`entries` answer as ``os.path.isdir`` and
-    ``easyfit.data.sources.folder.entries`` do for a local folder, for ``url`` and any prefix
-    under it: a "folder" is a key part followed by a slash.
+    :meth:`isdir`, :meth:`entries` and :meth:`files` answer as ``os.path.isdir``,
+    ``easyfit.data.sources.folder.entries`` and ``folder_files`` do for a local folder, for
+    ``url`` and any prefix under it: a "folder" is a key part followed by a slash.
     """
 
     def __init__(self, url: str):
@@ -257,6 +257,11 @@ class Listing:
             return list(self._files.get(url, ()))
         return list(self._dirs.get(url, {}).values())
 
+    def files(self, url: str, extensions: tuple[str, ...]) -> list[str]:
+        """What ``easyfit.data.sources.folder.folder_files`` gives of a local folder: the
+        sorted objects directly under ``url`` whose names end with ``extensions`` (any case)."""
+        return sorted(e.path for e in self.entries(url) if e.name.lower().endswith(extensions))
+
 
 _listings: list[Listing] = []
 _listings_lock = threading.Lock()
@@ -293,7 +298,7 @@ def size(url: str) -> int:
 
 
 def stamp(url: str) -> int | None:
-    """What ``easyfit.data.images.file_stamp`` gives of a local file, for a listed object:
+    """What ``easyfit.data.validation.files.file_stamp`` gives of a local file, for a listed object:
     a number from its size and ETag; None when it was not listed."""
     known = _object(url)
     return None if known is None else hash(known)
@@ -316,7 +321,7 @@ def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
     if root.lower().endswith(suffixes):
         _head(root)
         return [root]
-    files = sorted(e.path for e in listing(root).entries(root) if e.name.lower().endswith(suffixes))
+    files = listing(root).files(root, suffixes)
     if not files:
         raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
     return files
@@ -392,7 +397,7 @@ def read_object(url: str, start: int = 0, length: int | None = None) -> bytes:
 def object_problem(
     url: str, check: Callable[..., str | None] | None, head: int, tail: int, whole: int
 ) -> str | None:
-    """What ``easyfit.data.images.file_problem`` says of a local file, for object ``url``:
+    """What ``easyfit.data.validation.files.file_problem`` says of a local file, for object ``url``:
     why it cannot be read or is empty, or what ``check(head, tail, size, data)`` finds wrong
     with its first ``head`` and last ``tail`` bytes (and all of them when it is at most
     ``whole`` bytes: one GET, else two ranged GETs)."""

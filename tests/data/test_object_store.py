@@ -227,6 +227,7 @@ def test_a_tfrecord_without_its_index_is_walked_from_the_bucket(mnist, mnist_arr
     [
         (["wds/mnist.rec", "wds/mnist.idx"], "RecordIO"),
         (["wds/data.mdb"], "Caffe2LMDB"),
+        (["wds/train-00000-of-00001.parquet"], "Parquet"),
         (["wds/images/a.png", "wds/masks/a.png"], "SegmentationFolder"),
     ],
 )

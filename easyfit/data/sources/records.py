@@ -19,9 +19,11 @@ import numpy as np
 
 from ...errors import DataError
 from .. import object_store
-from ..images import EncodedImages, file_stamp, image_problem, sample_positions
+from ..images import EncodedImages, sample_positions
+from ..validation.encoded import image_problem
+from ..validation.files import file_stamp
 from .base import IndexedSource, int32_labels, outside_classes
-from .folder import entries
+from .folder import folder_files
 
 __all__ = ["RecordFiles", "list_files"]
 
@@ -34,7 +36,7 @@ def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
         return [root]
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such file or directory")
-    files = sorted(e.path for e in entries(root) if e.name.lower().endswith(suffixes))
+    files = folder_files(root, suffixes)
     if not files:
         raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
     return files
