@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DataError
+from . import object_store
 from .sources.base import Source
 from .sources.caffe2 import Caffe2LMDB, is_lmdb
 from .sources.folder import IMAGE_EXTENSIONS, ImageFolder, entries
@@ -40,6 +41,32 @@ def _class_folder_kind(root: str) -> type[Source]:
     return ImageFolder  # its own checks say what is missing
 
 
+def _remote_kind(url: str) -> type[Source]:
+    """The source class for ``s3://bucket/prefix``: class folders of images, WebDataset or
+    TFRecord shards (the prefix, or one object); the other formats are refused by name rather
+    than read as class folders (``images/`` and ``masks/`` would be two classes)."""
+    found = [kind for suffixes, kind in _BY_SUFFIX if url.lower().endswith(suffixes)]
+    if not found:
+        listed = object_store.listing(url)
+        names = [e.name.lower() for e in listed.entries(url)]
+        found = [kind for suffixes, kind in _BY_SUFFIX if any(n.endswith(suffixes) for n in names)]
+        if len(found) > 1:
+            raise DataError(f"{url}: holds files of several formats ({', '.join(k.__name__ for k in found)})")
+        if "data.mdb" in names:
+            found.append(Caffe2LMDB)
+        if {e.name for e in listed.entries(url, "dir")} == {"images", "masks"}:
+            found.append(SegmentationFolder)
+    if found and found[0] in (WebDataset, TFRecord):  # shards read by ranged GETs
+        return found[0]
+    if found:
+        raise DataError(
+            f"{url}: {found[0].__name__} data on object storage is not read by easyfit yet (s3:// "
+            "works for class folders of images, WebDataset and TFRecord shards); copy it to a "
+            "local disk (aws s3 sync), or store it in one of those formats"
+        )
+    return ImageFolder  # its own checks say what is missing
+
+
 def detect(path: str | os.PathLike) -> type[Source]:
     """The source class for ``path``, from its contents.
 
@@ -64,6 +91,8 @@ def detect(path: str | os.PathLike) -> type[Source]:
         ['Caffe2LMDB', 'WebDataset', 'NumpyFolder']
     """
     path = os.fspath(path)
+    if object_store.is_url(path):
+        return _remote_kind(path)
     if is_parquet_pattern(path):
         return Parquet
     if os.path.isfile(path):

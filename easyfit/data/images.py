@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import DataError
+from . import object_store
 from .recipe import ImageRecipe
 from .validation.encoded import image_problem
 
@@ -382,6 +383,8 @@ class EncodedImages:
 
 def read_file(path: str) -> bytes:
     """The bytes of ``path``; DataError naming it when it cannot be read."""
+    if object_store.is_url(path):
+        return object_store.read_object(path)
     try:
         with open(path, "rb") as f:
             return f.read()

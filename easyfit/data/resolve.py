@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
+from . import object_store
 from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
@@ -36,15 +37,15 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
         ['train', 'test']
     """
     root = os.fspath(root)
+    remote = object_store.is_url(root)  # s3://bucket/prefix: its folders, of one listing
+    isdir = object_store.listing(root).isdir if remote else os.path.isdir
     train = os.path.join(root, "train")
-    if not os.path.isdir(train):
-        splits = hf_splits(root) if os.path.isdir(root) else {}
+    if not isdir(train):
+        splits = hf_splits(root) if not remote and os.path.isdir(root) else {}
         if "train" not in splits:
             return None
         return splits["train"], next((splits[v] for v in VALIDATION_NAMES if v in splits), None)
-    val = next(
-        (os.path.join(root, v) for v in VALIDATION_NAMES if os.path.isdir(os.path.join(root, v))), None
-    )
+    val = next((os.path.join(root, v) for v in VALIDATION_NAMES if isdir(os.path.join(root, v))), None)
     return train, val
 
 

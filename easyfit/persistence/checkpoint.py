@@ -60,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from ..data import object_store
 from ..errors import CheckpointError
 from ..training.precision import get_precision
 from ..training.state import inference_params
@@ -443,9 +444,12 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
     }
     files = getattr(base, "files", None)
     if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
-        top = os.path.commonpath([os.path.abspath(f) for f in files])
-        top = top if os.path.isdir(top) else os.path.dirname(top)
-        found["files"] = _hash(*((os.path.relpath(os.path.abspath(f), top), _size(f)) for f in files))
+        remote = object_store.is_url(files[0])  # s3://: sizes from the bucket's listing
+        paths = files if remote else [os.path.abspath(f) for f in files]
+        top = os.path.commonpath(paths)
+        top = top if (len(set(paths)) > 1 if remote else os.path.isdir(top)) else os.path.dirname(top)
+        size = object_store.size if remote else _size
+        found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
     elif hasattr(base, "x") and hasattr(base, "y"):
         leaves = jax.tree_util.tree_leaves((base.x, base.y))
         rows: list[Any] = [

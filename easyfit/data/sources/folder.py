@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .. import object_store
 from ..images import EncodedImages, read_file, sample_positions
 from ..stat_child import StatChild
 from ..validation.encoded import encoded_problem
@@ -136,9 +137,15 @@ def scan_classes(
         >>> names, [os.path.relpath(f, DOCS_TMP) for f in files], labels.tolist()
         (['cat', 'dog'], ['cat/0.png', 'cat/1.png', 'dog/2.jpg'], [0, 0, 1])
     """
-    if not os.path.isdir(root):
+    isdir: Callable[[str], bool] = os.path.isdir
+    dirs: Callable[..., Sequence[Any]] = entries
+    files_of: Callable[[str, tuple[str, ...]], list[str]] = folder_files
+    if object_store.is_url(root):  # s3://bucket/prefix: the same questions, of one listing
+        remote = object_store.listing(root)
+        isdir, dirs, files_of = remote.isdir, remote.entries, remote.files
+    if not isdir(root):
         raise DataError(f"{root}: no such directory")
-    found = sorted(e.name for e in entries(root, "dir") if not e.name.startswith("."))
+    found = sorted(e.name for e in dirs(root, "dir") if not e.name.startswith("."))
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
     names = list(found if class_names is None else class_names)
@@ -154,7 +161,7 @@ def scan_classes(
             "the labels would mean other classes"
         )
     folders = [os.path.join(root, name) for name in found]
-    listed = [folder_files(folder, extensions) for folder in folders]
+    listed = [files_of(folder, extensions) for folder in folders]
     counts = np.array([len(paths) for paths in listed], np.int64)
     files = list(itertools.chain.from_iterable(listed))
     if not files:
@@ -216,7 +223,7 @@ class Files(IndexedSource):
         self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
         self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
-        self._stat: StatChild | None = None  # started at the first feed
+        self._stat: StatChild | object_store.Stamps | None = None  # started at the first feed
         self._stat_lock = threading.Lock()
 
     @property
@@ -229,7 +236,9 @@ class Files(IndexedSource):
         (``easyfit.data.stat_child``)."""
         with self._stat_lock:
             if self._stat is None:
-                self._stat = StatChild([p for column in self._columns for p in column])
+                paths = [p for column in self._columns for p in column]
+                remote = object_store.is_url(paths[0])
+                self._stat = object_store.Stamps(paths) if remote else StatChild(paths)
         stamps = self._stat.stamps(indices)
         for k in range(1, len(self._columns)):  # e.g. the masks
             more = self._stat.stamps(indices + k * len(self.files))
@@ -243,9 +252,13 @@ class Files(IndexedSource):
         a file replaced after start-up, e.g. between epochs, never reaches DALI unchecked."""
         stamps = self._stamps_of(indices)
         stale = ~self._checked[indices] | (stamps != self._stamps[indices]) | (stamps == 0)
-        for j in np.flatnonzero(stale).tolist():  # pipelines feed disjoint rows: no lock
-            i = int(indices[j])
-            problem = self.sample_problem(i)
+        rows = np.flatnonzero(stale).tolist()
+        stale_indices = [int(indices[j]) for j in rows]
+        if object_store.is_url(self.files[0]):  # GETs: waited on together
+            problems = object_store.check_all(self.sample_problem, stale_indices)
+        else:
+            problems = [self.sample_problem(i) for i in stale_indices]
+        for j, i, problem in zip(rows, stale_indices, problems, strict=True):  # disjoint rows: no lock
             if problem:
                 raise DataError(f"{self.locate(i)}: {problem}")
             self._checked[i] = stamps[j] != 0  # a file that cannot be stat'ed: checked again

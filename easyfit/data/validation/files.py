@@ -11,11 +11,21 @@ from .encoded import HEAD, TAIL, WHOLE
 
 __all__ = ["file_problem", "file_stamp"]
 
+#: The schemes of ``easyfit.data.object_store.is_url``: an object in a bucket, checked and
+#: stamped through that module, imported only then (this package imports the standard library
+#: alone).
+_REMOTE = ("s3://", "gs://")
+
 
 def file_problem(path: str, check: Callable[..., str | None] | None = None) -> str | None:
     """Why file ``path`` cannot be read (or is empty), or what ``check(head, tail, size,
     data)`` finds wrong with its first :data:`HEAD` and last :data:`TAIL` bytes, and all of
-    them (``data``, else None) when it is at most :data:`WHOLE` bytes; None when all is well."""
+    them (``data``, else None) when it is at most :data:`WHOLE` bytes; None when all is well.
+    An ``s3://`` object is read by ranged GETs."""
+    if path.startswith(_REMOTE):
+        from ..object_store import object_problem
+
+        return object_problem(path, check, HEAD, TAIL, WHOLE)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
@@ -39,7 +49,12 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
 def file_stamp(path: str) -> int | None:
     """A number that changes when file ``path`` is written or replaced (from its size, inode,
     modification and status-change times: ``os.stat``, no read); None when it cannot be
-    stat'ed. What sources compare to check a file again once it changed after its check."""
+    stat'ed. What sources compare to check a file again once it changed after its check.
+    An ``s3://`` object's comes from its size and ETag, as listed."""
+    if path.startswith(_REMOTE):
+        from ..object_store import stamp
+
+        return stamp(path)
     try:
         st = os.stat(path)
     except OSError:
