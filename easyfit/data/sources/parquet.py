@@ -571,8 +571,8 @@ class Parquet(EncodedImages, IndexedSource):
 
 
 def _problem(image: np.ndarray) -> str | None:
-    """:func:`~easyfit.data.images.encoded_problem` of an image held as a NumPy view (its whole
-    structure when it is at most :data:`~easyfit.data.images.WHOLE` bytes)."""
+    """:func:`~easyfit.data.validation.encoded.encoded_problem` of an image held as a NumPy view (its whole
+    structure when it is at most :data:`~easyfit.data.validation.encoded.WHOLE` bytes)."""
     size = len(image)
     if size == 0:
         return "empty image (0 bytes)"
