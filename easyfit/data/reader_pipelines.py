@@ -92,12 +92,13 @@ def reader_plan(plan: Plan, placement: Placement, pipelines: int | None = None) 
         >>> from easyfit.data.reader_pipelines import reader_plan
         >>> placement = ef.parallel.Placement.create()
         >>> plan = reader_plan(ef.data.Plan(100, 32), placement)
-        >>> plan.steps_per_pass, reader_plan(plan, placement) == plan
+        >>> plan.steps_per_pass, reader_plan(plan, placement) is plan
         (4, True)
     """
     fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
     layout = _layout(plan, placement, pipelines)
-    return ReaderPlan(**fields, pass_steps=layout.pass_units * layout.unit_steps)
+    made = ReaderPlan(**fields, pass_steps=layout.pass_units * layout.unit_steps)
+    return plan if made == plan and isinstance(plan, ReaderPlan) else made
 
 
 class ReaderPipelines:
