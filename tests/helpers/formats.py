@@ -233,7 +233,7 @@ def all_labels(source) -> np.ndarray:
     from easyfit.data import Loader
 
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = Loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.parallel.Placement.create())
     try:
         return np.asarray(next(loader)["y"])
     finally:
