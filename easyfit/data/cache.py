@@ -160,7 +160,7 @@ class DeviceCache:
     def place(self, slots: Any, what: str) -> None:
         """Scatters every recorded row to its sample ``slots`` (flat, in recording order; the
         number of samples for a row to drop) and releases the recording. ``what`` tells the log
-        how the data came."""
+        how the data came (``""``, or ``"read once and "``)."""
         n = self.plan.num_samples
         place = jax.jit(_place, static_argnums=(2,), out_shardings=self.placement.replicated)
         data, once = place(self._recorded, slots, n)
@@ -168,7 +168,7 @@ class DeviceCache:
         if not bool(once):  # a fill's slots are not where the samples are
             raise RuntimeError(f"the device cache of {n} samples was not filled once each")
         self._data = data
-        log.info("easyfit: %d samples %s and cached on the device; DALI pipelines released", n, what)
+        log.info("easyfit: %d samples %scached on the device; DALI pipelines released", n, what)
 
     def close(self) -> None:
         """Releases the pipelines and the cached data in device memory."""
@@ -207,7 +207,7 @@ class Recording:
         cache.record(data, len(self._indices), self._chunks)
         self._indices.append(cache.plan.chunk(cache.iteration, cache.orders))
         if len(self._indices) == self._chunks:
-            cache.place(self._slots(cache.plan.num_samples), "recorded")
+            cache.place(self._slots(cache.plan.num_samples), "")
             self._indices.clear()
             self.stream.close()
         cache.iteration += 1
@@ -251,7 +251,7 @@ class OneRead:
                 cache.record({"x": out["x"], "y": out["y"], "slot": pipes.slots(i)}, i, chunks)
         finally:
             pipes.close()
-        cache.place(None, "read once")
+        cache.place(None, "read once and ")
         self.waited += time.perf_counter() - began
 
     def close(self) -> None:
