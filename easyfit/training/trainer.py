@@ -1,7 +1,7 @@
 """Trainer: configuration, and fit / evaluate / predict that only coordinate.
 
-The work is elsewhere: the data door (``easyfit.data.DataDoor``) resolves what to read and lends
-loaders of global batches, the pure steps (``easyfit.training.steps``) train and evaluate, checkpoints
+The work is elsewhere: the data inputs (``easyfit.data.DataInputs``) resolve what to read and
+lend streams of global batches, the pure steps (``easyfit.training.steps``) train and evaluate, checkpoints
 (``easyfit.persistence.checkpoint``) save plain values, callbacks report (see docs/architecture.md).
 """
 
@@ -22,7 +22,7 @@ import optax
 from .._env import arrange_determinism
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
-from ..data.door import DataDoor
+from ..data.inputs import DataInputs
 from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint
@@ -167,7 +167,7 @@ class Trainer(TrainerSteps):
         self.class_names: list[str] | None = None
         self.batch_size = 32
         self._compiled: dict[Any, Any] = {}  # steps.Compiled, and prediction functions
-        self._data = DataDoor(
+        self._data = DataInputs(
             self.placement,
             self.seed,
             steps_per_execution,
@@ -255,7 +255,7 @@ class Trainer(TrainerSteps):
             cache: ``"auto"`` keeps the decoded dataset in device memory when it fits and no
                 random augmentation is asked for (recorded while the first epoch streams; a
                 source read by a DALI reader, such as an LMDB, is read once before it: see
-                ``easyfit.data.cache`` and ``easyfit.data.reader_cache``), and says what it
+                ``easyfit.data.cache``), and says what it
                 chose in the log; True insists, False always streams.
             class_weight: ``{class index: weight}`` multiplying each training sample's loss,
                 as in Keras: a class with no key weighs 1.0, ``{}`` weighs nothing; the class
@@ -318,7 +318,7 @@ class Trainer(TrainerSteps):
         if resume is not None:
             initial_epoch = resume.epoch
         plan = loader.plan
-        start = loader.position()
+        start = dict(loader.position())  # read now: the stream moves on at once
         compiling: dict[int, threading.Thread] = {}
         try:  # a failure before training (bad labels or inputs) leaves nothing running
             head: dict[str, jax.Array] = next(loader)

@@ -27,7 +27,7 @@ from .state import TrainState, create_state, inference_params
 if TYPE_CHECKING:
     import optax
 
-    from ..data.door import DataDoor
+    from ..data.inputs import DataInputs
     from ..parallel import Placement
     from .models import ModelAdapter
     from .precision import Precision
@@ -51,7 +51,7 @@ class TrainerState:
     _adapter: ModelAdapter
     _model: Any
     _nnx_variables: Any
-    _data: DataDoor
+    _data: DataInputs
     optimizer: optax.GradientTransformation
     placement: Placement
     precision: Precision
