@@ -1,7 +1,7 @@
 """Do GPU runs repeat bit for bit? ``Trainer(deterministic=True)`` against ``False``: two runs,
 and a run SIGKILLed mid-epoch and resumed against a run never stopped; and the speed of each.
 
-    python benchmarks/deterministic.py ROOT [--images 2560] [--epochs 3] [--batch-size 128]
+    python benchmarks/deterministic.py ROOT [--images 6400] [--epochs 3] [--batch-size 128]
         [--model resnet18] [--width 64] [--image-size 224] [--flags true,false] [--json OUT]
 
 ROOT gets an ImageNet-shaped folder (``ef.datasets.synthetic_images``: ``--images`` JPEGs of
@@ -149,7 +149,7 @@ def main() -> None:
         description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     ap.add_argument("root")
-    ap.add_argument("--images", type=int, default=2560, help="JPEGs to write (train + val)")
+    ap.add_argument("--images", type=int, default=6400, help="JPEGs to write (train + val)")
     ap.add_argument("--sides", default="300,550", help="the JPEGs' smallest and largest side")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=128)
@@ -159,7 +159,7 @@ def main() -> None:
     ap.add_argument(
         "--spe", type=int, default=2, help="steps_per_execution (a dispatch is what is killed after)"
     )
-    ap.add_argument("--kill-at", type=int, default=5, help="the dispatch of epoch 1 after which to SIGKILL")
+    ap.add_argument("--kill-at", type=int, default=10, help="the dispatch of epoch 1 after which to SIGKILL")
     ap.add_argument("--kill-delay", type=float, default=3.0, help="seconds between the backup and the kill")
     ap.add_argument("--flags", default="true,false", help="deterministic= values to measure")
     ap.add_argument(

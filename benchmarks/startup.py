@@ -292,7 +292,10 @@ def main() -> None:
             ef.datasets.synthetic_images(
                 args.folder, classes=10, per_class=(per_class, args.images // 10 - per_class)
             )
-        args.files, val, args.classes = 10 * per_class, 10 * (args.images // 10 - per_class), 10
+        count = {
+            split: sum(len(fs) for _, _, fs in os.walk(args.folder / split)) for split in ("train", "val")
+        }
+        args.files, val, args.classes = count["train"], count["val"], 10  # as found, if written before
     else:
         if args.imagenet:
             args.files, args.val_files, args.classes = IMAGENET
