@@ -130,7 +130,7 @@ def test_losses_and_metrics_that_do_not_fit_the_outputs_are_named():
     with pytest.raises(ValueError, match="metrics=\\['accuracy'\\]: the model has several outputs"):
         fit(loss={"kind": "sparse_categorical_crossentropy", "box": "mse"}, metrics=["accuracy"])
     with pytest.raises(ValueError, match="loss_weights: 2 entries for 3 outputs"):
-        ef.outputs.loss_function("mse", [1.0, 2.0], (y["box"], y["box"], y["box"]))
+        ef.training.multi_output.loss_function("mse", [1.0, 2.0], (y["box"], y["box"], y["box"]))
     with pytest.raises(ValueError, match="a loss per output needs y as a dict"):
         with ef.Trainer(nn.Dense(3), loss={"kind": "mse"}) as t:
             t.fit(x["extra"], y["kind"], verbose=0)
@@ -177,7 +177,7 @@ def test_save_load_and_export_with_a_dict_of_inputs(tmp_path):
     with ef.Trainer(TwoHeads(), optimizer=optax.sgd(0.1), loss="mse") as fresh:
         fresh.load(tmp_path / "ckpt")  # no batch seen: the recorded dict of input shapes
         got = fresh.predict(x)
-    fn, meta = ef.export.load_exported(path)
+    fn, meta = ef.persistence.export.load_exported(path)
     served = fn({"image": x["image"][:7], "extra": x["extra"][:7]})
     assert meta["input_shape"] == {"image": [None, 4, 4, 1], "extra": [None, 3]}
     for k in ("kind", "box"):
