@@ -4,11 +4,17 @@ and tests/, so that both see it. Helpers the tests share are in tests/helpers/."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 collect_ignore = ["tests/programs", "tests/dali_repro"]
+
+# The suite never writes easyfit's compilation cache into the developer's home: this process
+# and every program it starts inherit the off switch (set before anything imports easyfit).
+# tests/test_compilation_cache.py turns it on for its own programs, in temporary folders.
+os.environ["EASYFIT_COMPILATION_CACHE"] = "0"
 
 
 class _LazyFormats(dict):

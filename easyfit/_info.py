@@ -17,12 +17,24 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from ._env import _FLAG, CONNECTIONS
+from ._env import _FLAG, CONNECTIONS, compilation_cache
 
 __all__ = ["Environment", "collect", "problems", "report"]
 
 DALI = "nvidia-dali"
-_SHOWN = ("jax", "jaxlib", "flax", "optax", DALI, "clu", "orbax-checkpoint", "numpy", "tqdm", "matplotlib")
+_SHOWN = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    DALI,
+    "clu",
+    "orbax-checkpoint",
+    "numpy",
+    "tqdm",
+    "matplotlib",
+    "pyarrow",
+)
 _JAX_CUDA = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
 _DALI_DIST = re.compile(r"^nvidia-dali(?:-cuda(\d\d)\d?)?$")
 
@@ -46,6 +58,10 @@ class Environment:
         xla_flags: ``XLA_FLAGS`` as this process sees it.
         connections: ``CUDA_DEVICE_MAX_CONNECTIONS`` as this process sees it ("" when unset).
         gpu_present: an NVIDIA GPU device node exists on this machine.
+        compilation_cache: JAX's persistent compilation cache: its folder and whose choice it
+            is, or why it is off.
+        s3_endpoint: the S3 endpoint the AWS variables name (``AWS_ENDPOINT_URL_S3`` or
+            ``AWS_ENDPOINT_URL``; "" for AWS itself): where ``s3://`` data is read from.
     """
 
     python: str
@@ -61,6 +77,8 @@ class Environment:
     xla_flags: str = ""
     connections: str = ""
     gpu_present: bool = False
+    compilation_cache: str = ""
+    s3_endpoint: str = ""
 
 
 def _version(name: str) -> str | None:
@@ -111,6 +129,7 @@ def collect() -> Environment:
 
     dali_dist, dali_version, dali_cuda = _dali()
     versions = {"easyfit": __version__, **{n: dali_version if n == DALI else _version(n) for n in _SHOWN}}
+    versions["boto3"] = _version("boto3")
     jax_cuda = next((int(m.group(1)) for n in _installed() if (m := _JAX_CUDA.match(n))), None)
     try:
         requirements = tuple(metadata.requires("easyfit") or ())
@@ -122,6 +141,7 @@ def collect() -> Environment:
         if not name.startswith(DALI):
             versions.setdefault(name, _version(name))
     backend, devices, processes = _devices()
+    cache_folder, cache_why = compilation_cache()
     return Environment(
         python=platform.python_version(),
         versions=versions,
@@ -136,6 +156,8 @@ def collect() -> Environment:
         xla_flags=os.environ.get("XLA_FLAGS", ""),
         connections=os.environ.get(CONNECTIONS[0], ""),
         gpu_present=os.path.exists("/dev/nvidia0"),
+        compilation_cache=f"{cache_folder} ({cache_why})" if cache_folder else cache_why,
+        s3_endpoint=os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", ""),
     )
 
 
@@ -200,6 +222,14 @@ def problems(env: Environment) -> list[str]:
     return found
 
 
+def _s3(env: Environment) -> str:
+    """Whether ``s3://`` paths can be read: boto3 lists and checks the objects, DALI reads them."""
+    boto3 = env.versions.get("boto3")
+    if boto3 is None:
+        return "not available: boto3 is not installed (pip install 'easyfit[s3]')"
+    return f"available (boto3 {boto3}; endpoint {env.s3_endpoint or 'AWS'})"
+
+
 def report(env: Environment) -> str:
     """``easyfit info``'s text: versions, backend, devices, then warnings."""
     v = env.versions
@@ -227,6 +257,8 @@ def report(env: Environment) -> str:
         ("processes", str(env.process_count)),
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
+        ("compilation cache", env.compilation_cache or "(not known)"),
+        ("s3://", _s3(env)),
     ]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]  # one column of values

@@ -13,6 +13,7 @@ from importlib import resources
 
 import numpy as np
 
+from ._env import user_cache_dir
 from ._synthetic import synthetic_images, write_png
 from .errors import DataError
 
@@ -38,7 +39,7 @@ def _read_idx(path: str) -> np.ndarray:
 
 
 def _cache_dir() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "easyfit", "mnist")
+    return user_cache_dir("mnist")
 
 
 def _locate(source: str | os.PathLike | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -60,3 +61,33 @@ def test_make_data_lmdb_then_bench_with_the_hand_written_lmdb_loop(tmp_path, mni
         assert 0 < r["first_epoch_s"] <= r["setup_first_epoch_s"] <= r["total_s"]
         assert r["val_accuracy"] > 0.3  # 5 steps on the right labels; chance is 0.1
         assert f"| {r['label']} | {r['steady_samples_per_s']:,} | {r['first_epoch_s']:.2f} |" in out
+
+
+def test_startup_times_the_loop_and_easyfit_cold_then_warm(tmp_path):
+    out = run(
+        "startup.py",
+        str(tmp_path / "data"),
+        "--files",
+        "200",
+        "--classes",
+        "4",
+        "--size",
+        "8",
+        "--batch-size",
+        "20",
+        "--json",
+        str(tmp_path / "rows.json"),
+    )
+    train = tmp_path / "data" / "train"
+    assert sorted(os.listdir(train)) == [f"n{c:08d}" for c in range(4)]
+    assert sum(len(os.listdir(train / c)) for c in os.listdir(train)) == 200
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["label"] for r in rows] == [
+        "hand-written DALI + Flax loop",
+        "easyfit, cold (empty compilation cache)",
+        "easyfit, warm (second run)",
+    ]
+    for r in rows:
+        assert r["first_step_s"] > 0 and r["rss_mib"] > 50  # an interpreter with JAX and DALI
+        assert f"| {r['label']} | {r['first_step_s']:.2f} | {r['rss_mib']:,.0f} |" in out
+    assert rows[1]["cache_hits"] == 0 and rows[2]["cache_hits"] > 0  # the warm run reads the cache

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from importlib import metadata
 
 import pytest
 
-from easyfit._info import Environment, collect, problems
+from easyfit._info import Environment, collect, problems, report
 from easyfit.cli import main
 from tests.helpers import run_python
 
@@ -77,6 +78,16 @@ GOOD = Environment(
     xla_flags="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/x",
     gpu_present=True,
 )
+
+
+def test_info_says_whether_s3_paths_can_be_read():
+    with_boto3 = dataclasses.replace(
+        GOOD, versions={**GOOD.versions, "boto3": "1.44.8"}, s3_endpoint="http://127.0.0.1:9000"
+    )
+    fields = dict(re.findall(r"^(\S+)\s+(.*)$", report(with_boto3), re.M))
+    assert fields["s3://"] == "available (boto3 1.44.8; endpoint http://127.0.0.1:9000)"
+    fields = dict(re.findall(r"^(\S+)\s+(.*)$", report(GOOD), re.M))
+    assert fields["s3://"] == "not available: boto3 is not installed (pip install 'easyfit[s3]')"
 
 
 def test_a_good_environment_has_no_problems():

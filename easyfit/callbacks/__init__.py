@@ -8,11 +8,13 @@ from .early_stopping import EarlyStopping
 from .history import History
 from .lambda_callback import LambdaCallback
 from .learning_rate_scheduler import LearningRateScheduler
+from .mlflow_logger import MLflowLogger
 from .model_checkpoint import ModelCheckpoint
 from .progbar import ProgbarLogger
 from .reduce_lr_on_plateau import ReduceLROnPlateau
 from .tensorboard import TensorBoard
 from .terminate_on_nan import TerminateOnNaN
+from .wandb_logger import WandbLogger
 
 __all__ = [
     "BackupAndRestore",
@@ -23,9 +25,11 @@ __all__ = [
     "History",
     "LambdaCallback",
     "LearningRateScheduler",
+    "MLflowLogger",
     "ModelCheckpoint",
     "ProgbarLogger",
     "ReduceLROnPlateau",
     "TensorBoard",
     "TerminateOnNaN",
+    "WandbLogger",
 ]

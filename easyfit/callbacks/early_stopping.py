@@ -29,7 +29,8 @@ class EarlyStopping(Callback):
             changes nothing.
         baseline: a value the metric must beat; until then ``patience`` keeps counting.
         restore_best_weights: at the end of training, put back the parameters (and model state)
-            of the best epoch. The copies stay on the device.
+            of the best epoch (their moving average too, under ``ema_momentum``). The copies
+            stay on the device.
         start_from_epoch: epochs to wait before watching (warm-up).
 
     Attributes:
@@ -86,7 +87,7 @@ class EarlyStopping(Callback):
     def _weights(self) -> Any:
         state = self.trainer.state
         assert state is not None
-        return jax.tree_util.tree_map(jnp.copy, (state.params, state.model_state))
+        return jax.tree_util.tree_map(jnp.copy, (state.params, state.ema_params, state.model_state))
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         self._monitor.resolve(self._trainer)
@@ -118,8 +119,8 @@ class EarlyStopping(Callback):
                     f"Restoring model weights from the end of the best epoch: {self.best_epoch + 1}.",
                     flush=True,
                 )
-            params, model_state = self.best_weights
+            params, ema_params, model_state = self.best_weights
             state = self.trainer.state
             assert state is not None
-            self.trainer.state = state.replace(params=params, model_state=model_state)
+            self.trainer.state = state.replace(params=params, ema_params=ema_params, model_state=model_state)
             self.best_weights = None

@@ -47,6 +47,11 @@ class ModelCheckpoint(Callback):
             (with ``save_best_only``, the best); older ones it deletes once a newer one is
             complete. None (default) keeps all. Nothing it did not write is ever deleted.
 
+    Attributes:
+        saved: the paths of the checkpoints it wrote, oldest first (a path written again is
+            listed again); what ``WandbLogger`` and ``MLflowLogger`` log with
+            ``log_checkpoints=``.
+
     Example:
         >>> from easyfit.callbacks import ModelCheckpoint
         >>> ModelCheckpoint("ckpt/{epoch:02d}-{val_accuracy:.3f}", monitor="val_accuracy",
@@ -73,6 +78,7 @@ class ModelCheckpoint(Callback):
             raise ValueError(f"max_to_keep={max_to_keep!r}: expected None or an integer >= 1")
         self.max_to_keep = max_to_keep
         self._written: list[str] = []
+        self.saved: list[str] = []
         self.filepath = os.fspath(filepath)
         self._monitor = Monitor(monitor, mode, owner="ModelCheckpoint")
         self.monitor = monitor
@@ -136,6 +142,7 @@ class ModelCheckpoint(Callback):
             kind = "weights" if self.save_weights_only else "model"
             print(f"Epoch {epoch + 1}: {what} {kind} to {path}", flush=True)
         path = self.trainer.save(path, weights_only=self.save_weights_only)
+        self.saved.append(path)
         self._forget_old(path)
 
     def _forget_old(self, path: str) -> None:

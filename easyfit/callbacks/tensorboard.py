@@ -1,8 +1,10 @@
-"""TensorBoard: scalars in event files that TensorBoard reads, without TensorFlow."""
+"""TensorBoard: scalars in event files that TensorBoard reads, without TensorFlow, and a
+``jax.profiler`` trace of chosen batches."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -21,27 +23,55 @@ class TensorBoard(Callback):
     that many batches (step = the optimizer step; the running metrics of the epoch).
 
     Event files are written by ``tensorboardX`` (``pip install "easyfit[tensorboard]"``), which
-    needs neither TensorFlow nor TensorBoard. Only process 0 writes. Histograms, graphs and
-    profiling, which Keras' TensorBoard also offers, are not written.
+    needs neither TensorFlow nor TensorBoard. Only process 0 writes scalars. Histograms and
+    graphs, which Keras' TensorBoard also offers, are not written.
+
+    With ``profile_batch``, the training batches from ``start`` to ``stop`` (1-based, counted
+    over the epochs of one ``fit``, as Keras counts) are traced by ``jax.profiler`` into
+    ``log_dir/train/plugins/profile/<run>/``: ``<host>.xplane.pb`` for TensorBoard's profile
+    plugin (``pip install xprof``), ``<host>.trace.json.gz`` and ``perfetto_trace.json.gz`` for
+    Perfetto (ui.perfetto.dev). A batch is a dispatch, as for every batch hook: with
+    ``steps_per_execution=k`` the trace holds the ``k`` steps of each of those dispatches. The
+    trace starts once the dispatches before have finished on the device and stops once the last
+    traced one has (the two waits it adds; nothing is waited for when profiling is off), so it
+    holds whole dispatches only, with the input pipeline's work between them and any stall
+    waiting for input. Every process traces its own host. Another trace already running (a
+    ``jax.profiler.trace`` around ``fit``) is left alone, with a warning.
 
     Args:
         log_dir: the run's directory (``tensorboard --logdir`` it, or a parent).
         update_freq: ``"epoch"``, or write batch-level scalars every that many batches (each
             time reading the metrics from the device).
+        profile_batch: ``0`` (default): no trace; ``n``: trace batch ``n``; ``(start, stop)``
+            (or ``"start,stop"``, Keras' older form): trace batches ``start`` to ``stop``.
+            Batches count from 1; a negative value, ``stop < start``, or a range starting at 0
+            is a ValueError.
 
     Example:
         >>> from easyfit.callbacks import TensorBoard
-        >>> board = TensorBoard(DOCS_TMP + "/logs", update_freq=50)
+        >>> board = TensorBoard(DOCS_TMP + "/logs", update_freq=50, profile_batch=(10, 12))
+        >>> board.profile_batch
+        (10, 12)
     """
 
-    def __init__(self, log_dir: str | os.PathLike = "logs", update_freq: str | int = "epoch"):
+    def __init__(
+        self,
+        log_dir: str | os.PathLike = "logs",
+        update_freq: str | int = "epoch",
+        profile_batch: int | tuple[int, int] | list[int] | str = 0,
+    ):
         super().__init__()
         self.log_dir = os.fspath(log_dir)
         self.update_freq = check_freq(update_freq, "update_freq")
+        self.profile_batch = _profile_range(profile_batch)
         self._writers: dict[str, Any] = {}
         self._since = 0
-        if self.update_freq != "epoch":
-            # on purpose, per instance: CallbackList calls the batch hook only when it is set
+        self._batches = 0  # training batches begun in this fit (Keras' global train batch)
+        self._tracing = False
+        # on purpose, per instance: CallbackList calls a batch hook only when it is set
+        if self.profile_batch is not None:
+            self.on_train_batch_begin = self._on_batch_begin  # type: ignore[method-assign]
+        if self.update_freq != "epoch" or self.profile_batch is not None:
             self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
 
     def _writer(self, split: str) -> Any:
@@ -62,8 +92,19 @@ class TensorBoard(Callback):
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         self._since = 0
+        self._batches = 0
+
+    def _on_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+        self._batches += 1
+        assert self.profile_batch is not None  # the hook is set only then
+        if self._batches == self.profile_batch[0]:
+            self._start_trace()
 
     def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        if self._tracing and self.profile_batch is not None and self._batches >= self.profile_batch[1]:
+            self._stop_trace()
+        if self.update_freq == "epoch":
+            return
         self._since += 1
         if self._since >= self.update_freq:
             self._since = 0
@@ -77,6 +118,59 @@ class TensorBoard(Callback):
             writer.flush()
 
     def on_train_end(self, logs: Logs | None = None) -> None:
+        if self._tracing:  # fit ended (stopped, interrupted, failed) inside the traced range
+            self._stop_trace()
+        elif self.profile_batch is not None and self._batches < self.profile_batch[0]:
+            warnings.warn(
+                f"TensorBoard(profile_batch={self.profile_batch}): no trace written: this fit "
+                f"trained {self._batches} batches",
+                UserWarning,
+                stacklevel=2,
+            )
         for writer in self._writers.values():
             writer.close()
         self._writers = {}
+
+    def _start_trace(self) -> None:
+        jax.block_until_ready(self.trainer.state)  # the dispatches before, out of the trace
+        try:
+            jax.profiler.start_trace(os.path.join(self.log_dir, "train"), create_perfetto_trace=True)
+        except RuntimeError as e:  # only one trace at a time: someone else's is running
+            warnings.warn(f"TensorBoard(profile_batch=...): no trace written: {e}", UserWarning, stacklevel=3)
+            return
+        self._tracing = True
+
+    def _stop_trace(self) -> None:
+        self._tracing = False
+        jax.block_until_ready(self.trainer.state)  # the traced dispatches, done on the device
+        jax.profiler.stop_trace()
+
+
+def _profile_range(value: Any) -> tuple[int, int] | None:
+    """``profile_batch`` as ``(start, stop)``, or None for ``0`` (no trace); ValueError naming
+    the argument for anything else than Keras' forms."""
+    given = value
+    if isinstance(value, str):
+        try:
+            value = [int(part) for part in value.split(",")]
+        except ValueError:
+            value = given
+        else:
+            value = value[0] if len(value) == 1 else value
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        start, stop = value
+        if start == stop == 0:
+            return None
+        if 1 <= start <= stop:
+            return (start, stop)
+    raise ValueError(
+        f"profile_batch={given!r}: expected 0 (no trace), a batch number n >= 1, or a pair "
+        "(start, stop) of batch numbers with 1 <= start <= stop (or the string 'start,stop'); "
+        "batches count from 1"
+    )

@@ -7,10 +7,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
+from . import object_store
 from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
 from .sources.base import Source, Subset
+from .sources.parquet import hf_splits
 
 __all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
 
@@ -19,7 +21,9 @@ VALIDATION_NAMES = ("val", "validation", "test", "testing")
 
 
 def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
-    """``(train, validation or None)`` when ``root`` holds ``train/``; else None.
+    """``(train, validation or None)`` when ``root`` holds ``train/``, or Parquet shards of a
+    ``train`` split in Hugging Face's layout (``data/train-*.parquet``: the splits are glob
+    patterns, validation the first of :data:`VALIDATION_NAMES` there); else None.
 
     Each of ``train/`` and ``val/`` may be of any format (:func:`easyfit.data.detect.detect`).
 
@@ -33,12 +37,15 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
         ['train', 'test']
     """
     root = os.fspath(root)
+    remote = object_store.is_url(root)  # s3://bucket/prefix: its folders, of one listing
+    isdir = object_store.listing(root).isdir if remote else os.path.isdir
     train = os.path.join(root, "train")
-    if not os.path.isdir(train):
-        return None
-    val = next(
-        (os.path.join(root, v) for v in VALIDATION_NAMES if os.path.isdir(os.path.join(root, v))), None
-    )
+    if not isdir(train):
+        splits = hf_splits(root) if not remote and os.path.isdir(root) else {}
+        if "train" not in splits:
+            return None
+        return splits["train"], next((splits[v] for v in VALIDATION_NAMES if v in splits), None)
+    val = next((os.path.join(root, v) for v in VALIDATION_NAMES if isdir(os.path.join(root, v))), None)
     return train, val
 
 

@@ -4,8 +4,12 @@ A checkpoint is a directory written by Orbax's composite handler with these item
 
 * ``state``: the whole ``TrainState`` (step, parameters, optimizer state,
   model state, the dropout RNG key), as arrays (``weights`` instead, holding ``params`` and
-  ``model_state`` only, for a weights-only checkpoint);
+  ``model_state`` only, for a weights-only checkpoint: the weights evaluation uses, the moving
+  average under ``ema_momentum``);
 * ``epoch_metrics``: the epoch's metric accumulator, when the checkpoint was taken mid-epoch;
+* ``ema_params``: the parameters' moving average, for a trainer with ``ema_momentum`` (kept
+  apart from ``state`` too: a checkpoint without it loads into such a trainer, the average then
+  starting from the parameters, and one with it loads into any trainer);
 * ``loss_scale``: the dynamic loss scale, for a trainer with ``precision="float16"`` (kept apart
   from ``state``, so that a checkpoint loads into a trainer of any precision: parameters are
   float32 under every precision);
@@ -52,11 +56,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from ..data import object_store
 from ..errors import CheckpointError
 from ..training.precision import get_precision
+from ..training.state import inference_params
 from . import checkpoint_files as _integrity
 
 if TYPE_CHECKING:
@@ -129,6 +136,7 @@ def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any], ki
         "class_names": meta.get("class_names"),
         "plan": _plan_json(progress.plan),
         "has_metrics": kind == "full" and progress.metrics is not None,
+        "has_ema": kind == "full" and getattr(state, "ema_params", None) is not None,
         "precision": meta.get("precision", "float32"),
         "data": meta.get("data"),
         "optimizer": meta.get("optimizer"),
@@ -144,9 +152,11 @@ def checkpoint_args(
     full = _metadata(state, progress, meta, "weights" if weights_only else "full")
     trees: dict[str, Any] = {}
     if weights_only:
-        trees["weights"] = {"params": state.params, "model_state": state.model_state}
+        trees["weights"] = {"params": inference_params(state), "model_state": state.model_state}
     else:
-        trees["state"] = state.replace(dynamic_scale=None)
+        trees["state"] = _state_item(state)
+        if state.ema_params is not None:
+            trees["ema_params"] = state.ema_params
         if state.dynamic_scale is not None:
             trees["loss_scale"] = state.dynamic_scale
         if full["has_metrics"]:  # only with a progress
@@ -361,12 +371,12 @@ def restore(
         )
         item = ocp.args.PyTreeRestore(_abstract(part), restore_args=restore_args, partial_restore=True)
         got = read(ocp.args.Composite(state=item))["state"]
-        return target.replace(**{k: got[k] for k in part}), None
+        return _with_average(target.replace(**{k: got[k] for k in part}), read, meta), None
     if meta["kind"] == "weights":
         weights = {"params": target.params, "model_state": target.model_state}
         got = read(ocp.args.Composite(weights=ocp.args.StandardRestore(_abstract(weights))))
-        return target.replace(**got["weights"]), None
-    items = {"state": ocp.args.StandardRestore(_abstract(target.replace(dynamic_scale=None)))}
+        return _with_average(target.replace(**got["weights"]), read, meta), None
+    items = {"state": ocp.args.StandardRestore(_abstract(_state_item(target)))}
     if meta.get("has_metrics") and metrics_template is not None:
         items["epoch_metrics"] = ocp.args.StandardRestore(_abstract(metrics_template))
     scaled = target.dynamic_scale is not None
@@ -379,7 +389,31 @@ def restore(
         scale = jax.tree_util.tree_map(
             lambda t, v: jax.device_put(v, t.sharding), target.dynamic_scale, fresh
         )
-    return got["state"].replace(dynamic_scale=scale), got.get("epoch_metrics")
+    state = target.replace(**{**got["state"], "dynamic_scale": scale})
+    return _with_average(state, read, meta), got.get("epoch_metrics")
+
+
+#: The TrainState fields of the ``state`` item, as every checkpoint since the first holds them.
+_STATE_FIELDS = ("step", "params", "opt_state", "model_state", "rng", "dynamic_scale")
+
+
+def _state_item(state: Any) -> dict[str, Any]:
+    """The ``state`` item of a TrainState: its fields as a dict (as Orbax stores a dataclass),
+    without the loss scale (None) and the moving average (items of their own), so that a field
+    added to TrainState later does not change the item's structure."""
+    return {name: None if name == "dynamic_scale" else getattr(state, name) for name in _STATE_FIELDS}
+
+
+def _with_average(state: Any, read: Reader, meta: Mapping[str, Any]) -> Any:
+    """``state`` (restored, its ``ema_params`` the target's) with the checkpoint's moving
+    average when both keep one; from a checkpoint without one, a copy of the restored
+    parameters (the average starts there)."""
+    if state.ema_params is None:
+        return state
+    if meta.get("has_ema"):
+        item = ocp.args.StandardRestore(_abstract(state.ema_params))
+        return state.replace(ema_params=read(ocp.args.Composite(ema_params=item))["ema_params"])
+    return state.replace(ema_params=jax.tree_util.tree_map(jnp.copy, state.params))
 
 
 #: Rows of an array source hashed for its fingerprint (evenly spaced; never the whole array).
@@ -410,9 +444,12 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
     }
     files = getattr(base, "files", None)
     if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
-        top = os.path.commonpath([os.path.abspath(f) for f in files])
-        top = top if os.path.isdir(top) else os.path.dirname(top)
-        found["files"] = _hash(*((os.path.relpath(os.path.abspath(f), top), _size(f)) for f in files))
+        remote = object_store.is_url(files[0])  # s3://: sizes from the bucket's listing
+        paths = files if remote else [os.path.abspath(f) for f in files]
+        top = os.path.commonpath(paths)
+        top = top if (len(set(paths)) > 1 if remote else os.path.isdir(top)) else os.path.dirname(top)
+        size = object_store.size if remote else _size
+        found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
     elif hasattr(base, "x") and hasattr(base, "y"):
         leaves = jax.tree_util.tree_leaves((base.x, base.y))
         rows: list[Any] = [

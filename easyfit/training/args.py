@@ -10,7 +10,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-__all__ = ["check_int", "check_verbose"]
+__all__ = ["check_int", "check_momentum", "check_verbose"]
 
 
 def check_int(name: str, value: Any, minimum: int, *, none: bool = False) -> None:
@@ -28,6 +28,17 @@ def check_int(name: str, value: Any, minimum: int, *, none: bool = False) -> Non
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         default = " (or None for the default)" if none else ""
         raise ValueError(f"{name}={value!r}: expected an integer >= {minimum}{default}")
+
+
+def check_momentum(value: Any) -> float | None:
+    """``ema_momentum`` as a float in [0, 1], or None; else ValueError (Keras' range)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
+        raise ValueError(
+            f"ema_momentum={value!r}: expected a number in [0, 1], or None for no moving average"
+        )
+    return float(value)
 
 
 def check_verbose(value: Any) -> int:

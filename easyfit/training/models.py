@@ -212,12 +212,14 @@ def adapt(model: Any) -> tuple[ModelAdapter, Any]:
 
 def write_back(model: Any, state: Any) -> None:
     """Puts a TrainState's parameters and variables into the user's NNX ``model``, so that it
-    holds the trained weights after ``fit``, as a Keras model does. Copies: the next ``fit``
+    holds the trained weights after ``fit``, as a Keras model does (their moving average under
+    ``ema_momentum``, as Keras' ``use_ema`` leaves them). Copies: the next ``fit``
     donates the state's buffers. A linen module holds no weights: nothing to do.
     """
     if not isinstance(model, nnx.Module) or state is None:
         return
-    variables = (state.params, state.model_state)
+    ema = getattr(state, "ema_params", None)  # the weights evaluation uses (ema_momentum=)
+    variables = (state.params if ema is None else ema, state.model_state)
     if any(getattr(a, "is_deleted", lambda: False)() for a in jax.tree_util.tree_leaves(variables)):
         return  # a step failed after donating them: the module keeps what it last held
     nnx.update(model, *jax.tree_util.tree_map(jnp.copy, variables))

@@ -26,7 +26,7 @@ from typing import Any
 
 import optax
 
-__all__ = ["KERAS_DEFAULTS", "get_optimizer"]
+__all__ = ["KERAS_DEFAULTS", "accumulating", "get_optimizer"]
 
 #: Keras 3's defaults, as optax constructors and their keyword arguments.
 KERAS_DEFAULTS: dict[str, tuple[Callable[..., optax.GradientTransformation], dict[str, Any]]] = {
@@ -82,3 +82,37 @@ def get_optimizer(optimizer: str | optax.GradientTransformation | None) -> optax
             "GradientTransformation (with init and update)"
         )
     return optimizer
+
+
+def accumulating(tx: optax.GradientTransformation, steps: int | None) -> optax.GradientTransformation:
+    """``tx`` applied once every ``steps`` calls to the mean of those calls' gradients
+    (``optax.MultiSteps``; ``Trainer(gradient_accumulation_steps=)``), or ``tx`` itself for
+    None.
+
+    The accumulated gradients and the count of calls live in the optimizer state, so a
+    checkpoint taken mid-accumulation resumes it exactly. Between updates the parameters stay
+    as they are (the update is zero) and the inner optimizer's state, learning-rate schedule
+    included, does not move: a schedule counts optimizer updates, not batches.
+
+    Raises:
+        ValueError: ``steps`` is not None or an integer >= 2 (Keras' rule).
+
+    Example:
+        >>> import jax.numpy as jnp, optax
+        >>> from easyfit.training.optimizers import accumulating
+        >>> tx = accumulating(optax.sgd(1.0), 2)
+        >>> params = {"w": jnp.zeros(())}
+        >>> state = tx.init(params)
+        >>> u1, state = tx.update({"w": jnp.array(1.0)}, state)
+        >>> u2, state = tx.update({"w": jnp.array(3.0)}, state)
+        >>> float(u1["w"]), float(u2["w"])  # nothing, then minus the mean gradient
+        (0.0, -2.0)
+    """
+    if steps is None:
+        return tx
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
+        raise ValueError(
+            f"gradient_accumulation_steps={steps!r}: expected an integer >= 2, or None for "
+            "an update every batch"
+        )
+    return optax.MultiSteps(tx, every_k_schedule=steps).gradient_transformation()

@@ -12,7 +12,7 @@ from flax import struct
 
 from .models import example_input
 
-__all__ = ["TrainState", "create_state"]
+__all__ = ["TrainState", "create_state", "inference_params"]
 
 
 @struct.dataclass
@@ -29,6 +29,9 @@ class TrainState:
             the step, so it never needs to change).
         dynamic_scale: the loss scale under ``precision="float16"`` (a Flax ``DynamicScale``),
             else None.
+        ema_params: the exponential moving average of ``params`` under
+            ``Trainer(ema_momentum=)`` (``easyfit.training.steps.with_ema``), else None: what
+            evaluation, prediction and export use (:func:`inference_params`).
     """
 
     step: jax.Array
@@ -37,6 +40,7 @@ class TrainState:
     model_state: Any
     rng: jax.Array
     dynamic_scale: Any = None
+    ema_params: Any = None
 
     if TYPE_CHECKING:  # added by flax.struct.dataclass
 
@@ -51,6 +55,7 @@ def create_state(
     nnx_variables: Any = None,
     abstract: bool = False,
     dynamic_scale: Any = None,
+    ema: bool = False,
 ) -> TrainState:
     """A fresh TrainState for inputs of ``shape`` (one sample's); with ``abstract``, its shapes
     and dtypes only, computing nothing.
@@ -65,6 +70,8 @@ def create_state(
             the state's buffers, never the user's.
         abstract: return ``jax.ShapeDtypeStruct`` leaves instead of arrays.
         dynamic_scale: the loss scale (``precision="float16"``), or None.
+        ema: keep a moving average of the parameters (``ema_params``), starting as a copy of
+            them.
     """
     init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
     if adapter.kind == "nnx":
@@ -81,4 +88,11 @@ def create_state(
         model_state=model_state,
         rng=train_rng,
         dynamic_scale=dynamic_scale,
+        ema_params=jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy, params) if ema else None,
     )
+
+
+def inference_params(state: TrainState) -> Any:
+    """The parameters evaluation, prediction and export use: the moving average
+    (``ema_params``) when the state keeps one, else ``params``."""
+    return state.params if state.ema_params is None else state.ema_params

@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 from ..parallel import DATA_AXIS, Placement
 from .models import ModelAdapter
 from .precision import Precision
-from .state import TrainState
+from .state import TrainState, inference_params
 
 __all__ = [
     "Compiled",
@@ -41,6 +41,7 @@ __all__ = [
     "prepare_inputs",
     "trains",
     "weighted",
+    "with_ema",
 ]
 
 #: ``{"x", "y", "mask"}`` and, when given, ``"sample_weight"``; ``x`` and ``y`` may be dicts or
@@ -178,6 +179,31 @@ def make_train_step(
     return train_step
 
 
+def with_ema(
+    train_step: Callable[[TrainState, Batch], Any], momentum: float, accumulation: int | None = None
+) -> Callable[[TrainState, Batch], Any]:
+    """``train_step`` followed by an update of the parameters' moving average
+    (``state.ema_params``), on the device, as Keras' ``use_ema``: after every batch,
+    ``ema = momentum * ema + (1 - momentum) * params``, except that while no optimizer update
+    had been made before the batch (the first one, or the first ``accumulation`` batches with
+    gradient accumulation) the momentum is 0 and the average becomes the parameters.
+
+    It wraps any train step (an override of ``Trainer.train_step`` too) and leaves a state
+    without ``ema_params`` as it is. ``state.step`` counts batches; optimizer updates are
+    ``step // accumulation``.
+    """
+    every = accumulation or 1
+
+    def step(state: TrainState, batch: Batch) -> tuple[TrainState, Any]:
+        new, metrics = train_step(state, batch)
+        if state.ema_params is None:
+            return new, metrics
+        rate = jnp.where(state.step // every == 0, 1.0, 1.0 - momentum)  # 1 - Keras' momentum
+        return new.replace(ema_params=optax.incremental_update(new.params, state.ema_params, rate)), metrics
+
+    return step
+
+
 def _class_index(y: jax.Array) -> jax.Array:
     """Class indices, as Keras finds them: the argmax of one-hot rows (integer or float), else
     the label rounded (class indices of shape (n,) or (n, 1), 0/1 labels of a binary output);
@@ -206,7 +232,7 @@ def make_eval_step(
 
     def eval_step(state: TrainState, batch: Batch) -> Any:
         x = prepare_inputs(batch["x"], scale, precision.compute_dtype)
-        out, _ = _forward(adapter, precision, state.params, state.model_state, x, False)
+        out, _ = _forward(adapter, precision, inference_params(state), state.model_state, x, False)
         return batch_metrics(metrics, out, batch, weighted(loss_fn(out, batch), batch))
 
     return eval_step
@@ -282,7 +308,7 @@ def make_infer(
 
     def infer(state: TrainState, x: jax.Array) -> Any:
         x = prepare_inputs(x, scale, precision.compute_dtype)
-        return _forward(adapter, precision, state.params, state.model_state, x, False)[0]
+        return _forward(adapter, precision, inference_params(state), state.model_state, x, False)[0]
 
     return infer
 

@@ -32,6 +32,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from .._env import arrange_determinism
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
 from ..data.door import DataDoor
@@ -40,7 +41,7 @@ from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
 from ..persistence import export as export_lib
 from . import labels, steps
-from .args import check_int, check_verbose
+from .args import check_int, check_momentum, check_verbose
 from .compiled import CompiledSteps, Resolved
 from .fit_options import check_class_weight, class_weights, validation_epochs
 from .input_wait import EpochInputWait
@@ -49,9 +50,9 @@ from .losses import LossFn
 from .metrics import compute_on_host, epoch_logs
 from .models import adapt, check_input_shape, input_spec, write_back
 from .multi_output import is_structured
-from .optimizers import get_optimizer
+from .optimizers import accumulating, get_optimizer
 from .precision import get_precision
-from .state import TrainState, create_state
+from .state import TrainState, create_state, inference_params
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
@@ -102,6 +103,21 @@ class Trainer:
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
             BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
+        deterministic: True asks XLA for runs that repeat bit for bit on a GPU: adds
+            ``--xla_gpu_deterministic_ops=true`` to ``XLA_FLAGS`` (deterministic kernels, no
+            autotuning by timing), which takes effect only if JAX's backend has not started yet;
+            otherwise it warns. DALI's random draws are seeded already. Costs speed on a GPU
+            (docs/performance.md); changes nothing on a CPU, where runs repeat bit for bit anyway.
+        gradient_accumulation_steps: None (default), or k >= 2: the optimizer updates once
+            every k batches, with the mean of their gradients (``optax.MultiSteps``), as
+            Keras' optimizer argument. Batches, not updates, are what ``steps_per_epoch``,
+            progress, callbacks and ``state.step`` count; BatchNorm statistics move every
+            batch (docs/models.md).
+        ema_momentum: None (default), or m in [0, 1]: keep an exponential moving average of
+            the parameters, updated on the device after every batch (Keras' ``use_ema=True,
+            ema_momentum=m``); evaluation (validation in fit too), prediction, export and
+            ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
+            (docs/models.md).
 
     Example:
         >>> import optax, easyfit as ef
@@ -132,14 +148,26 @@ class Trainer:
         num_threads: int | None = None,
         pipelines_per_device: int | None = None,
         precision: str = "float32",
+        deterministic: bool = False,
+        gradient_accumulation_steps: int | None = None,
+        ema_momentum: float | None = None,
     ):
+        if not isinstance(deterministic, bool):
+            raise TypeError(f"deterministic={deterministic!r}: must be True or False")
+        self.deterministic = deterministic
+        if deterministic:  # first: the flag must be in XLA_FLAGS before the backend starts
+            arrange_determinism()
         # the arguments: checked and kept here, before anything is built from them
         if steps_per_execution != "auto":
             check_int("steps_per_execution", steps_per_execution, 1)
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
-        self.optimizer: optax.GradientTransformation = get_optimizer(optimizer)
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.optimizer: optax.GradientTransformation = accumulating(
+            get_optimizer(optimizer), gradient_accumulation_steps
+        )
         self._optimizer_name = optimizer if isinstance(optimizer, str) else None  # its Keras name
+        self.ema_momentum = check_momentum(ema_momentum)
         self._optimizer_given = optimizer is not None
         self.loss: Any = loss  # set from the first labels when None
         self.loss_weights = loss_weights
@@ -172,16 +200,17 @@ class Trainer:
     # ----------------------------------------------------------------------------- public state
     @property
     def params(self) -> Any:
-        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models)."""
-        return self._require_state().params
+        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models):
+        with ``ema_momentum``, their moving average, which evaluation, prediction and export
+        use (the raw weights: ``state.params``)."""
+        return inference_params(self._require_state())
 
     @property
     def model(self) -> Any:
         """The model. For NNX, the module with the trained state merged back in."""
         if self._adapter.kind == "nnx" and self.state is not None:
-            return nnx.merge(
-                self._adapter.module, *jax.device_get((self.state.params, self.state.model_state))
-            )
+            variables = (inference_params(self.state), self.state.model_state)
+            return nnx.merge(self._adapter.module, *jax.device_get(variables))
         return self._model
 
     @property
@@ -224,7 +253,8 @@ class Trainer:
         ``super().train_step(state, batch)`` for easyfit's step. The contract:
 
         * ``state``: the :class:`~easyfit.training.state.TrainState` (``step``, ``params``,
-          ``opt_state``, ``model_state``, ``rng``, ``dynamic_scale``), replicated.
+          ``opt_state``, ``model_state``, ``rng``, ``dynamic_scale``, ``ema_params``),
+          replicated. With ``ema_momentum``, easyfit updates ``ema_params`` after it.
         * ``batch``: ``x`` and ``y`` as the source delivers them (arrays, or dicts or tuples of
           arrays), ``mask`` (False for padding rows, which must count zero) and, when given,
           ``sample_weight``; sharded on the rows over the devices.
@@ -780,8 +810,11 @@ class Trainer:
                 "class_weight: the model has several outputs (y is a dict or a tuple); weight "
                 "the samples with sample_weight= instead"
             )
+        train: Any = self.train_step
+        if self.ema_momentum is not None:  # after any train_step, an override's too
+            train = steps.with_ema(train, self.ema_momentum, self.gradient_accumulation_steps)
         return self._steps.training(
-            train_step=self.train_step,
+            train_step=train,
             compute_loss=self.compute_loss,
             adapter=self._adapter,
             precision=self.precision,
@@ -855,6 +888,7 @@ class Trainer:
             self._nnx_variables,
             abstract,
             self.precision.initial_scale(),
+            ema=self.ema_momentum is not None,
         )
         if abstract:
             return self.placement.abstract(state, replicated=True)

@@ -12,7 +12,7 @@ from tests.helpers.formats import encode
 
 def _batch(source, *, training, seed=0):
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False, seed=seed)
-    loader = Loader(source, plan, ef.trainer.Placement.create(), training=training)
+    loader = Loader(source, plan, ef.parallel.Placement.create(), training=training)
     try:
         return np.asarray(next(loader)["x"])
     finally:

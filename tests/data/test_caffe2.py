@@ -206,9 +206,9 @@ def test_every_split_names_the_same_damaged_record(tmp_path, digits):
 
 def test_the_children_apply_max_image_pixels_as_set_in_the_parent(tmp_path, digits, monkeypatch):
     db = write_lmdb(tmp_path / "db", [encode(a) for a in digits[0][:4]], digits[1][:4])
-    monkeypatch.setattr(ef.data.images, "MAX_IMAGE_PIXELS", 28 * 28 - 1)
+    monkeypatch.setattr(ef.data.validation.encoded, "MAX_IMAGE_PIXELS", 28 * 28 - 1)
     assert "record 0 (in key order): PNG of 28x28 pixels, more than MAX_IMAGE_PIXELS (783" in (
         _walk_message(db, 2)
     )
-    monkeypatch.setattr(ef.data.images, "MAX_IMAGE_PIXELS", None)
+    monkeypatch.setattr(ef.data.validation.encoded, "MAX_IMAGE_PIXELS", None)
     assert walk_lmdb(db, 2)[0] == 4

@@ -184,7 +184,7 @@ def _load_all(source):
     from easyfit.data import Loader
 
     plan = ef.data.Plan(len(source), len(source), shuffle=False)
-    loader = Loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.parallel.Placement.create())
     try:
         return next(loader)
     finally:

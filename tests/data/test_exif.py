@@ -35,7 +35,7 @@ def _folder(root, n: int, turned: int, orientation: int = 6) -> str:
 
 def _batch(source) -> np.ndarray:
     plan = ef.data.Plan(len(source), len(source), shuffle=False)
-    loader = Loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.parallel.Placement.create())
     try:
         return np.asarray(next(loader)["x"])
     finally:

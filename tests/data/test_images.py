@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data import images
+from easyfit.data.validation import encoded
 from tests.helpers.formats import encode
 
 
@@ -56,17 +56,17 @@ def test_an_image_beyond_the_pixel_limit_is_named_before_dali_decodes_it(folder,
 
 def test_the_pixel_limit_can_be_changed(monkeypatch):
     png = encode(np.zeros((28, 28), np.uint8))
-    assert images.image_problem(png) is None
-    monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 28 * 28 - 1)
-    assert "PNG of 28x28 pixels, more than MAX_IMAGE_PIXELS (783" in images.image_problem(png)
-    monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", None)
-    assert images.image_problem(huge_png(4096)) is None
+    assert encoded.image_problem(png) is None
+    monkeypatch.setattr(encoded, "MAX_IMAGE_PIXELS", 28 * 28 - 1)
+    assert "PNG of 28x28 pixels, more than MAX_IMAGE_PIXELS (783" in encoded.image_problem(png)
+    monkeypatch.setattr(encoded, "MAX_IMAGE_PIXELS", None)
+    assert encoded.image_problem(huge_png(4096)) is None
 
 
 @pytest.mark.parametrize("fmt,kind", [("jpeg", "JPEG"), ("bmp", "BMP"), ("webp", "WebP")])
 def test_every_image_header_is_held_to_the_limit(monkeypatch, fmt, kind):
-    monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 30 * 40 - 1)
-    problem = images.image_problem(encode(np.zeros((30, 40, 3), np.uint8), fmt))
+    monkeypatch.setattr(encoded, "MAX_IMAGE_PIXELS", 30 * 40 - 1)
+    problem = encoded.image_problem(encode(np.zeros((30, 40, 3), np.uint8), fmt))
     assert problem.startswith(f"{kind} of 40x30 pixels, more than MAX_IMAGE_PIXELS"), problem
 
 

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.images import encoded_problem, file_problem, sample_positions
+from easyfit.data.images import sample_positions
+from easyfit.data.validation.encoded import encoded_problem
+from easyfit.data.validation.files import file_problem
 
 N = 100
 LATE = next(i for i in range(N) if i not in set(sample_positions(N)))  # not read up front
@@ -333,7 +335,7 @@ def test_a_record_broken_inside_is_named(tmp_path, digits):
     pngs[LATE % 20] = CORRUPTIONS["png IDAT bytes changed, CRC made right"][1](pngs[LATE % 20])
     tar = write_webdataset(tmp_path / "w.tar", pngs, digits[1][:20])
     source = ef.data.WebDataset(tar, color_mode="grayscale", image_size=(28, 28))
-    loader = Loader(source, ef.data.Plan(20, 20, shuffle=False), ef.trainer.Placement.create())
+    loader = Loader(source, ef.data.Plan(20, 20, shuffle=False), ef.parallel.Placement.create())
     try:
         with pytest.raises(
             ef.errors.DataError, match=f"^{tar}: {LATE % 20:06d}: PNG image data do not inflate"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from easyfit.data.images import HEAD, sample_positions
+from easyfit.data.images import sample_positions
+from easyfit.data.validation.encoded import HEAD
 from tests.helpers.formats import all_labels, encode, write_recordio, write_tfrecord, write_webdataset
 from tests.helpers.models import SmallMLP
 

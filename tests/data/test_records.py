@@ -42,7 +42,7 @@ def _run(graph, batch_size):
 
 def _loaded(source):
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = Loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.parallel.Placement.create())
     batch = next(loader)
     loader.close()
     return np.asarray(batch["x"]), np.asarray(batch["y"])

@@ -37,7 +37,7 @@ def train_xy(mnist_arrays):
 
 def _chunks(source, n, *, shuffle=True, seed=0, batch_size=100):
     plan = ef.data.Plan(source.num_samples, batch_size, shuffle=shuffle, seed=seed)
-    loader = Loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.parallel.Placement.create())
     try:
         return [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(n)]
     finally:
@@ -125,7 +125,7 @@ def test_a_reader_driven_loader_resumes_where_the_stream_was(roots):
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "val"))
     plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
     stream = _chunks(source, 8, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
-    loader = Loader(source, plan, ef.trainer.Placement.create(), start=6)
+    loader = Loader(source, plan, ef.parallel.Placement.create(), start=6)
     resumed = {k: np.asarray(v) for k, v in next(loader).items()}
     loader.close()
     for key in ("x", "y", "mask"):
@@ -140,7 +140,7 @@ def test_a_reader_driven_loader_resumes_from_dalis_pipeline_checkpoints(roots):
     plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
     stream = _chunks(source, 9, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
     for taken, peek in ((3, False), (4, True)):
-        first = Loader(source, plan, ef.trainer.Placement.create())
+        first = Loader(source, plan, ef.parallel.Placement.create())
         for _ in range(taken):
             next(first)
         if peek:
@@ -148,7 +148,7 @@ def test_a_reader_driven_loader_resumes_from_dalis_pipeline_checkpoints(roots):
         position = first.position()
         first.close()
         assert position["chunk"] == taken and len(position["dali"]) == 1
-        resumed = Loader(source, plan, ef.trainer.Placement.create(), position=position)
+        resumed = Loader(source, plan, ef.parallel.Placement.create(), position=position)
         try:
             for i in range(taken, 9):
                 got = next(resumed)
@@ -163,7 +163,7 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
     for shuffle in (False, True):  # 300 rows a chunk: 2 runs of 150; 7 runs an epoch: 4 chunks
         plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0, steps_per_execution=3)
-        loader = Loader(source, plan, ef.trainer.Placement.create())
+        loader = Loader(source, plan, ef.parallel.Placement.create())
         assert loader._pipelines._unit_runs == 2  # noqa: SLF001
         assert loader.plan.chunks_per_epoch == 4
         try:
@@ -235,7 +235,7 @@ def test_an_lmdb_with_steps_per_epoch_reads_on_through_its_passes(roots):
         plan = ef.data.Plan(
             source.num_samples, 100, seed=0, steps_per_execution=k, epoch_steps=steps_per_epoch
         )
-        loader = Loader(source, plan, ef.trainer.Placement.create())
+        loader = Loader(source, plan, ef.parallel.Placement.create())
         try:
             return np.concatenate(
                 [np.asarray(c["y"])[np.asarray(c["mask"])] for c in (next(loader) for _ in range(chunks))]

@@ -9,6 +9,9 @@ its Caffe2 LMDBs with :func:`write_lmdb`): each writes the true on-disk format.
   the data (``google-crc32c``); the index made by DALI's own ``tfrecord2idx`` script.
 * WebDataset: tar shards of ``<key>.<ext>`` members (``png``/``jpg`` image, ``cls`` label).
 * NumPy: ``root/<class>/<n>.npy`` written by ``np.save``.
+* Parquet: Hugging Face's layout, ``root/data/<split>-0000k-of-0000n.parquet`` written by
+  pyarrow, the images as Hugging Face's ``Image`` struct (``{"bytes", "path"}``), the labels a
+  ``ClassLabel`` (int64, with its names in the schema's ``huggingface`` metadata).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -180,10 +184,67 @@ def write_npy_folder(root: str | os.PathLike, arrays: np.ndarray, labels: Sequen
     return os.fspath(root)
 
 
+# ------------------------------------------------------------------------------------- Parquet
+def write_parquet(
+    path: str | os.PathLike,
+    images: Sequence[bytes | None],
+    labels: Sequence[Any],
+    *,
+    struct: bool = True,
+    class_names: Sequence[str] | None = None,
+    row_group_size: int = 32,
+    image: str = "image",
+    label: str = "label",
+) -> str:
+    """A Parquet file of ``image`` (Hugging Face's Image struct, or plain binary without
+    ``struct``) and ``label`` columns; ``class_names`` are written as Hugging Face writes a
+    ``ClassLabel``'s (the schema's ``huggingface`` metadata)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if struct:
+        kind = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        values = [None if b is None else {"bytes": b, "path": f"{i}.png"} for i, b in enumerate(images)]
+        column = pa.array(values, kind)
+    else:
+        column = pa.array(list(images), pa.binary())
+    table = pa.table({image: column, label: pa.array(list(labels))})
+    if class_names is not None:
+        features = {
+            image: {"_type": "Image"},
+            label: {"names": list(class_names), "_type": "ClassLabel"},
+        }
+        table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, os.fspath(path), row_group_size=row_group_size)
+    return os.fspath(path)
+
+
+def write_hf_splits(root: str | os.PathLike, splits: dict, shards: int = 2, **options) -> str:
+    """``{split: (encoded images, labels)}`` as ``root/data/<split>-0000k-of-0000n.parquet``
+    (:func:`write_parquet`'s ``options``)."""
+    data = os.path.join(root, "data")
+    os.makedirs(data, exist_ok=True)
+    for split, (images, labels) in splits.items():
+        bounds = np.linspace(0, len(images), shards + 1).astype(int)
+        for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            name = os.path.join(data, f"{split}-{s:05d}-of-{shards:05d}.parquet")
+            write_parquet(name, images[a:b], labels[a:b], **options)
+    return os.fspath(root)
+
+
 # ---------------------------------------------------------------------------- MNIST in a format
 def mnist_in(fmt: str, root: str | os.PathLike, data: dict, limit: tuple[int, int], shards: int = 2) -> str:
-    """MNIST (``data`` from ``ef.datasets.mnist_arrays``) as ``root/{train,val}`` in ``fmt``."""
+    """MNIST (``data`` from ``ef.datasets.mnist_arrays``) as ``root/{train,val}`` in ``fmt``
+    (``parquet``: Hugging Face's ``root/data/{train,validation}-*.parquet``)."""
     root = os.fspath(root)
+    if fmt == "parquet":
+        splits = {
+            name: ([encode(img) for img in data[split][0][:n]], data[split][1][:n].astype(np.int64))
+            for name, split, n in zip(("train", "validation"), ("train", "val"), limit, strict=True)
+        }
+        return write_hf_splits(root, splits, shards, class_names=[str(d) for d in range(10)])
     for split, n in zip(("train", "val"), limit, strict=True):
         x, y = data[split][0][:n], data[split][1][:n]
         out = os.path.join(root, split)
@@ -233,7 +294,7 @@ def all_labels(source) -> np.ndarray:
     from easyfit.data import Loader
 
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
-    loader = Loader(source, plan, ef.trainer.Placement.create())
+    loader = Loader(source, plan, ef.parallel.Placement.create())
     try:
         return np.asarray(next(loader)["y"])
     finally:

@@ -21,6 +21,14 @@ class SmallMLP(MLP):
     widths: tuple[int, ...] = (128,)
 
 
+class TinyMLP(nn.Module):
+    """Few parameters, quick to compile: for tests about the updates, not the model."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(10)(nn.relu(nn.Dense(16)(x.reshape((x.shape[0], -1)))))
+
+
 class NNXMLP(nnx.Module):
     def __init__(self, rngs: nnx.Rngs):
         self.hidden = nnx.Linear(784, 128, rngs=rngs)

@@ -10,6 +10,7 @@ from .caffe2 import Caffe2LMDB
 from .folder import IMAGE_EXTENSIONS, ImageFolder
 from .image_csv import ImageCSV
 from .numpy_folder import NumpyFolder
+from .parquet import Parquet
 from .recordio import RecordIO
 from .segmentation import SegmentationFolder
 from .tfrecord import TFRecord
@@ -24,6 +25,7 @@ __all__ = [
     "ImageFolder",
     "IndexedSource",
     "NumpyFolder",
+    "Parquet",
     "ReaderSource",
     "RecordIO",
     "SegmentationFolder",

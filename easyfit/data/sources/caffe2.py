@@ -42,23 +42,18 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     in child processes that split the records by key range over the available cores
     (:mod:`easyfit.data.sources.lmdb_walk`), before DALI touches the file: DALI's reader
     crashes the process on a damaged database (SIGSEGV on a smashed page, SIGBUS on a
-    truncated file), and DALI 2.4's CPU decoders on a broken image. So a damaged database, a
-    record that is not a ``TensorProtos`` or, when the records hold encoded images, an image
-    that fails the host's checks of other sources' files
-    (:func:`~easyfit.data.images.image_problem`) raises DataError naming the database and the
+    truncated file). So a damaged database, a record that is not a ``TensorProtos`` or, when
+    the records hold encoded images, an image that fails the host's checks of other sources'
+    files (:mod:`easyfit.data.validation`) raises DataError naming the database and the
     first such record in key order (``<path>: record k (in key order): <what is wrong>``). The
     same pass gives every label of encoded records (:meth:`known_labels`). Raw (``BYTE``)
     images are not checked: DALI does not decode them.
 
+    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
+    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+
     Args:
         path: the LMDB directory.
-        image_size: as for :class:`~easyfit.data.ImageFolder`.
-        color_mode: as for :class:`~easyfit.data.ImageFolder`.
-        decoder: as for :class:`~easyfit.data.ImageFolder`.
-        transform: as for :class:`~easyfit.data.ImageFolder`.
-        augment: as for :class:`~easyfit.data.ImageFolder`.
-        normalize: as for :class:`~easyfit.data.ImageFolder`.
-        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -10,11 +11,23 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, encoded_problem, file_problem, read_file, sample_positions
+from .. import object_store
+from ..images import EncodedImages, read_file, sample_positions
 from ..stat_child import StatChild
+from ..validation.encoded import encoded_problem
+from ..validation.files import file_problem
 from .base import IndexedSource
 
-__all__ = ["IMAGE_EXTENSIONS", "ClassFiles", "Files", "ImageFolder", "entries", "path_table", "scan_classes"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "ClassFiles",
+    "Files",
+    "ImageFolder",
+    "entries",
+    "folder_files",
+    "path_table",
+    "scan_classes",
+]
 
 IMAGE_EXTENSIONS = (
     ".jpg",
@@ -30,6 +43,18 @@ IMAGE_EXTENSIONS = (
     ".pbm",
     ".jp2",
 )
+
+
+def _listed(folder: str) -> list[os.DirEntry]:
+    """``os.scandir(folder)`` as a list; DataError naming ``folder`` when it cannot be listed."""
+    try:
+        with os.scandir(folder) as listing:
+            return list(listing)
+    except OSError as e:
+        raise DataError(
+            f"{folder}: cannot be listed ({e.strerror or e}); give the user who trains read "
+            "and execute permission on it (chmod a+rx), or move it out of the data"
+        ) from None
 
 
 def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
@@ -50,14 +75,7 @@ def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
         easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)...
     """
     found = []
-    try:
-        listed = list(os.scandir(folder))
-    except OSError as e:
-        raise DataError(
-            f"{folder}: cannot be listed ({e.strerror or e}); give the user who trains read "
-            "and execute permission on it (chmod a+rx), or move it out of the data"
-        ) from None
-    for entry in listed:
+    for entry in _listed(folder):
         try:
             if entry.is_file() if kind == "file" else entry.is_dir():
                 found.append(entry)
@@ -73,21 +91,68 @@ def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
     return found
 
 
+def folder_files(folder: str, extensions: tuple[str, ...]) -> list[str]:
+    """The sorted paths of the files in ``folder`` whose names end with one of ``extensions``
+    (in any case), with the errors of :func:`entries`.
+
+    One ``os.scandir`` and one pass over its entries; a folder holding anything else than
+    such files (other files, folders, links) is looked at again entry by entry, so that a link
+    that cannot be followed is named.
+
+    Example:
+        >>> import os
+        >>> from easyfit.data.sources.folder import folder_files
+        >>> for name in ("b.PNG", "a.jpg", "notes.txt"):
+        ...     open(os.path.join(DOCS_TMP, name), "w").close()
+        >>> [os.path.basename(p) for p in folder_files(DOCS_TMP, (".jpg", ".png"))]
+        ['a.jpg', 'b.PNG']
+    """
+    listed = _listed(folder)
+    try:
+        paths = [e.path for e in listed if e.is_file() and e.name.lower().endswith(extensions)]
+    except OSError:
+        paths = []  # an entry that cannot be followed: named below
+    if len(paths) < len(listed):
+        paths = [e.path for e in entries(folder) if e.name.lower().endswith(extensions)]
+    paths.sort()
+    return paths
+
+
 def scan_classes(
     root: str, extensions: tuple[str, ...], what: str = "images", class_names: Sequence[str] | None = None
 ) -> tuple[list[str], list[str], np.ndarray]:
-    """``(class names, files, labels)`` of ``root/<class>/<file>`` with one of ``extensions``.
+    """``(class names, files, labels)`` of ``root/<class>/<file>`` with one of ``extensions``:
+    files sorted by class folder, then by name (:func:`folder_files`).
 
     ``class_names`` fixes the class names (and so the labels: their indices), e.g. those of the
     training folder when reading the validation folder, which may lack some.
+
+    Example:
+        >>> import os
+        >>> from easyfit.data.sources.folder import scan_classes
+        >>> for path in ("cat/1.png", "cat/0.png", "dog/2.jpg"):
+        ...     os.makedirs(os.path.dirname(os.path.join(DOCS_TMP, path)), exist_ok=True)
+        ...     open(os.path.join(DOCS_TMP, path), "w").close()
+        >>> names, files, labels = scan_classes(DOCS_TMP, (".png", ".jpg"))
+        >>> names, [os.path.relpath(f, DOCS_TMP) for f in files], labels.tolist()
+        (['cat', 'dog'], ['cat/0.png', 'cat/1.png', 'dog/2.jpg'], [0, 0, 1])
     """
-    if not os.path.isdir(root):
+    isdir: Callable[[str], bool] = os.path.isdir
+    dirs: Callable[..., Sequence[Any]] = entries
+    files_of: Callable[[str, tuple[str, ...]], list[str]] = folder_files
+    if object_store.is_url(root):  # s3://bucket/prefix: the same questions, of one listing
+        remote = object_store.listing(root)
+        isdir, dirs, files_of = remote.isdir, remote.entries, remote.files
+    if not isdir(root):
         raise DataError(f"{root}: no such directory")
-    found = sorted(e.name for e in entries(root, "dir") if not e.name.startswith("."))
+    found = sorted(e.name for e in dirs(root, "dir") if not e.name.startswith("."))
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
     names = list(found if class_names is None else class_names)
-    unknown = [c for c in found if c not in names]
+    label_of: dict[str, int] = {}
+    for label, name in enumerate(names):
+        label_of.setdefault(name, label)  # the first, as list.index
+    unknown = [c for c in found if c not in label_of]
     if unknown:
         more = " ..." if len(names) > 10 else ""
         raise DataError(
@@ -95,32 +160,29 @@ def scan_classes(
             f"(the class folders of {root}: {found[:10]}{' ...' if len(found) > 10 else ''}); "
             "the labels would mean other classes"
         )
-    files: list[str] = []
-    labels: list[int] = []
-    empty = []
-    for name in found:
-        label = names.index(name)
-        folder = os.path.join(root, name)
-        found = sorted(e.path for e in entries(folder) if e.name.lower().endswith(extensions))
-        if not found and class_names is None:  # another split may lack a training class
-            empty.append(folder)
-        files += found
-        labels += [label] * len(found)
+    folders = [os.path.join(root, name) for name in found]
+    listed = [files_of(folder, extensions) for folder in folders]
+    counts = np.array([len(paths) for paths in listed], np.int64)
+    files = list(itertools.chain.from_iterable(listed))
     if not files:
         raise DataError(
             f"{root}: no {what} in any class folder (extensions looked for: {', '.join(extensions)})"
         )
-    if empty:
+    empty = [folder for folder, n in zip(folders, counts, strict=True) if n == 0]
+    if empty and class_names is None:  # another split may lack a training class
         raise DataError(
             f"{empty[0]}: class folder with no {what}"
             + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
         )
-    return names, files, np.asarray(labels, np.int32)
+    labels = np.repeat(np.array([label_of[name] for name in found], np.int32), counts)
+    return names, files, labels
 
 
 def path_table(files: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """``(table, lengths)``: the paths as one zero-padded uint8 byte table, a row per file, and
     their lengths ``(n, 1)``: what :meth:`Files.read` cuts back into paths inside DALI.
+
+    Built from the paths joined by NUL (which no path holds) and encoded once, in numpy.
 
     Example:
         >>> from easyfit.data.sources.folder import path_table
@@ -128,12 +190,18 @@ def path_table(files: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         >>> table.shape, lengths.ravel().tolist()
         ((2, 6), [5, 6])
     """
-    encoded = [os.fsencode(f) for f in files]
-    lengths = np.array([[len(e)] for e in encoded], np.int32)
-    table = np.zeros((len(encoded), int(lengths.max())), np.uint8)
-    for row, e in zip(table, encoded, strict=True):
-        row[: len(e)] = np.frombuffer(e, np.uint8)
-    return table, lengths
+    if not files:
+        return np.zeros((0, 0), np.uint8), np.zeros((0, 1), np.int32)
+    joined = np.frombuffer(os.fsencode("\0".join(files)), np.uint8)
+    ends = np.flatnonzero(joined == 0)
+    if len(ends) != len(files) - 1:
+        bad = next(f for f in files if "\0" in f)
+        raise DataError(f"{bad!r}: a path with a NUL character, which no file system allows")
+    bounds = np.concatenate(([-1], ends, [len(joined)]))
+    lengths = (np.diff(bounds) - 1).astype(np.int32)
+    table = np.zeros((len(files), int(lengths.max())), np.uint8)
+    table[np.arange(table.shape[1]) < lengths[:, None]] = joined[joined != 0]
+    return table, lengths[:, None]
 
 
 class Files(IndexedSource):
@@ -142,8 +210,9 @@ class Files(IndexedSource):
 
     :meth:`feed_paths` feeds each column of paths as ``(table, lengths)``. The first time a
     sample is fed, and whenever its files changed since, :meth:`sample_problem` checks its
-    files on the host (readable, not empty, the whole of an image...): a broken file raises
-    DataError naming it instead of reaching DALI, whose decoders can crash the process on one.
+    files on the host (readable, not empty, the whole of an image...:
+    :mod:`easyfit.data.validation`): a broken file raises DataError naming it instead of
+    reaching DALI.
     """
 
     files: list[str]
@@ -154,7 +223,7 @@ class Files(IndexedSource):
         self._tables = [path_table(column) for column in columns]
         self._checked = np.zeros(len(self.files), bool)
         self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
-        self._stat: StatChild | None = None  # started at the first feed
+        self._stat: StatChild | object_store.Stamps | None = None  # started at the first feed
         self._stat_lock = threading.Lock()
 
     @property
@@ -167,7 +236,9 @@ class Files(IndexedSource):
         (``easyfit.data.stat_child``)."""
         with self._stat_lock:
             if self._stat is None:
-                self._stat = StatChild([p for column in self._columns for p in column])
+                paths = [p for column in self._columns for p in column]
+                remote = object_store.is_url(paths[0])
+                self._stat = object_store.Stamps(paths) if remote else StatChild(paths)
         stamps = self._stat.stamps(indices)
         for k in range(1, len(self._columns)):  # e.g. the masks
             more = self._stat.stamps(indices + k * len(self.files))
@@ -181,9 +252,13 @@ class Files(IndexedSource):
         a file replaced after start-up, e.g. between epochs, never reaches DALI unchecked."""
         stamps = self._stamps_of(indices)
         stale = ~self._checked[indices] | (stamps != self._stamps[indices]) | (stamps == 0)
-        for j in np.flatnonzero(stale).tolist():  # pipelines feed disjoint rows: no lock
-            i = int(indices[j])
-            problem = self.sample_problem(i)
+        rows = np.flatnonzero(stale).tolist()
+        stale_indices = [int(indices[j]) for j in rows]
+        if object_store.is_url(self.files[0]):  # GETs: waited on together
+            problems = object_store.check_all(self.sample_problem, stale_indices)
+        else:
+            problems = [self.sample_problem(i) for i in stale_indices]
+        for j, i, problem in zip(rows, stale_indices, problems, strict=True):  # disjoint rows: no lock
             if problem:
                 raise DataError(f"{self.locate(i)}: {problem}")
             self._checked[i] = stamps[j] != 0  # a file that cannot be stat'ed: checked again
@@ -194,8 +269,8 @@ class Files(IndexedSource):
     def read(paths: Any, lengths: Any) -> Any:
         """DALI graph: the bytes of each file, from the fed ``(paths, lengths)``.
 
-        Paths travel as one zero-padded byte table (one dense array per batch: a list of
-        per-file arrays costs ~8 us of Python per file to feed) and are cut to length by DALI.
+        Paths travel as one zero-padded byte table (one dense array per batch, where a list of
+        per-file arrays would cost Python work per file to feed) and are cut to length by DALI.
         Files are read with plain reads: mapping each small file costs several times more, and
         unmapping it stalls every DALI thread of the process (docs/performance.md).
         """

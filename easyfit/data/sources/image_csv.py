@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, encoded_problem, file_problem
+from ..images import EncodedImages
+from ..validation.encoded import encoded_problem
+from ..validation.files import file_problem
 from .folder import Files
 
 __all__ = ["ImageCSV", "read_targets"]
@@ -100,16 +102,12 @@ class ImageCSV(EncodedImages, Files):
     A missing file, a cell that is not a finite number and a row of the wrong length raise
     DataError naming the CSV's line (and column).
 
+    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
+    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+
     Args:
         csv_path: the CSV file (UTF-8, with a header row).
         root: the folder file names are relative to; default: the CSV's folder.
-        image_size: as for :class:`~easyfit.data.ImageFolder`.
-        color_mode: as for :class:`~easyfit.data.ImageFolder`.
-        decoder: as for :class:`~easyfit.data.ImageFolder`.
-        transform: as for :class:`~easyfit.data.ImageFolder`.
-        augment: as for :class:`~easyfit.data.ImageFolder`.
-        normalize: as for :class:`~easyfit.data.ImageFolder`.
-        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import numpy as np, easyfit as ef

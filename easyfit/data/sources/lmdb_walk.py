@@ -6,10 +6,9 @@ damage (``lmdb.CorruptedError``, ``lmdb.InvalidError``) but itself dies with SIG
 truncated file. So the walk checks the file's size against its meta pages, then reads every
 key and value with ``lmdb``, parses each value as Caffe2 ``TensorProtos`` and, when the
 records hold encoded images (record 0 does), checks each image as other sources' files are
-checked (:func:`easyfit.data.images.image_problem`; DALI 2.4's CPU decoders can crash the
-process on a broken image), in child processes: whatever happens, the parent survives and
-names the record. Each child writes the index of the record it is reading into its own 8 bytes
-of a shared file, so a crash still names it.
+checked (:mod:`easyfit.data.validation`), in child processes: whatever happens, the parent
+survives and names the record. Each child writes the index of the record it is reading into
+its own 8 bytes of a shared file, so a crash still names it.
 
 :func:`walk_lmdb` splits the records into contiguous ranges of key order, one per child (one
 per available core, fewer for a small ``data.mdb``): each child counts keys up to its range
@@ -71,14 +70,18 @@ def size_problem(path: str) -> str | None:
 
 
 def _data_modules() -> tuple[Any, Any]:
-    """``easyfit.data``'s ``images`` and ``protos`` modules, loaded in a child under the private
-    package name ``_easyfit`` without running easyfit's ``__init__`` (which imports JAX)."""
+    """``easyfit.data``'s ``validation.encoded`` and ``protos`` modules, loaded in a child under
+    the private package name ``_easyfit`` without running easyfit's ``__init__`` (which imports
+    JAX)."""
     data = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for name, folder in (("_easyfit", os.path.dirname(data)), ("_easyfit.data", data)):
         package = types.ModuleType(name)
         package.__path__ = [folder]
         sys.modules.setdefault(name, package)
-    return importlib.import_module("_easyfit.data.images"), importlib.import_module("_easyfit.data.protos")
+    return (
+        importlib.import_module("_easyfit.data.validation.encoded"),
+        importlib.import_module("_easyfit.data.protos"),
+    )
 
 
 def _parse(messages: Any, value: bytes) -> tuple[Any, Any] | None:
@@ -101,8 +104,8 @@ def walk(path: str, progress: str, part: int, parts: int, max_pixels: int | None
     problem = size_problem(path)
     if problem:
         return {"record": None, "problem": problem}
-    images, protos = _data_modules()
-    images.MAX_IMAGE_PIXELS = max_pixels
+    checks, protos = _data_modules()
+    checks.MAX_IMAGE_PIXELS = max_pixels
     messages = protos.caffe2_messages()["TensorProtos"]
     with open(progress, "r+b") as f:
         where = mmap.mmap(f.fileno(), 8 * parts)
@@ -128,7 +131,7 @@ def walk(path: str, progress: str, part: int, parts: int, max_pixels: int | None
                         encoded = bool(image.string_data)
                 if k >= start:
                     if encoded:
-                        problem = images.image_problem(
+                        problem = checks.image_problem(
                             image.string_data[0] if image.string_data else image.byte_data
                         )
                         if problem:
@@ -175,10 +178,10 @@ def walk_lmdb(path: str, parts: int | None = None) -> tuple[int, Any]:
     import numpy as np
 
     from ...errors import DataError
-    from .. import images
+    from ..validation import encoded
 
     parts = parts or _parts(path)
-    pixels = images.MAX_IMAGE_PIXELS
+    pixels = encoded.MAX_IMAGE_PIXELS
     with tempfile.TemporaryDirectory(prefix="easyfit-lmdb-") as tmp:
         progress = os.path.join(tmp, "progress")
         with open(progress, "wb") as f:

@@ -10,7 +10,8 @@ import numpy as np
 
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
-from ..images import file_problem, sample_positions
+from ..images import sample_positions
+from ..validation.files import file_problem
 from .base import nonfinite_problem
 from .folder import ClassFiles
 

@@ -107,15 +107,11 @@ class RecordIO(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
+    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
+    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+
     Args:
         path: a ``.rec`` file or a directory of them.
-        image_size: as for :class:`~easyfit.data.ImageFolder`.
-        color_mode: as for :class:`~easyfit.data.ImageFolder`.
-        decoder: as for :class:`~easyfit.data.ImageFolder`.
-        transform: as for :class:`~easyfit.data.ImageFolder`.
-        augment: as for :class:`~easyfit.data.ImageFolder`.
-        normalize: as for :class:`~easyfit.data.ImageFolder`.
-        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef

@@ -18,20 +18,25 @@ from typing import Any, cast
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, file_stamp, image_problem, sample_positions
+from .. import object_store
+from ..images import EncodedImages, sample_positions
+from ..validation.encoded import image_problem
+from ..validation.files import file_stamp
 from .base import IndexedSource, int32_labels, outside_classes
-from .folder import entries
+from .folder import folder_files
 
 __all__ = ["RecordFiles", "list_files"]
 
 
 def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
     """Sorted files of ``root`` (a directory, or one file) ending with ``suffixes``."""
+    if object_store.is_url(root):  # s3://bucket/prefix
+        return object_store.list_files(root, suffixes, what)
     if os.path.isfile(root):
         return [root]
     if not os.path.isdir(root):
         raise DataError(f"{root}: no such file or directory")
-    files = sorted(e.path for e in entries(root) if e.name.lower().endswith(suffixes))
+    files = folder_files(root, suffixes)
     if not files:
         raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
     return files
@@ -98,9 +103,12 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     def read(self, index: int) -> bytes:
         """The bytes of record ``index``."""
-        fd = self._fd(int(self._file[index]))
-        length = int(self._length[index])
-        raw = os.pread(fd, length, int(self._offset[index]))
+        length, offset = int(self._length[index]), int(self._offset[index])
+        path = self.files[int(self._file[index])]
+        if object_store.is_url(path):  # a ranged GET
+            raw = object_store.read_object(path, offset, length)
+        else:
+            raw = os.pread(self._fd(int(self._file[index])), length, offset)
         if len(raw) != length:
             raise DataError(f"{self.locate(index)}: truncated ({len(raw)} of {length} bytes)")
         return raw
@@ -135,8 +143,10 @@ class RecordFiles(EncodedImages, IndexedSource):
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         images, labels = [], []
         self._recheck_changed(indices)
-        for i in indices:
-            image, label = self.parse(int(i), self.read(int(i)))
+        remote = object_store.is_url(self.files[0])  # GETs: waited on together
+        raws = object_store.check_all(self.read, indices.tolist()) if remote else None
+        for j, i in enumerate(indices):
+            image, label = self.parse(int(i), raws[j] if raws is not None else self.read(int(i)))
             problem = image_problem(image, whole=not self._checked[i])
             if problem:
                 raise DataError(f"{self.locate(int(i))}: {problem}")

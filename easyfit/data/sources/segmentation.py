@@ -11,14 +11,9 @@ import numpy as np
 
 from ...errors import DataError
 from ..augment import Augment
-from ..images import (
-    HEAD,
-    EncodedImages,
-    encoded_problem,
-    file_problem,
-    header_size,
-    image_kind,
-)
+from ..images import EncodedImages
+from ..validation.encoded import HEAD, encoded_problem, header_size, image_kind
+from ..validation.files import file_problem
 from .folder import IMAGE_EXTENSIONS, Files, entries
 
 __all__ = ["SegmentationFolder", "is_segmentation_folder", "mask_problem", "pair_files"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .. import object_store
 from ..protos import tf_example
 from .records import RecordFiles, list_files
 
@@ -50,7 +52,7 @@ def crc_problem(raw: bytes) -> str | None:
 def index_file(path: str) -> str | None:
     """The index of a TFRecord file, as DALI's ``tfrecord2idx`` names it (``<file>.idx``)."""
     for idx in (path + ".idx", os.path.splitext(path)[0] + ".idx"):
-        if os.path.isfile(idx):
+        if object_store.size(idx) >= 0 if object_store.is_url(idx) else os.path.isfile(idx):
             return idx
     return None
 
@@ -60,7 +62,8 @@ def _read_index(idx: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     checked to lie inside the file (a negative offset or a huge length would reach ``pread``)."""
     fix = "; remake it with DALI's tfrecord2idx, or remove it (easyfit then walks the file)"
     try:
-        rows = np.loadtxt(idx, dtype=np.int64, ndmin=2)
+        text = io.BytesIO(object_store.read_object(idx)) if object_store.is_url(idx) else idx
+        rows = np.loadtxt(text, dtype=np.int64, ndmin=2)
     except (OSError, ValueError, OverflowError) as e:
         raise DataError(f"{idx}: not a TFRecord index (offset size lines): {e}{fix}") from None
     if rows.size == 0:
@@ -81,9 +84,10 @@ def _read_index(idx: str, size: int) -> tuple[np.ndarray, np.ndarray]:
 def _walk(path: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and lengths of the records, from their length fields (nothing is written)."""
     offsets, lengths, pos = [], [], 0
-    with open(path, "rb") as f:
+    with object_store.open_object(path) if object_store.is_url(path) else open(path, "rb") as f:
         while pos < size:
-            head = os.pread(f.fileno(), 8, pos)
+            f.seek(pos)
+            head = f.read(8)
             if len(head) < 8:
                 raise DataError(f"{path}: truncated record at byte offset {pos}")
             n = _FRAMING + _LENGTH.unpack(head)[0]
@@ -116,17 +120,13 @@ class TFRecord(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
+    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
+    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+
     Args:
         path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
         image_key: the feature holding the encoded image.
         label_key: the feature holding the label.
-        image_size: as for :class:`~easyfit.data.ImageFolder`.
-        color_mode: as for :class:`~easyfit.data.ImageFolder`.
-        decoder: as for :class:`~easyfit.data.ImageFolder`.
-        transform: as for :class:`~easyfit.data.ImageFolder`.
-        augment: as for :class:`~easyfit.data.ImageFolder`.
-        normalize: as for :class:`~easyfit.data.ImageFolder`.
-        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef
@@ -154,7 +154,7 @@ class TFRecord(RecordFiles):
         parts = []
         for k, path_k in enumerate(self.files):
             try:
-                size = os.path.getsize(path_k)
+                size = object_store.size(path_k) if object_store.is_url(path_k) else os.path.getsize(path_k)
                 idx = index_file(path_k)
                 offsets, lengths = _read_index(idx, size) if idx else _walk(path_k, size)
             except PermissionError as e:

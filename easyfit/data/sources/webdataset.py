@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
+from .. import object_store
 from .base import int32_labels
 from .folder import IMAGE_EXTENSIONS
 from .records import RecordFiles, list_files
@@ -47,9 +48,10 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
     images: dict[str, tuple[int, int]] = {}
     labels: dict[str, int] = {}
     image_exts = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
-    size = os.path.getsize(path)
+    remote = object_store.is_url(path)  # s3://: its headers read by ranged GETs
+    size = object_store.size(path) if remote else os.path.getsize(path)
     try:
-        with tarfile.open(path, "r:") as tar:
+        with tarfile.open(path, "r:", fileobj=object_store.open_object(path) if remote else None) as tar:
             for m in tar:
                 if m.offset_data + m.size > size:
                     raise DataError(
@@ -113,16 +115,12 @@ class WebDataset(RecordFiles):
     Members are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
+    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
+    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+
     Args:
         path: a ``.tar`` shard or a directory of them.
         label_ext: the extension of the label members.
-        image_size: as for :class:`~easyfit.data.ImageFolder`.
-        color_mode: as for :class:`~easyfit.data.ImageFolder`.
-        decoder: as for :class:`~easyfit.data.ImageFolder`.
-        transform: as for :class:`~easyfit.data.ImageFolder`.
-        augment: as for :class:`~easyfit.data.ImageFolder`.
-        normalize: as for :class:`~easyfit.data.ImageFolder`.
-        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef

@@ -3,6 +3,12 @@
 This package exists because DALI 2.4's CPU decoders crash the process (SIGSEGV, no Python
 exception) on some broken headers, and decode others silently to wrong pixels. easyfit reads
 each file's structure on the host first, so that such a file is named in a
-:class:`~easyfit.errors.DataError` before DALI sees it (what is checked:
-:mod:`easyfit.data.validation.structure`).
+:class:`~easyfit.errors.DataError` before DALI sees it:
+
+* :mod:`~easyfit.data.validation.files`: a file on disk (readable, not empty, its bytes
+  checked), and the stamps that say when it changed since its check;
+* :mod:`~easyfit.data.validation.encoded`: one encoded image's bytes (its kind, whether it is
+  whole, its pixels against ``MAX_IMAGE_PIXELS``, its structure);
+* :mod:`~easyfit.data.validation.structure` (and :mod:`~easyfit.data.validation.jpeg`): the
+  structure of JPEG, PNG, BMP and WebP data.
 """

@@ -1,5 +1,5 @@
-"""The structure of a JPEG file, checked on the host before DALI decodes it (part of
-:mod:`easyfit.data.validation.structure`, which says why): every marker segment's length and contents
+"""The structure of a JPEG file, checked on the host (part of
+:mod:`easyfit.data.validation.structure`): every marker segment's length and contents
 (SOF, DHT, DQT, SOS, DRI), their order, and the markers inside entropy-coded data (only stuffed
 ``FF 00``, fill bytes and restart markers, in sequence and as many as the restart interval
 implies) up to the end-of-image marker. The entropy-coded data itself is not decoded.

@@ -1,12 +1,5 @@
-"""Structural checks of whole encoded images (JPEG, PNG, BMP, WebP), on the host.
-
-DALI 2.4's CPU decoders crash the process (SIGSEGV) on some broken headers, such as a
-JPEG segment length that points past its segment, a PNG bit depth that does not exist, a BMP
-compression or bit count that does not exist or a WebP frame without its sync code, and
-decode others silently to wrong pixels (a JPEG quantization table of zeros, a stray marker in
-a JPEG scan, a BMP header of a size that does not exist, a PNG stream whose checksum fails).
-These functions read the structure of the bytes, in Python with the standard library, and
-say what is broken so that the file is named before DALI sees it:
+"""Structural checks of whole encoded images (JPEG, PNG, BMP, WebP), on the host, in Python
+with the standard library: what each check reads, and what it cannot see.
 
 * JPEG (:mod:`easyfit.data.validation.jpeg`): every marker segment's length and contents
   (SOF, DHT, DQT, SOS, DRI), their order, the markers inside entropy-coded data (only stuffed

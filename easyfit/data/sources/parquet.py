@@ -1,0 +1,601 @@
+"""Parquet shards of encoded images and labels (Hugging Face's layout), index-driven.
+
+Parquet stores a column by *row groups*: a row is read by reading (and decompressing) the
+column chunk of its row group. So ``feed(indices)`` reads each row group a batch needs, whole,
+with pyarrow (the GIL released), keeps it in memory (a least-recently-used cache of row groups
+bounded by ``cache_bytes``) and hands DALI views of its encoded bytes: no decoding in Python.
+The order is easyfit's plan (a pure function of seed and pass), as for every index-driven
+source; what that costs for a dataset larger than the cache is said in docs/data-formats.md.
+
+pyarrow is an optional dependency: ``pip install easyfit[parquet]``.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import re
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import DataError
+from ..images import EncodedImages, first_line, sample_positions
+from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
+from ..validation.files import file_stamp
+from .base import IndexedSource, int32_labels
+from .folder import entries
+
+__all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
+
+#: A Hugging Face shard's name: ``<split>-00000-of-00004[-<hash>].parquet`` (or ``<split>.parquet``).
+_HF_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)(?:-\d+-of-\d+(?:-[0-9a-f]+)?)?\.parquet$")
+#: Row groups read for the sample that infers the images' color mode and size.
+_SAMPLED_GROUPS = 8
+
+
+def _pyarrow() -> Any:
+    """The ``pyarrow.parquet`` module; ImportError naming the extra that installs it."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            "reading Parquet needs pyarrow: pip install 'easyfit[parquet]' (or pip install pyarrow)"
+        ) from None
+    return pq
+
+
+def is_parquet_pattern(path: str) -> bool:
+    """Whether ``path`` is a glob pattern of Parquet files (``"hf/data/train-*.parquet"``)."""
+    return glob.has_magic(path) and path.lower().endswith(".parquet")
+
+
+def _parquet_files(folder: str) -> list[str]:
+    return sorted(e.path for e in entries(folder) if e.name.lower().endswith(".parquet"))
+
+
+def hf_splits(root: str | os.PathLike) -> dict[str, str]:
+    """The splits of a folder in Hugging Face's layout: ``{split: glob pattern}`` for the
+    ``root/data/<split>-*.parquet`` shards (or ``root/<split>-*.parquet``); empty when ``root``
+    holds no Parquet shards so named.
+
+    Example:
+        >>> import os
+        >>> from easyfit.data.sources.parquet import hf_splits
+        >>> os.makedirs(DOCS_TMP + "/hf/data")
+        >>> for name in ("train-00000-of-00002", "train-00001-of-00002", "validation-00000-of-00001"):
+        ...     open(f"{DOCS_TMP}/hf/data/{name}.parquet", "wb").close()
+        >>> sorted(hf_splits(DOCS_TMP + "/hf"))
+        ['train', 'validation']
+    """
+    root = os.fspath(root)
+    for folder in (os.path.join(root, "data"), root):
+        if not os.path.isdir(folder):
+            continue
+        splits: dict[str, str] = {}
+        for f in _parquet_files(folder):
+            m = _HF_SHARD.match(os.path.basename(f))
+            if m is None:
+                return {}  # Parquet files, but not named by split
+            split = m["split"]
+            exact = os.path.join(folder, f"{split}.parquet")
+            splits[split] = (
+                exact if f == exact and split not in splits else os.path.join(folder, f"{split}-*.parquet")
+            )
+        if splits:
+            return splits
+    return {}
+
+
+def _resolve_files(path: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[str, list[str]]:
+    """``(name, files)``: the Parquet files a path (a file, a folder, a glob pattern) or a list
+    of them names, sorted (a list keeps its order)."""
+    if not isinstance(path, (str, os.PathLike)):
+        parts = [_resolve_files(p) for p in path]
+        if not parts:
+            raise DataError("Parquet: no paths given")
+        return ", ".join(n for n, _ in parts), [f for _, fs in parts for f in fs]
+    name = os.fspath(path)
+    if glob.has_magic(name):
+        files = sorted(f for f in glob.glob(name) if os.path.isfile(f))
+        if not files:
+            raise DataError(f"{name}: no Parquet files match")
+        return name, files
+    if os.path.isfile(name):
+        return name, [name]
+    if not os.path.isdir(name):
+        raise DataError(f"{name}: no such file or directory")
+    files = _parquet_files(name)
+    if not files and os.path.isdir(os.path.join(name, "data")):
+        files = _parquet_files(os.path.join(name, "data"))
+    if not files:
+        raise DataError(f"{name}: no Parquet files (.parquet), here or in data/")
+    splits = hf_splits(name)
+    if len(splits) > 1:
+        raise DataError(
+            f"{name}: holds the splits {', '.join(sorted(splits))} (Hugging Face's layout); "
+            f"fit({name!r}) trains on 'train' and validates on the validation split; for one split "
+            f"pass its pattern, e.g. {next(iter(splits.values()))!r}"
+        )
+    return name, files
+
+
+def _hf_class_names(schema: Any, label: str) -> list[str] | None:
+    """The class names of a Hugging Face ``ClassLabel`` column, from the schema's metadata."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if not raw:
+        return None
+    try:
+        meta = json.loads(raw)
+    except ValueError:
+        return None
+    features = (meta.get("info") or {}).get("features") or meta.get("features") or {}
+    feature = features.get(label) if isinstance(features, dict) else None
+    if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
+        return [str(n) for n in feature["names"]]
+    return None
+
+
+class _Group:
+    """One row group's encoded images in memory: the bytes of every row, and their offsets."""
+
+    __slots__ = ("data", "nbytes", "offsets")
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray):
+        self.data, self.offsets = data, offsets
+        self.nbytes = int(data.nbytes + offsets.nbytes)
+
+    def image(self, row: int) -> np.ndarray:
+        return self.data[self.offsets[row] : self.offsets[row + 1]]
+
+
+class Parquet(EncodedImages, IndexedSource):
+    """Images in Parquet files: one column of encoded images, one of labels.
+
+    Hugging Face's datasets are stored this way (``imagenet-1k``, ``mnist``, ...)::
+
+        hf_dataset/
+          data/
+            train-00000-of-00004.parquet        read in name order
+            ...
+            validation-00000-of-00001.parquet
+
+    ``fit("hf_dataset/")`` trains on the ``train`` shards and validates on ``validation`` (or
+    ``val``, ``test``, ``testing``). The image column holds the encoded bytes (JPEG, PNG, ...),
+    or Hugging Face's ``Image`` struct ``{"bytes": ..., "path": ...}`` with the bytes embedded;
+    DALI decodes them. Labels are integers (class indices; a Hugging Face ``ClassLabel``'s
+    names, stored in the schema's metadata, become ``class_names``) or strings (class names,
+    sorted as image folders' are, unless ``class_names`` gives them).
+
+    The labels are read when the source is built; the images a row group at a time as batches
+    need them, kept in memory up to ``cache_bytes``. Rows are addressed one by one, so this
+    source is index-driven (same batches whatever the number of devices; ``validation_split``
+    works), and "shuffled" means what it means for every such source: a new permutation of all
+    the rows every pass. A batch of a shuffled pass needs rows of many row groups, so when the
+    images do not fit ``cache_bytes`` row groups are read again and again (a warning says so).
+
+    Args:
+        path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as
+            ``"hf_dataset/data/train-*.parquet"``, or a list of these.
+        image: the image column.
+        label: the label column.
+        class_names: the classes in label order, when they must match another split's (string
+            labels are looked up in them).
+        image_size: as for :class:`~easyfit.data.ImageFolder`.
+        color_mode: as for :class:`~easyfit.data.ImageFolder`.
+        decoder: as for :class:`~easyfit.data.ImageFolder`.
+        transform: as for :class:`~easyfit.data.ImageFolder`.
+        augment: as for :class:`~easyfit.data.ImageFolder`.
+        normalize: as for :class:`~easyfit.data.ImageFolder`.
+        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
+        cache_bytes: the most bytes of row groups kept in memory; default a quarter of the
+            machine's memory.
+
+    Example:
+        >>> import easyfit as ef
+        >>> train = ef.data.Parquet(MNIST_FORMATS["parquet"] + "/data/train-*.parquet")
+        >>> len(train), train.image_shape, len(train.files)
+        (200, (28, 28, 1), 2)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        image: str = "image",
+        label: str = "label",
+        class_names: Sequence[str] | None = None,
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+        cache_bytes: int | None = None,
+    ):
+        pq = _pyarrow()
+        self.root, self.files = _resolve_files(path)
+        self.image_column, self.label_column = image, label
+        self.augment = augment
+        self.cache_bytes = int(cache_bytes) if cache_bytes is not None else _default_cache()
+        sizes: list[np.ndarray] = []  # rows per row group, per file
+        labels: list[np.ndarray] = []
+        kinds: set[str] = set()
+        hf_names: list[str] | None = None
+        self.image_bytes = 0  # the images' bytes, uncompressed: what caching them all takes
+        for f in self.files:
+            pf = self._open(pq, f)
+            try:
+                schema = pf.schema_arrow
+                self._check_columns(f, schema)
+                meta = pf.metadata
+                sizes.append(
+                    np.asarray([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
+                )
+                self.image_bytes += _column_bytes(meta, image)
+                values, kind = self._read_labels(pf, f, sizes[-1])
+            finally:
+                pf.close()
+            kinds.add(kind)
+            labels.append(values)
+            names = _hf_class_names(schema, label)
+            if names is not None:
+                if hf_names is not None and names != hf_names:
+                    raise DataError(f"{f}: its ClassLabel names differ from those of {self.files[0]}")
+                hf_names = names
+        if len(kinds) > 1:
+            raise DataError(f"{self.root}: column {label!r} holds integers in some files, strings in others")
+        counts = np.concatenate(sizes)
+        self._file_of = np.concatenate([np.full(len(s), k, np.int32) for k, s in enumerate(sizes)])
+        self._local = np.concatenate([np.arange(len(s)) for s in sizes])  # row group in its file
+        self._start = np.concatenate([[0], np.cumsum(counts)])  # first row of each row group
+        self._file_row = np.concatenate([np.concatenate([[0], np.cumsum(s)[:-1]]) for s in sizes])
+        n = int(self._start[-1])
+        if n == 0:
+            raise DataError(f"{self.root}: no rows")
+        every = np.concatenate(labels)
+        if kinds == {"str"}:
+            found, inverse = np.unique(every, return_inverse=True)  # sorted, as class folders
+            self.class_names = [str(v) for v in found] if class_names is None else list(class_names)
+            lookup = {name: i for i, name in enumerate(self.class_names)}
+            unknown = [v for v in found.tolist() if v not in lookup]
+            if unknown:
+                row = int(np.flatnonzero(every == unknown[0])[0])
+                raise DataError(
+                    f"{self.locate(row)}: class {unknown[0]!r} is not one of the training classes"
+                )
+            self._labels = np.asarray([lookup[v] for v in found.tolist()], np.int32)[inverse.reshape(-1)]
+        else:
+            self._labels = int32_labels(every, self.locate)
+            names = hf_names if class_names is None else list(class_names)
+            if hf_names is not None and class_names is not None and hf_names != list(class_names):
+                raise DataError(f"{self.root}: its ClassLabel names differ from the training data's")
+            self.class_names = names
+            if names is not None:
+                bad = np.flatnonzero((self._labels < 0) | (self._labels >= len(names)))
+                if len(bad):
+                    row = int(bad[0])
+                    named_by = "its ClassLabel names" if class_names is None else "of class_names"
+                    raise DataError(
+                        f"{self.locate(row)}: label {int(self._labels[row])} is not one of the "
+                        f"{len(names)} classes {named_by} (a split published without labels, "
+                        "such as a Hugging Face test split, holds -1)"
+                    )
+        self._checked = np.zeros(n, bool)  # checked once, as first fed...
+        self._group_stamps: list[int | None] = [None] * len(counts)  # ...from bytes read at that stamp
+        self._cache: collections.OrderedDict[int, _Group] = collections.OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
+        self._file_locks = [threading.Lock() for _ in self.files]  # a ParquetFile is read by one thread
+        self._rows_read = 0  # rows of the row groups read from the files...
+        self._rows_fed = 0  # ...and rows fed: a pass in file order reads each row once
+        self._warned = False
+        self._init_images(
+            self._sample, image_size, color_mode, decoder, transform, self.root, normalize, eval_crop
+        )
+
+    # ------------------------------------------------------------------------------ indexing
+    def _open(self, pq: Any, f: str) -> Any:
+        try:
+            return pq.ParquetFile(f, page_checksum_verification=True)
+        except OSError as e:
+            raise DataError(f"{f}: cannot be read ({e.strerror or e})") from None
+        except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin
+            raise DataError(
+                f"{f}: not a readable Parquet file ({first_line(e)}); it may be truncated or damaged"
+            ) from None
+
+    def _check_columns(self, f: str, schema: Any) -> None:
+        import pyarrow as pa
+
+        names = schema.names
+        for what, column in (("image", self.image_column), ("label", self.label_column)):
+            if column not in names:
+                raise DataError(
+                    f"{f}: no column {column!r} (its columns: {', '.join(names)}); pass "
+                    f"ef.data.Parquet(path, {what}=<the {what} column>)"
+                )
+        kind = schema.field(self.image_column).type
+        if pa.types.is_struct(kind):
+            if kind.get_field_index("bytes") < 0:
+                raise DataError(
+                    f"{f}: column {self.image_column!r} is a struct without a 'bytes' field "
+                    "(Hugging Face's Image struct holds {'bytes': ..., 'path': ...})"
+                )
+            kind = kind.field("bytes").type
+        if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind)):
+            raise DataError(
+                f"{f}: column {self.image_column!r} holds {kind}, not encoded images (binary, or "
+                "Hugging Face's Image struct)"
+            )
+
+    def _read_labels(self, pf: Any, f: str, sizes: np.ndarray) -> tuple[np.ndarray, str]:
+        """The label column of file ``f``, and whether it holds integers or strings."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        try:
+            column = pf.read(columns=[self.label_column]).column(0)
+        except Exception as whole:  # noqa: BLE001 - find the row group that cannot be read
+            for g in range(len(sizes)):
+                try:
+                    pf.read_row_group(g, columns=[self.label_column])
+                except Exception as e:  # noqa: BLE001 - pyarrow's errors
+                    raise DataError(self._damaged(f, g, int(sizes[:g].sum()), int(sizes[g]), e)) from None
+            raise DataError(
+                f"{f}: column {self.label_column!r} cannot be read ({first_line(whole)}); the file "
+                "is damaged or truncated: write it again"
+            ) from None
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
+        if column.null_count:
+            row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise DataError(
+                f"{self._locate_in(f, sizes, row)}: no label (null in column {self.label_column!r})"
+            )
+        kind = column.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+            return np.asarray(column.to_pylist(), object), "str"
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+            return pc.cast(column, pa.float64()).to_numpy(), "int"  # float64: any int, checked after
+        raise DataError(f"{f}: column {self.label_column!r} holds {kind}, not integer or string labels")
+
+    def _locate_in(self, f: str, sizes: np.ndarray, row: int) -> str:
+        g = int(np.searchsorted(np.cumsum(sizes), row, side="right"))
+        return f"{f}: row group {g}, row {row}"
+
+    @staticmethod
+    def _damaged(f: str, g: int, first: int, rows: int, e: BaseException) -> str:
+        return (
+            f"{f}: row group {g} (rows {first}-{first + rows - 1}) cannot be read "
+            f"({first_line(e)}); the file is damaged or truncated: write it again"
+        )
+
+    # ------------------------------------------------------------------------------ row groups
+    def _group(self, g: int) -> _Group:
+        """Row group ``g``'s images, from the cache or read now (under its file's lock)."""
+        with self._lock:
+            group = self._cache.get(g)
+            if group is not None:
+                self._cache.move_to_end(g)
+                return group
+        f = int(self._file_of[g])
+        with self._file_locks[f]:
+            with self._lock:  # another thread may have read it meanwhile
+                group = self._cache.get(g)
+                if group is not None:
+                    self._cache.move_to_end(g)
+                    return group
+            group = self._read_group(g)
+            with self._lock:  # in the cache before the file's lock is let go: read once
+                warn = self._keep(g, group)
+        if warn:
+            warnings.warn(
+                f"{self.describe()}: row groups are read again and again: its images "
+                f"({self.image_bytes / 2**20:.0f} MiB) do not fit cache_bytes "
+                f"({self.cache_bytes / 2**20:.0f} MiB), and a shuffled pass needs rows of many row "
+                "groups at a time. Raise cache_bytes=, or train with fit(shuffle=False) on shards "
+                "shuffled when written (see 'Parquet' in docs/data-formats.md)",
+                UserWarning,
+                stacklevel=2,
+            )
+        return group
+
+    def _keep(self, g: int, group: _Group) -> bool:
+        """Caches row group ``g`` (the lock held), dropping the least recently used beyond
+        ``cache_bytes``; whether to warn now that row groups are read again and again."""
+        self._cache[g] = group
+        self._cached_bytes += group.nbytes
+        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old.nbytes
+        self._rows_read += int(self._start[g + 1] - self._start[g])
+        warn = not self._warned and self._rows_read > 2 * self._rows_fed + self.num_samples
+        self._warned |= warn
+        return warn
+
+    def _read_group(self, g: int) -> _Group:
+        import pyarrow as pa
+
+        f, local = int(self._file_of[g]), int(self._local[g])
+        path = self.files[f]
+        stamp = file_stamp(path)
+        if stamp is None or stamp != self._group_stamps[g]:  # new bytes: checked as fed
+            self._checked[self._start[g] : self._start[g + 1]] = False
+            self._group_stamps[g] = stamp
+        pf = self._open(_pyarrow(), path)
+        rows = int(self._start[g + 1] - self._start[g])
+        try:
+            chunks = pf.read_row_group(local, columns=[self.image_column]).column(0)
+            column = chunks.chunk(0) if chunks.num_chunks == 1 else chunks.combine_chunks()
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors
+            raise DataError(self._damaged(path, local, int(self._file_row[g]), rows, e)) from None
+        finally:
+            pf.close()
+        if len(column) != rows:
+            raise DataError(self._damaged(path, local, int(self._file_row[g]), rows, ValueError("row count")))
+        hint = ""
+        parts = [column]
+        if pa.types.is_struct(column.type):
+            column = column.field("bytes")  # the struct's own nulls stay in parts[0]
+            parts.append(column)
+            hint = (
+                "; a Hugging Face Image that names only its path must be stored with its bytes "
+                "(datasets' embed_external_files)"
+            )
+        if any(p.null_count for p in parts):
+            missing = np.logical_or.reduce([p.is_null().to_numpy(zero_copy_only=False) for p in parts])
+            row = int(self._file_row[g]) + int(np.flatnonzero(missing)[0])
+            raise DataError(
+                f"{path}: row group {local}, row {row}: no image (null in column {self.image_column!r}){hint}"
+            )
+        if pa.types.is_binary(column.type):
+            width: np.dtype = np.dtype(np.int32)  # the offsets as stored: no copy of the bytes
+        else:
+            width = np.dtype(np.int64)
+            if not pa.types.is_large_binary(column.type):  # binary_view: another layout
+                column = column.cast(pa.large_binary())
+        _, offsets, data = column.buffers()
+        starts: np.ndarray = np.frombuffer(offsets, width)[column.offset : column.offset + rows + 1]
+        images = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+        return _Group(images, starts.astype(np.int64))
+
+    def _row(self, index: int) -> tuple[int, int]:
+        g = int(np.searchsorted(self._start, index, side="right") - 1)
+        return g, index - int(self._start[g])
+
+    def _sample(self) -> list[tuple[str, bytes]]:
+        """Up to 64 images from up to :data:`_SAMPLED_GROUPS` row groups spread over the data."""
+        groups = sample_positions(len(self._local), _SAMPLED_GROUPS)
+        per = max(1, 64 // len(groups))
+        out = []
+        for g in groups.tolist():
+            rows = int(self._start[g + 1] - self._start[g])
+            for r in sample_positions(rows, per).tolist():
+                index = int(self._start[g]) + r
+                out.append((self.locate(index), self._image(index).tobytes()))
+        return out
+
+    # ------------------------------------------------------------------------------ feeding
+    @property
+    def num_samples(self) -> int:
+        return int(self._start[-1])
+
+    @property
+    def num_feeds(self) -> int:
+        return 2
+
+    def known_labels(self) -> np.ndarray:
+        return self._labels
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        indices = np.asarray(indices, np.int64)
+        with self._lock:
+            self._rows_fed += len(indices)
+        groups = np.searchsorted(self._start, indices, side="right") - 1
+        images: list[Any] = [None] * len(indices)
+        for g in np.unique(groups).tolist():
+            group = self._group(g)
+            at = np.flatnonzero(groups == g)
+            for j, r in zip(at.tolist(), (indices[at] - self._start[g]).tolist(), strict=True):
+                image = group.image(r)
+                i = int(indices[j])
+                if not self._checked[i]:  # bytes in memory, checked whole once: they stay as checked
+                    problem = _problem(image)
+                    if problem:
+                        raise DataError(f"{self.locate(i)}: {problem}")
+                    self._checked[i] = True
+                images[j] = image
+        return images, self._labels[indices]
+
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        encoded, labels = nodes  # as feed() returns them
+        images = self.decode(encoded, device=device, draws=draws)
+        return images, (labels.gpu() if device == "gpu" else labels)
+
+    def limit_labels(self, num_classes: int) -> None:
+        """Known labels are checked whole before training: nothing to do."""
+
+    def _image(self, index: int) -> np.ndarray:
+        g, r = self._row(index)
+        return self._group(g).image(r)
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return self._image(index).tobytes()
+
+    def sample_problem(self, index: int) -> str | None:
+        return _problem(self._image(index))
+
+    def locate(self, index: int) -> str:
+        g, _ = self._row(index)
+        f = self.files[int(self._file_of[g])]
+        row = int(self._file_row[g]) + index - int(self._start[g])  # in its file
+        return f"{f}: row group {int(self._local[g])}, row {row}"
+
+    # ------------------------------------------------------------------------------ splits
+    def settings(self) -> dict[str, Any]:
+        """Constructor arguments that give another split the same samples' form."""
+        return {
+            **self.image_settings(),
+            "image": self.image_column,
+            "label": self.label_column,
+            "class_names": self.class_names,
+            "cache_bytes": self.cache_bytes,
+        }
+
+    def sibling(self, path: str | os.PathLike) -> Parquet | None:
+        other = Parquet(path, **self.settings())  # a DataError here is the split's own: raised
+        self.check_same_images(other, self.root, other.root)
+        return other
+
+    def recipe(self) -> dict[str, Any]:
+        return {**super().recipe(), "columns": {"image": self.image_column, "label": self.label_column}}
+
+    @classmethod
+    def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> Parquet:
+        columns = recipe.get("columns") or {}
+        return cls(
+            path,
+            **{k: v for k, v in columns.items() if k in ("image", "label")},
+            class_names=recipe.get("class_names"),
+            **cls.recipe_settings(recipe),
+        )
+
+    def describe(self) -> str:
+        return f"Parquet({self.root!r}: {self.num_samples} rows in {len(self.files)} files)"
+
+
+def _problem(image: np.ndarray) -> str | None:
+    """:func:`~easyfit.data.validation.encoded.encoded_problem` of an image held as a NumPy view (its whole
+    structure when it is at most :data:`~easyfit.data.validation.encoded.WHOLE` bytes)."""
+    size = len(image)
+    if size == 0:
+        return "empty image (0 bytes)"
+    data = image.tobytes() if size <= WHOLE else None
+    return encoded_problem(image[:HEAD].tobytes(), image[-TAIL:].tobytes(), size, data)
+
+
+def _column_bytes(meta: Any, column: str) -> int:
+    """Uncompressed bytes of ``column`` (and its struct's fields) over every row group."""
+    total = 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        for c in range(rg.num_columns):
+            chunk = rg.column(c)
+            path = chunk.path_in_schema
+            if path == column or path.startswith(column + "."):
+                total += int(chunk.total_uncompressed_size)
+    return total
+
+
+def _default_cache() -> int:
+    """A quarter of the machine's memory."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    except (ValueError, OSError):
+        return 4 << 30

@@ -1,0 +1,146 @@
+"""Checks of one encoded image from its bytes: its kind, whether it is whole, its size in pixels
+against :data:`MAX_IMAGE_PIXELS`, and its structure (:mod:`easyfit.data.validation.structure`).
+"""
+
+from __future__ import annotations
+
+from .structure import structure_problem
+
+__all__ = [
+    "HEAD",
+    "MAX_IMAGE_PIXELS",
+    "TAIL",
+    "WHOLE",
+    "encoded_problem",
+    "header_size",
+    "image_kind",
+    "image_problem",
+]
+
+HEAD = 1 << 16  # bytes read from the start of an encoded image: its kind and header (a JPEG's
+#                frame header comes after its EXIF segment, at most 64 KiB)
+#: The most pixels (width x height) an image may have; a larger one raises DataError naming it
+#: before DALI decodes it (a 32000x32000 PNG of 1 MB decodes to 3 GB). Pillow's
+#: ``Image.MAX_IMAGE_PIXELS`` default (about 89.5 M pixels, 1 GiB of 24-bit RGB / 3 / 4).
+#: Change it with ``easyfit.data.validation.encoded.MAX_IMAGE_PIXELS = n`` (None: no limit).
+MAX_IMAGE_PIXELS: int | None = 1024 * 1024 * 1024 // 4 // 3
+TAIL = 4096  # bytes read from the end of an encoded image to check it is complete
+WHOLE = 1 << 20  # images up to this size are read whole to check their structure
+_PNG_END = b"\0\0\0\0IEND\xaeB`\x82"
+_SIGNATURES = {
+    b"\xff\xd8\xff": "JPEG",
+    b"\x89PNG\r\n\x1a\n": "PNG",
+    b"BM": "BMP",
+    b"II*\0": "TIFF",
+    b"MM\0*": "TIFF",
+    b"\0\0\0\x0cjP  \r\n\x87\n": "JPEG 2000",
+    b"\xffO\xffQ": "JPEG 2000",
+}
+
+
+def image_kind(head: bytes) -> str | None:
+    """The kind of encoded image (``"JPEG"``, ``"PNG"``, ``"BMP"``, ``"WebP"``, ``"TIFF"``,
+    ``"PNM"``, ``"JPEG 2000"``) its first bytes say, or None.
+
+    Example:
+        >>> from easyfit.data.validation.encoded import image_kind
+        >>> image_kind(b"\\x89PNG\\r\\n\\x1a\\n"), image_kind(b"hello")
+        ('PNG', None)
+    """
+    kind = next((k for sig, k in _SIGNATURES.items() if head.startswith(sig)), None)
+    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        kind = "WebP"
+    if kind is None and len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
+        kind = "PNM"
+    return kind
+
+
+def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None) -> str | None:
+    """Why bytes cannot be a whole encoded image, from their first :data:`HEAD` and last
+    :data:`TAIL` bytes and their size, and from all of them (``data``) when given; None when
+    they look sound.
+
+    Recognises JPEG, PNG, BMP, WebP, TIFF, PNM and JPEG 2000; checks that JPEG,
+    PNG, BMP and WebP data are complete (a JPEG's or PNG's end marker may be followed by a
+    little more data, as some writers leave), BMP and WebP headers, and with ``data`` the
+    structure of JPEG, PNG, BMP and WebP images (:mod:`easyfit.data.validation.structure`).
+
+    Example:
+        >>> from easyfit.data.validation.encoded import encoded_problem
+        >>> encoded_problem(b"hello", b"hello", 5)
+        "not an image (starts with b'hello')"
+        >>> encoded_problem(b"\\x89PNG\\r\\n\\x1a\\n....", b"...", 2000)
+        'truncated PNG (no IEND chunk at its end)'
+    """
+    if size == 0:
+        return "empty file"
+    kind = image_kind(head)
+    if kind is None:
+        return f"not an image (starts with {head[:8]!r})"
+    if kind == "PNG" and _PNG_END not in tail:
+        return "truncated PNG (no IEND chunk at its end)"
+    if kind == "JPEG" and b"\xff\xd9" not in tail:
+        return "truncated JPEG (no end-of-image marker)"
+    if kind == "BMP" and len(head) >= 6 and int.from_bytes(head[2:6], "little") > size:
+        return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
+    if kind == "WebP" and int.from_bytes(head[4:8], "little") + 8 > size:
+        return f"truncated WebP ({size} of {int.from_bytes(head[4:8], 'little') + 8} bytes)"
+    dims = header_size(kind, head)
+    if MAX_IMAGE_PIXELS is not None and dims and dims[0] * dims[1] > MAX_IMAGE_PIXELS:
+        return (
+            f"{kind} of {dims[0]}x{dims[1]} pixels, more than MAX_IMAGE_PIXELS "
+            f"({MAX_IMAGE_PIXELS}; see easyfit.data.validation.encoded.MAX_IMAGE_PIXELS)"
+        )
+    return structure_problem(kind, head if data is None else data, size)
+
+
+def header_size(kind: str, head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the header of a PNG, BMP, WebP or JPEG (its frame header when
+    ``head`` reaches it), else None.
+
+    Example:
+        >>> import struct
+        >>> from easyfit.data.validation.encoded import header_size
+        >>> header_size("PNG", b"\\x89PNG\\r\\n\\x1a\\n" + struct.pack(">I4sII", 13, b"IHDR", 640, 480))
+        (640, 480)
+    """
+    if kind == "PNG" and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if kind == "BMP" and len(head) >= 26:
+        if int.from_bytes(head[14:18], "little") == 12:  # BITMAPCOREHEADER: 16-bit sizes
+            return int.from_bytes(head[18:20], "little"), int.from_bytes(head[20:22], "little")
+        return (
+            abs(int.from_bytes(head[18:22], "little", signed=True)),
+            abs(int.from_bytes(head[22:26], "little", signed=True)),
+        )
+    if kind == "WebP" and len(head) >= 30:
+        chunk = head[12:16]
+        if chunk == b"VP8 ":
+            return (
+                int.from_bytes(head[26:28], "little") & 0x3FFF,
+                int.from_bytes(head[28:30], "little") & 0x3FFF,
+            )
+        if chunk == b"VP8L":
+            bits = int.from_bytes(head[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if chunk == b"VP8X":
+            return (int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1)
+    if kind == "JPEG":
+        i = 2
+        while i + 9 <= len(head) and head[i] == 0xFF:
+            marker = head[i + 1]
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                return (
+                    int.from_bytes(head[i + 7 : i + 9], "big"),
+                    int.from_bytes(head[i + 5 : i + 7], "big"),
+                )
+            i += 2 + int.from_bytes(head[i + 2 : i + 4], "big")
+    return None
+
+
+def image_problem(data: bytes, whole: bool = True) -> str | None:
+    """:func:`encoded_problem` of an encoded image held in memory; its whole structure is
+    checked when ``whole`` and it is at most :data:`WHOLE` bytes."""
+    return encoded_problem(
+        data[:HEAD], data[-TAIL:], len(data), data if whole and len(data) <= WHOLE else None
+    )
