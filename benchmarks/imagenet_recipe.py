@@ -34,22 +34,23 @@ def recipe_source(args):
     if args.hw_load is not None:
         ef.data.images.HW_DECODER_LOAD = args.hw_load
     aug = ef.data.Augment(random_resized_crop=(0.08, 1.0), flip=True)
+    side = getattr(args, "image_size", 224)
     return ef.data.ImageFolder(
-        os.path.join(args.root, "train"), image_size=(224, 224), augment=aug, normalize="imagenet"
+        os.path.join(args.root, "train"), image_size=(side, side), augment=aug, normalize="imagenet"
     )
 
 
-def model_step(name: str, classes: int, batch: int):
+def model_step(name: str, classes: int, batch: int, width: int = 64, size: int = 224):
     """(state, jitted train step, jitted correct-count) of the recipe, plain JAX: bf16 passes on
-    float32 weights."""
+    float32 weights (``width`` and ``size``, the image side, smaller only for smoke runs)."""
     import jax
     import jax.numpy as jnp
     import optax
 
     ex = example()
-    model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](classes)
+    model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](classes, width)
     variables = jax.jit(lambda x: model.init(jax.random.PRNGKey(0), x, train=False))(
-        jnp.zeros((1, 224, 224, 3))
+        jnp.zeros((1, size, size, 3))
     )
     params, stats = variables["params"], variables["batch_stats"]
     tx = ex.optimizer(batch, 100, 90)
@@ -79,9 +80,16 @@ def model_step(name: str, classes: int, batch: int):
 
 
 def train_pipeline(
-    root: str, batch: int, threads: int, device_id, hw_load: float | None, shuffle_reader: bool = True
+    root: str,
+    batch: int,
+    threads: int,
+    device_id,
+    hw_load: float | None,
+    shuffle_reader: bool = True,
+    size: int = 224,
 ):
-    """The recipe's training pipeline, written as DALI's ResNet-50 examples do."""
+    """The recipe's training pipeline, written as DALI's ResNet-50 examples do (``size``: the
+    crops' side)."""
     from nvidia.dali import fn, pipeline_def, types
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=device_id, seed=0)
@@ -96,7 +104,7 @@ def train_pipeline(
             random_aspect_ratio=[3 / 4, 4 / 3],
             **kwargs,
         )
-        images = fn.resize(images, size=[224, 224])
+        images = fn.resize(images, size=[size, size])
         images = fn.crop_mirror_normalize(
             images, mirror=fn.random.coin_flip(), mean=MEAN, std=STD, dtype=types.FLOAT16, output_layout="HWC"
         )

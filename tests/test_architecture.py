@@ -94,7 +94,7 @@ def test_the_import_graph_is_found_with_function_level_imports():
     data.base <-> data.diagnose through a function-level import, data.loader <-> data.reader)."""
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert "easyfit.data.door" in graph["easyfit.training.trainer"]
+    assert "easyfit.data.inputs" in graph["easyfit.training.trainer"]
     assert "easyfit.data.diagnose" in graph["easyfit.data.pipelines"]
     # checkpoint imports easyfit.data.plan only under TYPE_CHECKING
     assert "easyfit.data.plan" not in graph["easyfit.persistence.checkpoint"]

@@ -240,7 +240,7 @@ def test_close_releases_kept_loaders_and_the_trainer_works_on():
     model = nn.Sequential([lambda v: v.reshape((v.shape[0], -1)), nn.Dense(10)])
     with ef.Trainer(model, seed=0) as trainer:
         trainer.fit(x, y, epochs=1, batch_size=16, validation_data=(x, y), verbose=0)
-        kept = trainer._data._passes._loaders  # noqa: SLF001 - what close must empty
+        kept = trainer._data._kept._streams  # noqa: SLF001 - what close must empty
         assert kept
         before = trainer.evaluate(x, y)
     assert not kept and not trainer._steps  # noqa: SLF001

@@ -1,14 +1,14 @@
 """Data sources: what the samples are and how DALI reads them.
 
-Every source goes through the same DALI-backed loader, with the same sharding and the same
+Every source goes through the same DALI-backed streams, with the same sharding and the same
 exactly-once evaluation and prediction. A path is turned into a source by
 :func:`~easyfit.data.detect.detect` from what the directory holds. The trainer reaches all of it
-through one door, :class:`~easyfit.data.door.DataDoor` (see docs/architecture.md).
+through :class:`~easyfit.data.inputs.DataInputs` (see docs/architecture.md).
 """
 
 from .augment import Augment
 from .detect import detect
-from .door import DataDoor
+from .inputs import DataInputs
 from .loader import Loader
 from .plan import Plan, epoch_permutation
 from .resolve import VALIDATION_NAMES, split_layout, to_source
@@ -30,6 +30,7 @@ from .sources import (
     WebDataset,
 )
 from .split import split_validation
+from .stream import Stream
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -37,7 +38,7 @@ __all__ = [
     "Arrays",
     "Augment",
     "Caffe2LMDB",
-    "DataDoor",
+    "DataInputs",
     "ImageCSV",
     "ImageFolder",
     "IndexedSource",
@@ -49,6 +50,7 @@ __all__ = [
     "RecordIO",
     "SegmentationFolder",
     "Source",
+    "Stream",
     "Subset",
     "TFRecord",
     "WebDataset",

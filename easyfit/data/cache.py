@@ -1,21 +1,32 @@
-"""Device-cached training: decode once with DALI, then shuffle and batch on the device.
+"""The device cache: decode once with DALI, then shuffle and batch on the device.
 
-While the stream goes through DALI, every decoded chunk is also kept on the device until every
-sample has been seen (the first full epoch; more chunks when an epoch is shorter than a pass,
-``steps_per_epoch``, or starts mid-pass); they are then scattered, by sample index, into one
-array per output (per array of structured ``x`` and ``y``, and the sample weights; replicated on
-every device, in the source's order). From then on each chunk
-is a gather of its indices (the same :class:`~easyfit.data.plan.Plan`, so the same samples in
-the same steps as streaming): no input pipeline is left, and DALI's pipelines are released. A
-source read by DALI's own reader cannot be replayed so: :mod:`easyfit.data.reader_cache` reads
-it once before the first epoch.
+The decoded data is scattered, by sample index, into one array per output (per array of
+structured ``x`` and ``y``, and the sample weights), replicated on every device in the source's
+order; from then on each chunk is a gather of the indices the
+:class:`~easyfit.data.plan.Plan` gives, so the same samples come in the same steps as when
+streaming, and no input pipeline is left. The cache is filled one of two ways, chosen by the
+source's kind (:mod:`easyfit.data.kinds`):
+
+* :class:`Recording`: while the stream goes through DALI, every decoded chunk is also kept until
+  every sample has been seen (the first full epoch; more chunks when an epoch is shorter than a
+  pass, ``steps_per_epoch``, or starts mid-pass). For sources fed by the plan.
+* :class:`OneRead`: before the first chunk, the reader pipelines read the dataset once,
+  unshuffled; each reads its contiguous shard in order, so the ``j``-th row of shard ``k`` is
+  sample ``k * n // shards + j`` of the source's own order (an LMDB's key order) whatever the
+  number of pipelines (:meth:`~easyfit.data.reader_pipelines.ReaderPipelines.slots`). For
+  sources read by DALI's reader, which picks its own order and cannot seek: recording the
+  reader's first (shuffled) epoch instead would leave a fit resumed inside that epoch unable to
+  fill its cache (the reader, restarted from its checkpoint, never reads the samples already
+  trained on again), and make the first epoch depend on the number of pipelines.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -24,16 +35,18 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..parallel import DATA_AXIS, Placement
-from .loader import Loader
 from .plan import Orders, Plan
-from .sources.base import ReaderSource, Source
+
+if TYPE_CHECKING:
+    from .stream import Stream
 
 __all__ = [
-    "CachedLoader",
+    "DeviceCache",
+    "OneRead",
+    "Recording",
     "cache_budget",
-    "chunks_to_cover",
     "chunk_buffers",
-    "decide_cache",
+    "chunks_to_cover",
     "gather_rows",
     "record_chunk",
     "scatter_rows",
@@ -55,138 +68,194 @@ def cache_budget(placement: Placement) -> int:
     return int(CACHE_FRACTION * host / max(1, len(placement.local_shards)))
 
 
-def decide_cache(cache: bool | str, source: Source, placement: Placement) -> tuple[bool, str]:
-    """Whether to cache, and why (a sentence for the log).
+class _Fill(Protocol):
+    """One way to fill a :class:`DeviceCache`."""
 
-    Args:
-        cache: the user's choice: ``"auto"``, True or False.
-        source: the training source (its ``sample_nbytes`` and ``random``).
-        placement: the devices.
-    """
-    if cache not in ("auto", True, False):
-        raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
-    if cache is False:
-        return False, "cache=False: streaming from DALI every epoch"
-    # a DALI reader's source is read once, unshuffled, before the first epoch (reader_cache.py)
-    when = (
-        "after one read by its DALI reader" if isinstance(source, ReaderSource) else "after the first epoch"
-    )
-    if source.random:
-        if cache is True:
-            raise ValueError(
-                "cache=True: the training source applies random augmentation, "
-                "which must run every epoch; use cache=False or 'auto'"
-            )
-        return False, "random augmentation must run every epoch: streaming from DALI"
-    if source.sample_nbytes is None:
-        if cache is True:
-            return True, f"cache=True: caching the decoded dataset {when}"
-        return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
-    need = source.sample_nbytes * source.num_samples
-    budget = _agreed(cache_budget(placement))
-    size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
-    if need > budget:
-        return False, (
-            f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
-        )
-    return True, f"caching the decoded dataset on the device {when} ({size})"
-
-
-def _agreed(budget: int) -> int:
-    """Process 0's budget in every process: they must all make the same choice."""
-    if jax.process_count() == 1:
-        return budget
-    from jax.experimental import multihost_utils
-
-    return int(multihost_utils.broadcast_one_to_all(np.int64(budget)))
-
-
-class CachedLoader:
-    """Streams from ``loader`` while recording, until every sample has been seen, then gathers
-    chunks from device memory. Same interface as :class:`Loader`."""
-
-    def __init__(self, loader: Loader):
-        self.loader = loader
-        self.plan = loader.plan
-        self.placement = loader.placement
-        self.iteration = loader.iteration
-        self._orders = Orders(self.plan)
-        self._start = self.iteration
-        self._chunks = chunks_to_cover(self.plan, self.iteration, self._orders)  # to record
-        self._recorded: dict[str, Any] | None = None  # the recorded chunks, stream order
-        self._indices: list[tuple[np.ndarray, np.ndarray]] = []  # their (sample index, mask)
-        self._data: dict[str, Any] | None = None
-        self._gather = jax.jit(gather_rows, out_shardings=self.placement.data)
-        # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
-        sharding = NamedSharding(self.placement.mesh, P(None, DATA_AXIS))
-        self._record = jax.jit(record_chunk, donate_argnums=(0,), out_shardings=sharding)
-        self._allocate = jax.jit(chunk_buffers, static_argnums=(0, 1), out_shardings=sharding)
-
-    def __iter__(self) -> CachedLoader:
-        return self
-
-    def position(self) -> dict[str, int]:
-        """Where the stream stands (see :meth:`Loader.position`)."""
-        return {"chunk": self.iteration}
-
-    def peek(self) -> dict[str, jax.Array]:
-        return self.loader.peek() if self._data is None else self._next(peek=True)
+    #: What the cache's position adds to ``{"chunk": i}``.
+    mark: dict[str, Any]
 
     @property
     def warmup_epochs(self) -> int:
-        """Epochs before input comes as in every later one: those that stream while recording
-        (one, from an epoch's start, when an epoch is a pass)."""
-        cpe = self.plan.chunks_per_epoch
-        return -(-(self._start + self._chunks) // cpe) - self._start // cpe
+        """Epochs before input comes as in every later one."""
+        ...
 
     @property
     def waited(self) -> float:
-        """Seconds spent waiting for input: the first epoch's stream (cached ones cost none)."""
-        return self.loader.waited
+        """Seconds the consumer waited for the fill."""
+        ...
+
+    def step(self, cache: DeviceCache, peek: bool) -> dict[str, jax.Array] | None:
+        """Chunk ``cache.iteration`` while filling (the cache then goes on), or None once the
+        cache is filled (and gathers it)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DeviceCache:
+    """Chunks gathered from device memory once ``fill`` has filled it.
+
+    Args:
+        plan: the batching plan.
+        placement: the devices.
+        fill: how the cache is filled (:class:`Recording` or :class:`OneRead`).
+        start: index of the first chunk.
+    """
+
+    def __init__(self, plan: Plan, placement: Placement, fill: _Fill, *, start: int = 0):
+        self.plan = plan
+        self.placement = placement
+        self.iteration = start
+        self.orders = Orders(plan)
+        self._fill = fill
+        self._data: Any = None
+        self._recorded: Any = None
+        self._gather = jax.jit(gather_rows, out_shardings=placement.data)
+        # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
+        sharding = NamedSharding(placement.mesh, P(None, DATA_AXIS))
+        self._record = jax.jit(record_chunk, donate_argnums=(0,), out_shardings=sharding)
+        self._allocate = jax.jit(chunk_buffers, static_argnums=(0, 1), out_shardings=sharding)
+
+    @property
+    def warmup_epochs(self) -> int:
+        return self._fill.warmup_epochs
+
+    @property
+    def waited(self) -> float:
+        """Seconds spent waiting for input: while filling (cached chunks cost none)."""
+        return self._fill.waited
+
+    def __iter__(self) -> DeviceCache:
+        return self
+
+    def position(self) -> dict[str, Any]:
+        """``{"chunk": i}`` (and the fill's mark): the order is a pure function of (seed, data
+        pass)."""
+        return {"chunk": self.iteration, **self._fill.mark}
+
+    def peek(self) -> dict[str, jax.Array]:
+        """The next chunk, without consuming it."""
+        return self._next(peek=True)
 
     def __next__(self) -> dict[str, jax.Array]:
         return self._next(peek=False)
 
     def _next(self, peek: bool) -> dict[str, jax.Array]:
         if self._data is None:
-            batch = next(self.loader)
-            data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
-            if self._recorded is None:
-                self._recorded = self._allocate(*buffer_specs(data, self._chunks))
-            self._recorded = self._record(self._recorded, data, np.int32(len(self._indices)))
-            self._indices.append(self.plan.chunk(self.iteration, self._orders))
-            if len(self._indices) == self._chunks:
-                self._fill()
-            self.iteration += 1
-            return batch
-        index, mask = self.plan.chunk(self.iteration, self._orders)
+            batch = self._fill.step(self, peek)
+            if batch is not None:
+                return batch
+        index, mask = self.plan.chunk(self.iteration, self.orders)
         self.iteration += 0 if peek else 1
-        rows = self.placement.shard_global_rows(index.astype(np.int32))
-        batch = self._gather(self._data, rows)
+        batch = self._gather(self._data, self.placement.shard_global_rows(index.astype(np.int32)))
         batch["mask"] = self.placement.shard_global_rows(mask)
         return batch
 
-    def _fill(self) -> None:
+    def record(self, chunk: Any, i: int, chunks: int) -> None:
+        """Keeps ``chunk`` (a pytree of one chunk's arrays) as chunk ``i`` of ``chunks``."""
+        if self._recorded is None:
+            self._recorded = self._allocate(*buffer_specs(chunk, chunks))
+        self._recorded = self._record(self._recorded, chunk, np.int32(i))
+
+    def place(self, slots: Any, what: str) -> None:
+        """Scatters every recorded row to its sample ``slots`` (flat, in recording order; the
+        number of samples for a row to drop) and releases the recording. ``what`` tells the log
+        how the data came (``""``, or ``"read once and "``)."""
         n = self.plan.num_samples
+        place = jax.jit(_place, static_argnums=(2,), out_shardings=self.placement.replicated)
+        data, once = place(self._recorded, slots, n)
+        self._recorded = None  # released (not donated: no output has its shape)
+        if not bool(once):  # a fill's slots are not where the samples are
+            raise RuntimeError(f"the device cache of {n} samples was not filled once each")
+        self._data = data
+        log.info("easyfit: %d samples %scached on the device; DALI pipelines released", n, what)
+
+    def close(self) -> None:
+        """Releases the pipelines and the cached data in device memory."""
+        self._fill.close()
+        self._recorded = None
+        self._data = None
+
+
+class Recording:
+    """Fills the cache from ``stream`` (a streaming loader of the same plan) while it streams,
+    until every sample has been seen; the stream is then closed."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
+        self.mark: dict[str, Any] = {}
+        self._start = stream.iteration
+        self._chunks = chunks_to_cover(stream.plan, self._start)  # to record
+        self._indices: list[tuple[np.ndarray, np.ndarray]] = []  # recorded (sample index, mask)
+
+    @property
+    def warmup_epochs(self) -> int:
+        """Those that stream while recording (one, from an epoch's start, when an epoch is a
+        pass)."""
+        cpe = self.stream.plan.chunks_per_epoch
+        return -(-(self._start + self._chunks) // cpe) - self._start // cpe
+
+    @property
+    def waited(self) -> float:
+        return self.stream.waited
+
+    def step(self, cache: DeviceCache, peek: bool) -> dict[str, jax.Array] | None:
+        if peek:
+            return self.stream.peek()
+        batch = next(self.stream)
+        data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
+        cache.record(data, len(self._indices), self._chunks)
+        self._indices.append(cache.plan.chunk(cache.iteration, cache.orders))
+        if len(self._indices) == self._chunks:
+            cache.place(self._slots(cache.plan.num_samples), "")
+            self._indices.clear()
+            self.stream.close()
+        cache.iteration += 1
+        return batch
+
+    def _slots(self, n: int) -> np.ndarray:
+        """Each recorded row's sample: its first row holds it, padding and repeats are dropped."""
         index = np.concatenate([i for i, _ in self._indices])
         valid = np.concatenate([m for _, m in self._indices])
         flat = np.where(valid, index, n)
         first = np.unique(flat, return_index=True)[1]  # each sample once: its first row
-        index = np.full(len(flat), n, np.int32)  # padding and repeats: out of range, dropped
-        index[first] = flat[first]
-        scatter = jax.jit(scatter_rows, static_argnums=(2,), out_shardings=self.placement.replicated)
-        self._data = scatter(self._recorded, index, n)
-        self._recorded = None  # released (not donated: no output has its shape)
-        self._indices.clear()
-        self.loader.close()
-        log.info("easyfit: %d samples cached on the device; DALI pipelines released", n)
+        slots = np.full(len(flat), n, np.int32)  # padding and repeats: out of range, dropped
+        slots[first] = flat[first]
+        return slots
 
     def close(self) -> None:
-        """Releases the pipelines and the cached data in device memory."""
-        self.loader.close()
-        self._recorded = None
-        self._data = None
+        self.stream.close()
         self._indices.clear()
+
+
+class OneRead:
+    """Fills the cache at the first chunk by reading the source once, unshuffled, with
+    ``pipelines()`` (reader pipelines of a plan of one whole pass that does not shuffle).
+    Positions are marked ``"cached"``: a resumed fit must fill its cache as this one did."""
+
+    #: The first epoch waits for the read.
+    warmup_epochs = 1
+
+    def __init__(self, pipelines: Callable[[], Any]):
+        self.mark: dict[str, Any] = {"cached": True}
+        self.waited = 0.0
+        self._pipelines = pipelines
+
+    def step(self, cache: DeviceCache, peek: bool) -> None:
+        began = time.perf_counter()
+        pipes = self._pipelines()
+        try:
+            chunks = pipes.plan.chunks_per_epoch
+            for i in range(chunks):
+                out = pipes.produce(i)
+                cache.record({"x": out["x"], "y": out["y"], "slot": pipes.slots(i)}, i, chunks)
+        finally:
+            pipes.close()
+        cache.place(None, "read once and ")
+        self.waited += time.perf_counter() - began
+
+    def close(self) -> None:
+        pass
 
 
 def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int:
@@ -242,6 +311,18 @@ def scatter_rows(recorded: Any, index: jax.Array, n: int) -> Any:
         return jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
 
     return jax.tree_util.tree_map(one, recorded)
+
+
+def _place(recorded: Any, slots: Any, n: int) -> tuple[Any, jax.Array]:
+    """Every recorded row at its slot (``n``: dropped), and whether each slot was filled exactly
+    once. ``slots``: flat, in recording order, or None when the recording holds them as its
+    ``"slot"`` entry (:class:`OneRead`)."""
+    if slots is None:
+        slots = recorded["slot"]
+        recorded = {key: value for key, value in recorded.items() if key != "slot"}
+    slots = slots.reshape(-1)
+    filled = jnp.zeros(n, jnp.int32).at[slots].add(1, mode="drop")
+    return scatter_rows(recorded, slots, n), jnp.all(filled == 1)
 
 
 def gather_rows(data: Any, index: jax.Array) -> Any:

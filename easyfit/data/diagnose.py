@@ -1,11 +1,11 @@
 """Explaining a failed batch: which sample broke it, and why.
 
 DALI reports a sample it cannot read or decode with a message that rarely names the file. When a
-batch fails, the pipelines ask :func:`batch_error` for the error to raise. For an indexed source,
-:func:`find_bad_sample` looks at the samples of the chunks DALI was working on: each is checked
-on the host first (``IndexedSource.sample_problem``: unreadable, empty, broken inside), then run
-alone through the source's own DALI graph on the CPU; the first that fails is named. A
-reader-driven source is read again in order, one record at a time (:func:`scan_for_bad_record`).
+batch fails, the pipelines raise :func:`batch_error`, naming the culprit their kind finds. For an
+indexed source, :func:`find_bad_sample` looks at the samples of the chunks DALI was working on:
+each is checked on the host first (``IndexedSource.sample_problem``: unreadable, empty, broken
+inside), then run alone through the source's own DALI graph on the CPU; the first that fails is
+named. A reader-driven source is read again in order, one record at a time (:func:`scan_for_bad_record`).
 """
 
 from __future__ import annotations
@@ -22,15 +22,10 @@ from .sources.base import IndexedSource, ReaderSource, Source
 __all__ = ["batch_error", "find_bad_sample", "outside_error", "scan_for_bad_record", "turned_sample"]
 
 
-def batch_error(source: Source, error: RuntimeError, suspects: Iterable[int]) -> DataError:
-    """A DataError for a batch DALI failed to produce, naming the bad sample when one is found
-    (among ``suspects`` for an indexed source; in reading order for a reader-driven one)."""
-    if isinstance(source, ReaderSource):
-        culprit = scan_for_bad_record(source)
-    elif isinstance(source, IndexedSource):
-        culprit = find_bad_sample(source, suspects)
-    else:
-        culprit = None
+def batch_error(source: Source, error: RuntimeError, culprit: str | None) -> DataError:
+    """A DataError for a batch DALI failed to produce: ``culprit`` (the bad sample and what is
+    wrong with it, found by :func:`find_bad_sample` or :func:`scan_for_bad_record` as the
+    source's kind reads it) when one was found, else DALI's own first line."""
     if culprit:
         return DataError(culprit)
     return DataError(f"{source.describe()}: DALI failed to produce a batch: {first_line(error)}")

@@ -1,13 +1,12 @@
-"""The Loader: DALI pipelines -> chunks of global batches, sharded on the devices.
+"""Opening a stream of a source: :func:`decide_cache` chooses whether it is cached, and
+:func:`open_stream` opens it, streamed by a :class:`Loader` or gathered from the device cache
+(:class:`~easyfit.data.cache.DeviceCache`). Both implement :class:`~easyfit.data.stream.Stream`.
 
-The Loader builds the pipeline kind its source needs (``easyfit.data.pipelines``): pipelines fed
-by easyfit's sampler for an indexed source, or DALI's own readers for a reader-driven one. It
-owns what both share: the stream's position, peeking, the background thread that assembles
-chunks ahead of the training thread, and closing. The device caches (``easyfit.data.cache``,
-``easyfit.data.reader_cache``) hand out chunks of the same form.
-
-The stream is infinite: chunk ``i`` of the stream belongs to epoch ``i // chunks_per_epoch``, so
-epochs follow each other without a pipeline reset and prefetching crosses epoch ends.
+The Loader streams DALI pipelines of its source's kind (:func:`~easyfit.data.kinds.kind_of`) as
+chunks of global batches, sharded on the devices. It owns what both kinds share: the stream's
+position, peeking, the background thread that assembles chunks ahead of the training thread, and
+closing. The stream is infinite: chunk ``i`` belongs to epoch ``i // chunks_per_epoch``, so epochs
+follow each other without a pipeline reset and prefetching crosses epoch ends.
 """
 
 from __future__ import annotations
@@ -19,14 +18,115 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 
 from ..parallel import Placement
-from .pipelines import FedPipelines
+from .cache import cache_budget
+from .kinds import kind_of
 from .plan import Plan
-from .reader_pipelines import ReaderPipelines
-from .sources.base import IndexedSource, ReaderSource, Source
+from .sources.base import Source
+from .stream import Position, Stream
 
-__all__ = ["Loader"]
+__all__ = ["Loader", "decide_cache", "open_stream", "stream_plan"]
+
+
+def decide_cache(
+    cache: bool | str,
+    source: Source,
+    placement: Placement,
+    resume: Mapping[str, Any] | None = None,
+    *,
+    training: bool = True,
+) -> tuple[bool, str]:
+    """Whether to cache, and why (a sentence for the log): the one decision, for training,
+    evaluation and prediction data alike.
+
+    Args:
+        cache: fit's ``cache``: ``"auto"``, True or False.
+        source: the source (its ``sample_nbytes`` and ``random``).
+        placement: the devices.
+        resume: the loader position of the backup a fit resumes from, if any (a reader's
+            order depends on caching: see ``SourceKind.resume_cache``).
+        training: False for evaluation and prediction data, which ``cache=True`` does not
+            force: they are cached when they fit (as with ``"auto"``), and never with False.
+    """
+    if not training and cache is not False:
+        cache = "auto"
+    use, why = _decide(cache, source, placement)
+    return kind_of(source).resume_cache(cache, use, why, resume)
+
+
+def stream_plan(
+    source: Source, plan: Plan, placement: Placement, cached: bool, pipelines: int | None = None
+) -> Plan:
+    """The plan a stream of ``source`` follows, known before it is opened: ``plan``, or for a
+    streamed reader-driven source ``plan`` with the reader pass's length
+    (:func:`~easyfit.data.reader_pipelines.reader_plan`; ``pipelines``: reader pipelines per
+    process on CPUs)."""
+    return kind_of(source).plan(plan, placement, cached, pipelines)
+
+
+def _decide(cache: bool | str, source: Source, placement: Placement) -> tuple[bool, str]:
+    if cache not in ("auto", True, False):
+        raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
+    if cache is False:
+        return False, "cache=False: streaming from DALI every epoch"
+    when = kind_of(source).fills
+    if source.random:
+        if cache is True:
+            raise ValueError(
+                "cache=True: the training source applies random augmentation, "
+                "which must run every epoch; use cache=False or 'auto'"
+            )
+        return False, "random augmentation must run every epoch: streaming from DALI"
+    if source.sample_nbytes is None:
+        if cache is True:
+            return True, f"cache=True: caching the decoded dataset {when}"
+        return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
+    need = source.sample_nbytes * source.num_samples
+    budget = _agreed(cache_budget(placement))
+    size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
+    if need > budget:
+        return False, (
+            f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
+        )
+    return True, f"caching the decoded dataset on the device {when} ({size})"
+
+
+def _agreed(budget: int) -> int:
+    """Process 0's budget in every process: they must all make the same choice."""
+    if jax.process_count() == 1:
+        return budget
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int64(budget)))
+
+
+def open_stream(
+    source: Source,
+    plan: Plan,
+    placement: Placement,
+    *,
+    cached: bool,
+    start: int = 0,
+    position: Mapping[str, Any] | None = None,
+    training: bool = False,
+    **options: Any,
+) -> Stream:
+    """A stream of ``source`` following ``plan`` (as :func:`stream_plan` makes it), from chunk
+    ``start`` or ``position``: gathered from the device cache when ``cached``, else streamed by
+    a :class:`Loader` (``options``: its keyword arguments)."""
+    plan = stream_plan(source, plan, placement, cached, options.get("pipelines"))
+    if not cached:
+        return Loader(source, plan, placement, start=start, position=position, training=training, **options)
+    if position is not None:
+        start = int(position["chunk"])
+
+    def stream() -> Loader:
+        return Loader(source, plan, placement, start=start, training=training, **options)
+
+    keep = {k: options[k] for k in ("num_threads", "pipelines") if k in options}
+    return kind_of(source).cache(source, plan, placement, stream, start=start, **keep)
 
 
 class Loader:
@@ -40,8 +140,9 @@ class Loader:
 
     Args:
         source: what to read.
-        plan: which samples make up each chunk (for a reader-driven source, :attr:`plan` adds
-            the length of the reader's pass).
+        plan: which samples make up each chunk; :attr:`plan` is this plan, made for the
+            source's kind (``SourceKind.plan``; a plain Plan for a reader-driven source is
+            completed with the length of the reader's pass).
         placement: the devices and shardings.
         start: index of the first chunk (resume).
         position: a position from :meth:`position` to start at instead of ``start``.
@@ -84,44 +185,30 @@ class Loader:
         source.check()
         self.source = source
         self.placement = placement
-        reader = isinstance(source, ReaderSource)
+        kind = kind_of(source)
         if position is not None:
             start = int(position["chunk"])
-        self._threaded = (
-            (placement.platform == "gpu" and not reader) if threaded is None else threaded and not reader
-        )  # a reader's position is read between chunks
-        self._pipelines: FedPipelines | ReaderPipelines
-        if isinstance(source, ReaderSource):
-            self._pipelines = ReaderPipelines(
-                source,
-                plan,
-                placement,
-                start=start,
-                position=position,
-                num_threads=num_threads,
-                prefetch=prefetch,
-                training=training,
-                pipelines=pipelines,
-            )
-        elif isinstance(source, IndexedSource):
-            self._pipelines = FedPipelines(
-                source,
-                plan,
-                placement,
-                start=start,
-                num_threads=num_threads,
-                prefetch=prefetch,
-                pipelines_per_device=pipelines_per_device,
-                training=training,
-                pool=self._threaded,
-            )
-        else:
-            raise TypeError(
-                f"source: {source.describe()} is neither an IndexedSource nor a "
-                "ReaderSource (see easyfit.data.sources.base)"
-            )
-        self.plan = self._pipelines.plan
-        self.iteration = self._pipelines.next if isinstance(self._pipelines, ReaderPipelines) else start
+        # a reader's position is read between chunks: no thread
+        self._threaded = kind.planned and (placement.platform == "gpu" if threaded is None else threaded)
+        self._pipelines = kind.pipelines(
+            source,
+            plan,
+            placement,
+            start=start,
+            position=position,
+            num_threads=num_threads,
+            prefetch=prefetch,
+            pipelines_per_device=pipelines_per_device,
+            pipelines=pipelines,
+            training=training,
+            pool=self._threaded,
+        )
+        self.plan: Plan = self._pipelines.plan
+        self.iteration = start if kind.planned else self._pipelines.next
+        self._lazy = not kind.planned  # a reader's position holds DALI's checkpoints
+        self._position: Position | None = None  # the last one handed out, until the pipelines move
+        self._position_at = start
+        self._closed = False
         self._peeked: dict[str, jax.Array] | None = None
         self.waited = 0.0
         chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
@@ -132,14 +219,29 @@ class Loader:
     #: Epochs before input comes as in every later one (none: every epoch streams alike).
     warmup_epochs = 0
 
-    def position(self) -> dict[str, Any]:
-        """Where the stream stands: an opaque, JSON-serialisable dict to save with a checkpoint
-        and give back as ``Loader(..., position=...)`` to go on with the next chunk.
+    def position(self) -> Mapping[str, Any]:
+        """Where the stream stands: an opaque mapping, JSON-serialisable as a dict, to save with
+        a checkpoint and give back as ``Loader(..., position=...)`` to go on with the next chunk.
 
         For an indexed source, ``{"chunk": i}``: the sample order is a pure function of (seed,
-        data pass). For a reader-driven one, also the DALI pipelines' own checkpoints.
+        data pass). For a reader-driven one, also the DALI pipelines' own checkpoints, serialised
+        only when the position is first read (a :class:`~easyfit.data.stream.Position`); read
+        after the stream moved on, it is ``{"chunk": i}``, from which the reader resumes by
+        reading the chunks before and dropping them.
         """
-        return self._pipelines.position(self.iteration)
+        if not self._lazy:
+            return self._pipelines.position(self.iteration)
+        if self._position is None or self._position_at != self.iteration:
+            iteration = self.iteration
+            self._position = Position(lambda: self._pipelines.position(iteration), {"chunk": iteration})
+            self._position_at = iteration
+        return self._position
+
+    def _expire(self) -> None:
+        """The stream moves on: an unread position falls back to its chunk index."""
+        if self._position is not None:
+            self._position.expire()
+            self._position = None
 
     def __iter__(self) -> Loader:
         return self
@@ -155,23 +257,30 @@ class Loader:
         if self._peeked is not None:
             item = self._peeked
             self._peeked = None
-        elif self._threaded:
-            item = self._take()
         else:
-            try:
-                item = self._pipelines.produce(self.iteration)
-            except BaseException:
-                self.close()
-                raise
+            item = self._produce(peek=False)
         self.iteration += 1
         return item
+
+    def _produce(self, peek: bool) -> dict[str, jax.Array]:
+        if self._threaded:
+            return self._take()
+        if not peek:
+            self._expire()  # the pipelines leave the state before this chunk
+        try:
+            return self._pipelines.produce(self.iteration, peek=peek)
+        except BaseException:
+            self.close()
+            raise
 
     def peek(self) -> dict[str, jax.Array]:
         """The next chunk, without consuming it."""
         if self._peeked is None:
-            batch = next(self)
-            self.iteration -= 1
-            self._peeked = batch
+            start = time.perf_counter()
+            try:
+                self._peeked = self._produce(peek=True)
+            finally:
+                self.waited += time.perf_counter() - start
         return self._peeked
 
     def _take(self) -> dict[str, jax.Array]:
@@ -217,7 +326,15 @@ class Loader:
         self._thread.start()
 
     def close(self) -> None:
-        """Stops the prefetching thread and releases the pipelines."""
+        """Stops the prefetching thread and releases the pipelines (reading first the last
+        position handed out, if the stream still stands there)."""
+        if self._position is not None and not self._closed:
+            try:
+                self._position.settle()
+            except Exception:  # pipelines that failed: the chunk index resumes as exactly
+                self._position.expire()
+            self._position = None
+        self._closed = True
         if self._thread is not None:
             self._stop.set()
             with self._ready:

@@ -1,7 +1,8 @@
 """The pipelines of a :class:`~easyfit.data.sources.base.ReaderSource`: DALI's reader picks the
 order, one shard per pipeline. A position holds DALI's own pipeline checkpoints
-(``enable_checkpointing``), from which the pipelines are rebuilt to go on exactly there. The
-index-fed kind and what both share are in :mod:`easyfit.data.pipelines`.
+(``enable_checkpointing``), from which the pipelines are rebuilt to go on exactly there; they are
+serialised only when a position is read. What both pipeline kinds share is in
+:mod:`easyfit.data.pipelines`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..errors import DataError
 from ..parallel import Placement
+from .diagnose import scan_for_bad_record
 from .pipelines import (
     PipelineRunner,
     augmented,
@@ -28,7 +31,7 @@ from .pipelines import (
 from .plan import Plan
 from .sources.base import READER, ReaderSource
 
-__all__ = ["ReaderPipelines", "ReaderPlan"]
+__all__ = ["ReaderPipelines", "ReaderPlan", "reader_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +45,67 @@ class ReaderPlan(Plan):
         return self.pass_steps
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """How the reader pipelines of a placement cut the stream: pipelines per process, readers
+    in all, rows of a unit and of a run, and the runs of one reader pass."""
+
+    per_process: int
+    readers: int
+    unit_steps: int
+    unit: int
+    run: int
+    pass_runs: int
+
+    @property
+    def unit_runs(self) -> int:
+        return self.unit // self.run
+
+    @property
+    def pass_units(self) -> int:
+        return -(-self.pass_runs // self.unit_runs)
+
+
+def _layout(plan: Plan, placement: Placement, pipelines: int | None) -> _Layout:
+    local = placement.local_shards
+    per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
+    if len(local) % per_process:
+        raise ValueError(f"pipelines={pipelines}: must divide the {len(local)} local devices")
+    readers = per_process * jax.process_count()
+    batch = len(local) // per_process * plan.rows_per_shard  # a pipeline's rows of each chunk
+    # a unit of the stream: a chunk, or a step when epochs may end between steps
+    unit_steps = plan.steps_per_execution if plan.epoch_steps is None else 1
+    unit = batch * unit_steps // plan.steps_per_execution
+    run = run_rows(unit)  # read in runs of at most RUN_ROWS rows
+    # DALI pads each shard to the longest one (pad_last_batch): ceil(n / readers) rows
+    shard = -(-plan.num_samples // readers)
+    return _Layout(per_process, readers, unit_steps, unit, run, -(-shard // run))
+
+
+def reader_plan(plan: Plan, placement: Placement, pipelines: int | None = None) -> ReaderPlan:
+    """The plan a :class:`ReaderSource`'s stream follows on ``placement``: ``plan`` with the
+    length of the reader's pass, each shard padded to whole units (``plan`` itself when it is
+    that already).
+
+    Example:
+        >>> import easyfit as ef
+        >>> from easyfit.data.reader_pipelines import reader_plan
+        >>> placement = ef.parallel.Placement.create()
+        >>> plan = reader_plan(ef.data.Plan(100, 32), placement)
+        >>> plan.steps_per_pass, reader_plan(plan, placement) is plan
+        (4, True)
+    """
+    fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
+    layout = _layout(plan, placement, pipelines)
+    made = ReaderPlan(**fields, pass_steps=layout.pass_units * layout.unit_steps)
+    return plan if made == plan and isinstance(plan, ReaderPlan) else made
+
+
 class ReaderPipelines:
     """Pipelines of a :class:`ReaderSource`: one per local GPU (reader shard = the device's
     shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
-    share of the local devices. ``plan`` gives the batch size, steps per execution, seed and
-    whether to shuffle; :attr:`plan` (a :class:`ReaderPlan`) adds the length of the reader's pass.
+    share of the local devices. :attr:`plan` is ``reader_plan(plan, placement, pipelines)``:
+    ``plan`` itself when it is a :class:`ReaderPlan` made for this placement.
 
     The reader's stream is read in *units* of whole runs: a chunk each, or with
     ``plan.epoch_steps`` (fit's ``steps_per_epoch``) a step each, so that an epoch can end
@@ -56,8 +115,8 @@ class ReaderPipelines:
     Resume: a ``position`` from :meth:`position` holds each pipeline's DALI checkpoint
     (``Pipeline.checkpoint()``), and the pipelines are rebuilt from them (``checkpoint=``): the
     reader goes on exactly where it was, shuffle buffer included, reading nothing twice. Without
-    one (``fit(initial_epoch=...)`` with no backup), the chunks before ``start`` are read and
-    dropped, since DALI's readers cannot seek.
+    one (``fit(initial_epoch=...)`` with no backup, or a position of only ``{"chunk": i}``), the
+    chunks before are read and dropped, since DALI's readers cannot seek.
     """
 
     def __init__(
@@ -77,21 +136,17 @@ class ReaderPipelines:
         self.placement = placement
         self.training = training
         self.on_gpu = on_gpu_pipelines(source, placement)
-        self._runner = PipelineRunner(source, self.on_gpu)
+        self._runner = PipelineRunner(source, self.on_gpu, lambda _: scan_for_bad_record(source))
         local = placement.local_shards
-        per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
-        if len(local) % per_process:
-            raise ValueError(f"pipelines={pipelines}: must divide the {len(local)} local devices")
+        self.plan = reader_plan(plan, placement, pipelines)
+        layout = _layout(self.plan, placement, pipelines)
+        per_process, readers = layout.per_process, layout.readers
         size = len(local) // per_process
         groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
-        readers = per_process * jax.process_count()
         ids = [jax.process_index() * per_process + k for k in range(per_process)]
         self._group = size
-        batch = size * plan.rows_per_shard  # a pipeline's rows of each chunk
-        # a unit of the stream: a chunk, or a step when epochs may end between steps
-        self._unit_steps = plan.steps_per_execution if plan.epoch_steps is None else 1
-        self._unit = batch * self._unit_steps // plan.steps_per_execution  # rows of a unit
-        run = run_rows(self._unit)  # read in runs of at most RUN_ROWS rows
+        self._unit_steps = layout.unit_steps
+        self._unit = layout.unit
         threads = num_threads or default_num_threads(placement.platform, len(groups))
         saved = list((position or {}).get("dali") or [])
         if saved and len(saved) != len(ids):
@@ -104,8 +159,8 @@ class ReaderPipelines:
             self._build(
                 shard,
                 readers,
-                plan,
-                run,
+                self.plan,
+                layout.run,
                 threads,
                 local[g[0]][1].local_hardware_id if self.on_gpu else None,
                 prefetch,
@@ -114,13 +169,18 @@ class ReaderPipelines:
             for k, (shard, g) in enumerate(zip(ids, groups, strict=True))
         ]
         meta = self._pipes[0].reader_meta(READER)
+        padded = readers * -(-self.plan.num_samples // readers)
+        if meta["epoch_size"] != self.plan.num_samples or meta["epoch_size_padded"] != padded:
+            self.close()
+            raise DataError(
+                f"{source.describe()}: its DALI reader counts {meta['epoch_size']} samples "
+                f"({meta['epoch_size_padded']} padded), not {self.plan.num_samples} ({padded})"
+            )
         # each shard, padded to whole runs; a unit holds unit // run of them, a pass's last unit
         # fewer (its other rows are masked copies)
-        self._pass_runs = -(-(meta["epoch_size_padded"] // readers) // run)
-        self._unit_runs = self._unit // run
-        self._pass_units = -(-self._pass_runs // self._unit_runs)
-        fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
-        self.plan = ReaderPlan(**fields, pass_steps=self._pass_units * self._unit_steps)
+        self._pass_runs = layout.pass_runs
+        self._unit_runs = layout.unit_runs
+        self._pass_units = layout.pass_units
         self._sizes = shard_sizes(meta["epoch_size"], readers)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)])
         #: Samples in one pass, as the reader counts them.
@@ -128,7 +188,7 @@ class ReaderPipelines:
         self._stick = bool(meta["stick_to_shard"])
         self._ids = ids
         self._readers = readers
-        self._checkpoints: dict[int, list[str]] = {}  # before chunk i, while it is unconsumed
+        self._checkpoints: dict[int, list[str]] = {}  # before a peeked chunk, while unconsumed
         if saved:
             assert position is not None
             self.next = int(position["chunk"])
@@ -189,8 +249,10 @@ class ReaderPipelines:
             return {"chunk": iteration}
         if iteration == self.next:
             dali = self._checkpoint()
-        else:
+        elif iteration in self._checkpoints:
             dali = self._checkpoints[iteration]  # produced ahead (peeked), not yet consumed
+        else:
+            raise RuntimeError(f"reader pipelines are at chunk {self.next}: chunk {iteration}'s is gone")
         return {"chunk": iteration, "dali": dali}
 
     def _checkpoint(self) -> list[str]:
@@ -229,7 +291,7 @@ class ReaderPipelines:
         from ``k * n // shards`` on, in order), ``n`` for padding: laid out as
         :meth:`produce`'s rows. Only meaningful when the plan does not shuffle: then the row
         read as ``slots(i)[j]`` is the record at that place in the source's own order (an
-        LMDB's key order), whatever the number of pipelines (``easyfit.data.reader_cache``)."""
+        LMDB's key order), whatever the number of pipelines (``easyfit.data.cache.OneRead``)."""
         n = self.num_samples
         parts = []
         for k in range(len(self._pipes)):
@@ -256,11 +318,13 @@ class ReaderPipelines:
             outs += got + [(got or outs)[-1]] * (self._unit_runs - runs)
         return self._runner.join(outs)
 
-    def produce(self, iteration: int) -> dict[str, jax.Array]:
-        """Chunk ``iteration`` of the stream: the pipelines' next runs, with their masks."""
+    def produce(self, iteration: int, peek: bool = False) -> dict[str, jax.Array]:
+        """Chunk ``iteration`` of the stream: the pipelines' next runs, with their masks.
+        ``peek``: the chunk is not consumed yet, so the pipelines' state before it is kept for
+        :meth:`position`."""
         if iteration != self.next:
             raise RuntimeError(f"reader pipelines are at chunk {self.next}, not {iteration}")
-        self._checkpoints = {iteration: self._checkpoint()}
+        self._checkpoints = {iteration: self._checkpoint()} if peek and jax.process_count() == 1 else {}
         units = self._units(iteration)
         outputs = [self._chunk_of(p, units) for p in self._pipes]
         self.next += 1

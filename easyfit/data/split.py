@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
+from .kinds import kind_of
 from .sources.base import IndexedSource, Source, Subset
 
 __all__ = ["split_validation"]
@@ -31,12 +34,10 @@ def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Su
     """
     if not 0.0 < float(fraction) < 1.0:
         raise ValueError(f"validation_split={fraction!r}: expected a fraction in (0, 1)")
-    if not isinstance(source, IndexedSource):
-        raise ValueError(
-            f"validation_split: {source.describe()} is read by DALI's reader in its "
-            "own order, so easyfit cannot hold samples out of it; give validation "
-            "data instead (validation_data=..., or a root/val beside root/train)"
-        )
+    refusal = kind_of(source).split_refusal(source)
+    if refusal is not None:
+        raise ValueError(refusal)
+    source = cast(IndexedSource, source)
     n = source.num_samples
     held = int(round(n * float(fraction)))
     if held < 1 or held >= n:

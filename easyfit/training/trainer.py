@@ -1,8 +1,8 @@
 """Trainer: one class that holds its configuration and its training state, coordinates fit,
 evaluate and predict, and defines the hooks a subclass overrides.
 
-The work is elsewhere: the data door (``easyfit.data.DataDoor``) resolves what to read and lends
-loaders of global batches; the compiled steps (``easyfit.training.compiled.CompiledSteps``, from
+The work is elsewhere: the data inputs (``easyfit.data.DataInputs``) resolve what to read and
+lend streams of global batches; the compiled steps (``easyfit.training.compiled.CompiledSteps``, from
 the pure steps of ``easyfit.training.steps``) train and evaluate; ``easyfit.training.labels``
 infers the loss and checks the labels; persistence (``easyfit.persistence``) saves, loads and
 exports plain values; callbacks report (see docs/architecture.md).
@@ -35,7 +35,7 @@ from flax import nnx
 from .._env import arrange_determinism
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
-from ..data.door import DataDoor
+from ..data.inputs import DataInputs
 from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
@@ -179,7 +179,7 @@ class Trainer:
         loader_options = {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device}
 
         # what the trainer builds and keeps
-        self._data = DataDoor(self.placement, self.seed, steps_per_execution, loader_options)
+        self._data = DataInputs(self.placement, self.seed, steps_per_execution, loader_options)
         self._steps = CompiledSteps(self.placement)
         self.state: TrainState | None = None
         self.history: History | None = None
@@ -375,7 +375,7 @@ class Trainer:
             cache: ``"auto"`` keeps the decoded dataset in device memory when it fits and no
                 random augmentation is asked for (recorded while the first epoch streams; a
                 source read by a DALI reader, such as an LMDB, is read once before it: see
-                ``easyfit.data.cache`` and ``easyfit.data.reader_cache``), and says what it
+                ``easyfit.data.cache``), and says what it
                 chose in the log; True insists, False always streams.
             class_weight: ``{class index: weight}`` multiplying each training sample's loss,
                 as in Keras: a class with no key weighs 1.0, ``{}`` weighs nothing; the class
@@ -439,7 +439,7 @@ class Trainer:
         if resume is not None:
             initial_epoch = resume.epoch
         plan = loader.plan
-        start = loader.position()
+        start = dict(loader.position())  # read now: the stream moves on at once
         compiling: dict[int, threading.Thread] = {}
         try:  # a failure before training (bad labels or inputs) leaves nothing running
             head: dict[str, jax.Array] = next(loader)

@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import easyfit as ef
-from easyfit.data.cache import decide_cache
+from easyfit.data.loader import decide_cache
 from easyfit.parallel import Placement
 from tests.helpers import flat_params
 from tests.helpers.models import SmallMLP

@@ -12,8 +12,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore
-from easyfit.data.cache import decide_cache
-from easyfit.data.reader_cache import ReaderCache
+from easyfit.data.loader import decide_cache, open_stream
 from easyfit.parallel import Placement
 from tests.helpers import Crash, crash_at, flat_params
 from tests.helpers.models import SmallMLP
@@ -33,9 +32,9 @@ def train_xy(mnist_arrays):
 
 
 def _epochs(source, seed, epochs=3, batch_size=96, steps=2, **options):
-    """Each epoch's chunks of a ReaderCache (x, y, mask on the host), and the plan."""
+    """Each epoch's chunks of a cached LMDB (x, y, mask on the host), and the plan."""
     plan = ef.data.Plan(N, batch_size, shuffle=True, seed=seed, steps_per_execution=steps)
-    loader = ReaderCache(source, plan, Placement.create(), **options)
+    loader = open_stream(source, plan, Placement.create(), cached=True, **options)
     try:
         return plan, [
             [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(plan.chunks_per_epoch)]

@@ -12,8 +12,7 @@ from PIL import Image
 
 import easyfit as ef
 from easyfit._synthetic import write_png
-from easyfit.data.cache import decide_cache
-from easyfit.data.loader import Loader
+from easyfit.data.loader import Loader, decide_cache
 from easyfit.parallel import Placement
 from tests.helpers import flat_params
 from tests.helpers.dense import PALETTE, TinySegmenter, write_segmentation

@@ -21,7 +21,7 @@ import optax  # noqa: E402
 import easyfit as ef  # noqa: E402
 from easyfit.callbacks import BackupAndRestore  # noqa: E402
 from easyfit.data import Loader  # noqa: E402
-from easyfit.data.reader_cache import ReaderCache  # noqa: E402
+from easyfit.data.loader import open_stream  # noqa: E402
 from tests.helpers import Crash, crash_at  # noqa: E402
 from tests.helpers.models import SmallMLP  # noqa: E402
 
@@ -56,7 +56,7 @@ lmdb_history = trainer.fit(lmdb_root, epochs=1, batch_size=96, verbose=0, cache=
 
 # The device cache of the LMDB, read once by one reader per device (each shard padded): every
 # epoch the plan's permutation of the key order, so the same batches on any number of devices.
-cached = ReaderCache(lmdb_val, plan, trainer.placement, pipelines=n)
+cached = open_stream(lmdb_val, plan, trainer.placement, cached=True, pipelines=n)
 cache_exact = []
 for i in range(3 * plan.chunks_per_epoch):
     index, mask = plan.chunk(i)

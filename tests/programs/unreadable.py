@@ -15,7 +15,7 @@ import easyfit.data.diagnose  # noqa: F401 - imported before the process loses i
 from easyfit.data import Loader
 
 late_dir, early_dir, bad = sys.argv[1:4]
-placement = ef.trainer.Placement.create()
+placement = ef.parallel.Placement.create()
 late = ef.data.ImageFolder(late_dir)  # as root: the unreadable file is not among those sampled
 if os.geteuid() == 0:
     os.setgid(65534)

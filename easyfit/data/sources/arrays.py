@@ -10,7 +10,7 @@ import numpy as np
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..recipe import ImageRecipe
-from ..structure import Structure
+from ..structured_arrays import Structure
 from .base import IndexedSource, int32_labels, nonfinite_problem
 
 __all__ = ["Arrays"]

@@ -1,8 +1,9 @@
 """The kinds of data source: a small base, index-fed sources and reader-driven sources.
 
 A source says what its samples are and how DALI turns one into an ``(x, y)`` pair. It knows
-nothing of devices, batches, epochs or shuffling: the loader (``easyfit.data.loader``) owns those,
-and picks its pipeline kind from the source's kind (``easyfit.data.pipelines``).
+nothing of devices, batches, epochs or shuffling: the streams (``easyfit.data.loader``,
+``easyfit.data.cache``) own those, and what differs between the two kinds below is decided in
+``easyfit.data.kinds``.
 
 * :class:`Source`: what every source says (size, labels, scale, where a sample comes from).
 * :class:`IndexedSource`: sample ``i`` can be handed to DALI on request. ``feed(indices)`` gives
@@ -286,7 +287,7 @@ class ReaderSource(Source):
     buffer when training, and pads the shard's end with copies of its last sample
     (``pad_last_batch``); the loader masks the padding. Streamed, batches depend on the number
     of pipelines (the device cache reads the source once, unshuffled, and permutes it like an
-    indexed source's: ``easyfit.data.reader_cache``); ``validation_split`` is not available
+    indexed source's: ``easyfit.data.cache``); ``validation_split`` is not available
     (see docs/data-formats.md).
 
     Subclasses implement ``num_samples`` and :meth:`read`.

@@ -1,11 +1,11 @@
-"""The one door from the trainer into data (the role of Keras' ``EpochIterator``).
+"""The trainer's data inputs (the role of Keras' ``EpochIterator``): :class:`DataInputs`.
 
 Given what the user passed (a path, arrays, a source, ``validation_split``, ``cache``) and the
-placement, the :class:`DataDoor` resolves sources (keeping one per path), splits off validation
-data, plans the batches, decides caching, builds the training loader, lends evaluation and
-prediction loaders from one pass to the next, and closes them all. The trainer's ``fit``,
-``evaluate`` and ``predict`` only coordinate: they ask the door for loaders and iterate.
-"""
+placement, :class:`DataInputs` resolves sources (keeping one per path), splits off validation
+data, plans the batches, decides caching, opens the training stream, lends evaluation and
+prediction streams from one pass to the next, and closes them all. The trainer's ``fit``,
+``evaluate`` and ``predict`` ask it for streams (:class:`~easyfit.data.stream.Stream`) and
+iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,15 @@ from typing import Any, Protocol
 
 from ..parallel import Placement
 from ..training.steps import per_dispatch
-from .cache import CachedLoader, decide_cache
-from .loader import Loader
-from .passes import Lease, PassLoaders
+from .kept_streams import KeptStreams, LentStream
+from .loader import decide_cache, open_stream, stream_plan
 from .plan import Plan
-from .reader_cache import ReaderCache, resume_mode
 from .resolve import split_layout, to_source
-from .sources.base import ReaderSource, Source
+from .sources.base import Source
 from .split import split_validation
+from .stream import Stream
 
-__all__ = ["DataDoor"]
+__all__ = ["DataInputs"]
 
 
 log = logging.getLogger("easyfit")
@@ -35,7 +34,8 @@ _DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
 class _Resume(Protocol):
-    """Where a fit resumes (``easyfit.persistence.checkpoint.ResumePoint``): what the door needs of it."""
+    """Where a fit resumes (``easyfit.persistence.checkpoint.ResumePoint``): what the inputs
+    need of it."""
 
     @property
     def epoch(self) -> int: ...
@@ -46,7 +46,7 @@ class _Resume(Protocol):
     def check(self, plan: Plan) -> None: ...
 
 
-class DataDoor:
+class DataInputs:
     """Everything a trainer needs from data, behind one object.
 
     Args:
@@ -58,15 +58,15 @@ class DataDoor:
 
     Example:
         >>> import numpy as np, easyfit as ef
-        >>> door = ef.data.DataDoor(ef.parallel.Placement.create(), seed=0)
-        >>> train, val = door.fit_sources(np.zeros((10, 4, 4, 1), np.uint8), np.arange(10),
-        ...                               validation_split=0.2)
+        >>> inputs = ef.data.DataInputs(ef.parallel.Placement.create(), seed=0)
+        >>> train, val = inputs.fit_sources(np.zeros((10, 4, 4, 1), np.uint8), np.arange(10),
+        ...                                 validation_split=0.2)
         >>> len(train), len(val)
         (8, 2)
-        >>> with door.lease(val, batch_size=2) as loader:
-        ...     sorted(next(loader))
+        >>> with inputs.lease(val, batch_size=2) as stream:
+        ...     sorted(next(stream))
         ['mask', 'x', 'y']
-        >>> door.close()
+        >>> inputs.close()
     """
 
     def __init__(
@@ -86,7 +86,7 @@ class DataDoor:
         #: last fit's training source's, or a loaded checkpoint's; None when unknown.
         self.recipe: dict[str, Any] | None = None
         self._sources: dict[str, Source] = {}
-        self._passes = PassLoaders(placement, self.loader_options)
+        self._kept = KeptStreams(placement, self.loader_options)
 
     # ------------------------------------------------------------------------------ sources
     def fit_sources(
@@ -241,55 +241,52 @@ class DataDoor:
         initial_epoch: int = 0,
         resume: _Resume | None = None,
         steps_per_epoch: int | None = None,
-    ) -> tuple[Loader | CachedLoader | ReaderCache, str]:
-        """The training loader, and a sentence saying whether it caches and why.
+    ) -> tuple[Stream, str]:
+        """The training stream, and a sentence saying whether it caches and why.
 
-        With ``resume``, its plan is checked against the saved one and the loader starts at
+        With ``resume``, its plan is checked against the saved one and the stream starts at
         its position; else at ``initial_epoch``. ``steps_per_epoch``: an epoch of that many
-        steps of the stream (None: one pass). The caller closes the loader.
+        steps of the stream (None: one pass). The stream's plan is fixed before it opens. The
+        caller closes the stream.
         """
-        use_cache, why = decide_cache(cache, source, self.placement)
-        if isinstance(source, ReaderSource) and resume is not None:  # its order depends on caching
-            use_cache, why = resume_mode(cache, use_cache, why, resume.position)
+        position = resume.position if resume is not None else None
+        use_cache, why = decide_cache(cache, source, self.placement, position)
         self.cache = cache
         log.info("easyfit: %s", why)
         plan = self.plan(
             source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch, training=True
         )
+        plan = stream_plan(source, plan, self.placement, use_cache, self.loader_options.get("pipelines"))
         if resume is not None:
             resume.check(plan)
             initial_epoch = resume.epoch
         start = initial_epoch * plan.chunks_per_epoch
-        position = resume.position if resume is not None else None
-        if use_cache and isinstance(source, ReaderSource):
-            return ReaderCache(
-                source, plan, self.placement, start=start, position=position, **self.loader_options
-            ), why
-        loader = Loader(
+        stream = open_stream(
             source,
             plan,
             self.placement,
-            training=True,
+            cached=use_cache,
             start=start,
             position=position,
+            training=True,
             **self.loader_options,
         )
-        return (CachedLoader(loader) if use_cache else loader), why
+        return stream, why
 
-    def lease(self, source: Source, batch_size: int, steps: int | None = None) -> Lease:
-        """A loader for one pass over ``source`` in order (evaluation, prediction), kept for
+    def lease(self, source: Source, batch_size: int, steps: int | None = None) -> LentStream:
+        """A stream for one pass over ``source`` in order (evaluation, prediction), kept for
         the next pass; use it as a context manager. ``steps``: only the pass's first that many
         batches (Keras' ``steps`` and ``validation_steps``), streamed afresh each time so that
         every such pass starts at the first batch; None, or as many as the pass has, for all."""
         plan = self.plan(source, batch_size, shuffle=False)
         if steps is None or steps >= plan.steps_per_pass:
-            return self._passes.lease(source, plan, self.cache)
+            return self._kept.lease(source, plan, self.cache)
         plan = self.plan(source, batch_size, shuffle=False, steps_per_epoch=steps)
-        return self._passes.lease(source, plan, False, keep=False)
+        return self._kept.lease(source, plan, False, keep=False)
 
     def close(self) -> None:
-        """Releases every kept loader (DALI pipelines, device caches) and open file."""
-        self._passes.close()
+        """Releases every kept stream (DALI pipelines, device caches) and open file."""
+        self._kept.close()
         for source in self._sources.values():
             closer = getattr(source, "close", None)
             if callable(closer):

@@ -25,7 +25,7 @@ def as_array(name: str, data: Any) -> np.ndarray:
 
     Example:
         >>> import numpy as np
-        >>> from easyfit.data.structure import as_array
+        >>> from easyfit.data.structured_arrays import as_array
         >>> as_array("x", [np.zeros((2, 3)), np.zeros((1, 3))])
         Traceback (most recent call last):
         ...
@@ -52,7 +52,7 @@ class Structure:
 
     Example:
         >>> import numpy as np
-        >>> from easyfit.data.structure import Structure
+        >>> from easyfit.data.structured_arrays import Structure
         >>> s, leaves = Structure.of("x", {"image": np.zeros((4, 2)), "extra": np.ones(4)})
         >>> s.names, [a.shape for a in leaves]
         (["x['image']", "x['extra']"], [(4, 2), (4,)])

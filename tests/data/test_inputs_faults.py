@@ -20,9 +20,9 @@ def xy(mnist_arrays):
 
 
 def test_a_batch_larger_than_the_data_is_clamped_to_it_with_a_warning(xy):
-    door = ef.data.DataDoor(ef.parallel.Placement.create())
+    inputs = ef.data.DataInputs(ef.parallel.Placement.create())
     source = ef.data.Arrays(*xy)
-    assert door.plan(source, 10**8, shuffle=True).batch_size == 100  # padded, it never finished
+    assert inputs.plan(source, 10**8, shuffle=True).batch_size == 100  # padded, it never finished
     trained = {}
     for batch_size in (100, 1000):
         trainer = ef.Trainer(SmallMLP(), seed=0)

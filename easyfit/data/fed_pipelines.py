@@ -1,0 +1,209 @@
+"""The pipelines of an :class:`~easyfit.data.sources.base.IndexedSource`: each is fed by an
+``external_source`` whose callback asks the :class:`~easyfit.data.plan.Plan` which samples make
+up the chunk DALI is preparing. The order is a pure function of (seed, data pass), so a position
+is just a chunk index.
+
+On GPU machines, several pipelines per local GPU, each preparing a part of the device's rows; on a
+CPU-only machine, one pipeline (or ``pipelines_per_device`` in all).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._env import available_cores
+from ..parallel import Placement
+from .augment import Augment
+from .diagnose import find_bad_sample
+from .pipelines import (
+    RUN_ROWS,
+    PipelineRunner,
+    augmented,
+    default_num_threads,
+    draws_of,
+    on_gpu_pipelines,
+    pipeline_seed,
+)
+from .plan import Orders, Plan
+from .sources.base import IndexedSource
+
+__all__ = ["FedPipelines"]
+
+
+class _Feeder:
+    """The external_source callback of one pipeline: its rows of each chunk, prepared in
+    ``len(parts)`` runs (run ``j`` feeds part ``j % len(parts)`` of chunk ``start + j // len(parts)``).
+    """
+
+    def __init__(
+        self, source: IndexedSource, plan: Plan, rows: np.ndarray, start: int, augment: Augment | None
+    ):
+        self.source = source
+        self.augment = augment
+        self.plan = plan
+        self.start = start
+        self.rows = rows
+        self.parts = np.array_split(rows, -(-len(rows) // RUN_ROWS))
+        self._orders = Orders(plan)
+
+    def chunk(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.plan.chunk(iteration, self._orders)
+
+    def __call__(self, info: Any) -> Any:
+        chunk, part = divmod(info.iteration, len(self.parts))
+        iteration = self.start + chunk
+        idx, _ = self.chunk(iteration)
+        rows = idx[self.parts[part]]
+        fed = tuple(self.source.feed(rows))
+        if self.augment is None:
+            return fed
+        passes = self.plan.passes(iteration)[self.parts[part]]
+        draws: list[np.ndarray] = []
+        for p in np.unique(passes):  # a sample's draws: a function of (seed, pass, index)
+            these = passes == p
+            got = self.augment.sample(self.plan.seed, int(p), rows[these])
+            draws = draws or [np.empty((len(rows), *g.shape[1:]), g.dtype) for g in got]
+            for out, g in zip(draws, got, strict=True):
+                out[these] = g
+        return fed + tuple(draws)
+
+
+class FedPipelines:
+    """Pipelines fed by easyfit's sampler (an :class:`IndexedSource`), starting at chunk
+    ``start``. ``pool``: wait for and refeed each pipeline in its own thread."""
+
+    def __init__(
+        self,
+        source: IndexedSource,
+        plan: Plan,
+        placement: Placement,
+        *,
+        start: int,
+        num_threads: int | None,
+        prefetch: int,
+        pipelines_per_device: int | None,
+        training: bool,
+        pool: bool,
+    ):
+        self.source = source
+        self.plan = plan
+        self.placement = placement
+        self.training = training
+        self.prefetch = prefetch
+        self.on_gpu = on_gpu_pipelines(source, placement)
+        self._runner = PipelineRunner(
+            source, self.on_gpu, lambda suspects: find_bad_sample(source, suspects), indexed=source
+        )
+        local = placement.local_shards
+        per = plan.rows_per_shard
+        if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
+            cores = available_cores() // len(local)
+            parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
+            specs = [
+                (rows, d if self.on_gpu else None)
+                for s, d in local
+                for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)
+            ]
+        else:  # host pipelines for all local rows (default one: training needs the cores)
+            rows = np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local])
+            specs = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
+        self._devices = [d for _, d in specs]
+        threads = num_threads or default_num_threads(placement.platform, len(specs))
+        augment = draws_of(source, training)
+        self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in specs]
+        self._pipes = [
+            self._build(
+                f,
+                len(f.parts[0]),
+                threads,
+                d.local_hardware_id if d is not None else None,
+                pipeline_seed(plan.seed, jax.process_index(), k),
+            )
+            for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))
+        ]
+        self._pool = (
+            concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
+            if pool and len(self._pipes) > 1
+            else None
+        )
+
+    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None, seed: int) -> Any:
+        from nvidia.dali import fn, pipeline_def
+
+        source = self.source
+        training = self.training
+        where = "gpu" if device_id is not None else "cpu"
+        names = feeder.augment.names() if feeder.augment is not None else []
+
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(
+            batch_size=batch,
+            num_threads=threads,
+            device_id=device_id,  # type: ignore[arg-type]
+            seed=seed,
+            prefetch_queue_depth=self.prefetch,
+        )
+        def pipeline():
+            nodes = fn.external_source(
+                source=feeder, batch=True, batch_info=True, num_outputs=source.num_feeds + len(names)
+            )
+            nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
+            fed, drawn = nodes[: source.num_feeds], nodes[source.num_feeds :]
+            draws = {"draws": dict(zip(names, drawn, strict=True))} if names else {}
+            return augmented(source, source.graph(*fed, device=where, **draws), training)
+
+        pipe = pipeline()
+        pipe.build()
+        return pipe
+
+    def position(self, iteration: int) -> dict[str, Any]:
+        """The sample order is a pure function of (seed, data pass): a chunk index is enough."""
+        return {"chunk": iteration}
+
+    def produce(self, iteration: int, peek: bool = False) -> dict[str, jax.Array]:
+        """Chunk ``iteration`` of the stream (``peek``: nothing to keep, any chunk can be
+        produced again from the plan)."""
+        if self._pool is not None:
+            outputs = list(self._pool.map(lambda i: self._share(i, iteration), range(len(self._pipes))))
+        else:
+            outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
+        _, mask = self._feeders[0].chunk(iteration)
+        if self.on_gpu:  # each output (x, y, ...) sharded on its rows
+            arrays = [self.placement.shard_device_rows(self._per_device(parts)) for parts in zip(*outputs)]
+        else:  # host pipelines, in local row order: one copy of the whole chunk to the devices
+            arrays = [
+                self.placement.shard_host_rows(parts[0] if len(parts) == 1 else np.concatenate(parts))
+                for parts in zip(*outputs)
+            ]
+        return {**self.source.assemble(arrays), "mask": self.placement.shard_global_rows(mask)}
+
+    def _share(self, index: int, iteration: int) -> tuple[Any, ...]:
+        """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
+        pipe = self._pipes[index]
+        count = len(self._feeders[index].parts)
+        return self._runner.join(
+            [self._runner.run(pipe, lambda: self._suspects(iteration)) for _ in range(count)]
+        )
+
+    def _suspects(self, iteration: int) -> list[int]:
+        """The samples DALI may have been reading: this chunk's and those prefetched after it."""
+        chunks = range(iteration, iteration + self.prefetch + 2)
+        return [int(i) for c in chunks for i in self._feeders[0].chunk(c)[0]]
+
+    def _per_device(self, arrays: tuple[jax.Array, ...]) -> list[jax.Array]:
+        """One array per local device, joining the parts of its pipelines (in row order)."""
+        joined: dict[Any, list[jax.Array]] = {}
+        for device, array in zip(self._devices, arrays):
+            joined.setdefault(device, []).append(array)
+        return [parts[0] if len(parts) == 1 else jnp.concatenate(parts) for parts in joined.values()]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        self._pipes.clear()

@@ -1,0 +1,112 @@
+"""Streams over evaluation and prediction data, kept from one pass over the data to the next.
+
+Each validation pass of a fit, and each ``evaluate`` or ``predict`` on the same source and plan,
+reuses one stream: its DALI pipelines are built once, and the stream, infinite like every
+stream, starts the next pass exactly where the last one ended. With the device cache allowed,
+the data is decoded during the first pass and gathered from device memory afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from ..parallel import Placement
+from .loader import decide_cache, open_stream, stream_plan
+from .plan import Plan
+from .sources.base import Source
+from .stream import Stream
+
+__all__ = ["KeptStreams", "LentStream"]
+
+
+class KeptStreams:
+    """One stream per (source, plan), lent out a pass at a time.
+
+    Args:
+        placement: the devices.
+        options: keyword arguments for the loaders (threads, pipelines per device).
+    """
+
+    def __init__(self, placement: Placement, options: dict[str, Any]):
+        self.placement = placement
+        self.options = options
+        self._streams: dict[tuple, tuple[Source, Stream]] = {}
+
+    def lease(self, source: Source, plan: Plan, cache: bool | str = "auto", keep: bool = True) -> LentStream:
+        """The stream for one pass over ``source`` (use it as a context manager).
+
+        Args:
+            cache: the fit's cache choice (see :func:`~easyfit.data.loader.decide_cache`).
+            keep: keep the stream for the next pass; False closes it after this one (a plan
+                whose next "epoch" would go on with other batches: ``plan.epoch_steps``).
+        """
+        key = (id(source), plan)
+        hit = self._streams.get(key)
+        if hit is None or hit[0] is not source:
+            cached = decide_cache(cache, source, self.placement, training=False)[0]
+            planned = stream_plan(source, plan, self.placement, cached, self.options.get("pipelines"))
+            hit = (source, open_stream(source, planned, self.placement, cached=cached, **self.options))
+            self._streams[key] = hit
+        return LentStream(self._streams, key, hit[1], keep)
+
+    def close(self) -> None:
+        """Closes every kept stream: their DALI pipelines and device caches are released."""
+        for _, stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
+
+
+class LentStream:
+    """A kept stream lent for one pass; dropped if the pass does not complete (the stream would
+    no longer start at a pass's first chunk)."""
+
+    def __init__(self, streams: dict, key: tuple, stream: Stream, keep: bool = True):
+        self._streams = streams
+        self._key = key
+        self._keep = keep
+        self.stream = stream
+        self._start = stream.iteration
+
+    @property
+    def plan(self) -> Plan:
+        return self.stream.plan
+
+    @property
+    def iteration(self) -> int:
+        return self.stream.iteration
+
+    @property
+    def waited(self) -> float:
+        return self.stream.waited
+
+    @property
+    def warmup_epochs(self) -> int:
+        return self.stream.warmup_epochs
+
+    def position(self) -> Mapping[str, Any]:
+        return self.stream.position()
+
+    def peek(self) -> dict[str, jax.Array]:
+        return self.stream.peek()
+
+    def __iter__(self) -> LentStream:
+        return self
+
+    def __next__(self) -> dict[str, jax.Array]:
+        return next(self.stream)
+
+    def close(self) -> None:
+        """Gives the stream back unfinished: it is dropped and closed."""
+        self._streams.pop(self._key, None)
+        self.stream.close()
+
+    def __enter__(self) -> LentStream:
+        return self
+
+    def __exit__(self, kind, *_):
+        done = self.stream.iteration - self._start
+        if kind is not None or not self._keep or done % self.stream.plan.chunks_per_epoch:
+            self.close()

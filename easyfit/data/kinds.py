@@ -1,0 +1,191 @@
+"""The two kinds of source, by who picks the sample order, and everything that differs by them.
+
+* :data:`FED`, for an :class:`~easyfit.data.sources.base.IndexedSource`: easyfit's
+  :class:`~easyfit.data.plan.Plan` picks the order and feeds DALI the samples
+  (:mod:`easyfit.data.fed_pipelines`); a position is a chunk index; the device cache records the
+  first epoch while it streams.
+* :data:`READ`, for a :class:`~easyfit.data.sources.base.ReaderSource`: DALI's reader picks the
+  order (:mod:`easyfit.data.reader_pipelines`); a position holds DALI's checkpoints; the device
+  cache reads the source once, unshuffled, and then follows the Plan like the other kind.
+
+:func:`kind_of` is the one place that tells the kinds apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from ..parallel import Placement
+from .cache import DeviceCache, OneRead, Recording
+from .fed_pipelines import FedPipelines
+from .plan import Plan
+from .reader_pipelines import ReaderPipelines, reader_plan
+from .sources.base import IndexedSource, ReaderSource, Source
+from .stream import Stream
+
+__all__ = ["FED", "READ", "SourceKind", "kind_of"]
+
+
+class SourceKind:
+    """What differs between the kinds of source: building pipelines, filling the device cache,
+    resuming. The base describes :data:`FED`; :data:`READ` overrides what differs."""
+
+    #: Whether easyfit's Plan picks the sample order (so samples can be held out and a chunk
+    #: can be assembled ahead, in a background thread).
+    planned = True
+    #: When the device cache is filled (for the log).
+    fills = "after the first epoch"
+
+    def plan(self, plan: Plan, placement: Placement, cached: bool, pipelines: int | None = None) -> Plan:
+        """The plan a stream of this kind follows: ``plan``, or for a streamed reader the reader
+        pass's length added (``pipelines``: reader pipelines per process on CPUs)."""
+        return plan
+
+    def pipelines(
+        self,
+        source: Source,
+        plan: Plan,
+        placement: Placement,
+        *,
+        start: int,
+        position: Mapping[str, Any] | None,
+        num_threads: int | None,
+        prefetch: int,
+        pipelines_per_device: int | None,
+        pipelines: int | None,
+        training: bool,
+        pool: bool,
+    ) -> Any:
+        """The DALI pipelines of a streaming loader, starting at chunk ``start``."""
+        return FedPipelines(
+            cast(IndexedSource, source),
+            plan,
+            placement,
+            start=start,
+            num_threads=num_threads,
+            prefetch=prefetch,
+            pipelines_per_device=pipelines_per_device,
+            training=training,
+            pool=pool,
+        )
+
+    def cache(
+        self,
+        source: Source,
+        plan: Plan,
+        placement: Placement,
+        stream: Callable[[], Stream],
+        *,
+        start: int,
+        num_threads: int | None = None,
+        pipelines: int | None = None,
+    ) -> DeviceCache:
+        """A device cache of ``source`` from chunk ``start`` on; ``stream()`` opens the streaming
+        loader the cache may record."""
+        loader = stream()
+        return DeviceCache(plan, placement, Recording(loader), start=loader.iteration)
+
+    def resume_cache(
+        self, cache: bool | str, use: bool, why: str, position: Mapping[str, Any] | None
+    ) -> tuple[bool, str]:
+        """Whether a fit resumed at ``position`` caches, given ``decide_cache``'s choice
+        ``(use, why)``: that choice, since caching does not change this kind's order."""
+        return use, why
+
+    def split_refusal(self, source: Source) -> str | None:
+        """Why ``validation_split`` cannot hold samples out of ``source``, or None."""
+        return None
+
+
+class _Read(SourceKind):
+    planned = False
+    fills = "after one read by its DALI reader"
+
+    def plan(self, plan: Plan, placement: Placement, cached: bool, pipelines: int | None = None) -> Plan:
+        return plan if cached else reader_plan(plan, placement, pipelines)
+
+    def pipelines(self, source: Source, plan: Plan, placement: Placement, **options: Any) -> Any:
+        del options["pipelines_per_device"], options["pool"]
+        return ReaderPipelines(cast(ReaderSource, source), plan, placement, **options)
+
+    def cache(
+        self,
+        source: Source,
+        plan: Plan,
+        placement: Placement,
+        stream: Callable[[], Stream],
+        *,
+        start: int,
+        num_threads: int | None = None,
+        pipelines: int | None = None,
+    ) -> DeviceCache:
+        source.check()
+        whole = dataclasses.replace(plan, shuffle=False, epoch_steps=None)  # one pass, in order
+
+        def read() -> ReaderPipelines:
+            return ReaderPipelines(
+                cast(ReaderSource, source),
+                whole,
+                placement,
+                start=0,
+                position=None,
+                num_threads=num_threads,
+                prefetch=2,
+                training=False,
+                pipelines=pipelines,
+            )
+
+        return DeviceCache(plan, placement, OneRead(read), start=start)
+
+    def resume_cache(
+        self, cache: bool | str, use: bool, why: str, position: Mapping[str, Any] | None
+    ) -> tuple[bool, str]:
+        """As the backup's fit did, since the reader's order differs with and without the
+        cache: ``cache="auto"`` follows a backup written while streaming; any other difference
+        is refused."""
+        if position is None:
+            return use, why
+        cached = bool(position.get("cached"))
+        if cached == use:
+            return use, why
+        if cache == "auto" and not cached:
+            return False, "resuming a backup written while streaming: streaming from DALI every epoch"
+        raise ValueError(
+            f"cache={cache!r}: the backup was written {'with' if cached else 'without'} the device "
+            f"cache, which orders a DALI reader's samples differently; resume with cache={cached} "
+            "(or delete the backup to start afresh)"
+        )
+
+    def split_refusal(self, source: Source) -> str | None:
+        return (
+            f"validation_split: {source.describe()} is read by DALI's reader in its "
+            "own order, so easyfit cannot hold samples out of it; give validation "
+            "data instead (validation_data=..., or a root/val beside root/train)"
+        )
+
+
+#: Sources fed by easyfit's Plan (:class:`~easyfit.data.sources.base.IndexedSource`).
+FED = SourceKind()
+#: Sources read by DALI's reader in its own order (:class:`~easyfit.data.sources.base.ReaderSource`).
+READ = _Read()
+
+
+def kind_of(source: Source) -> SourceKind:
+    """The kind of ``source``.
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> from easyfit.data.kinds import FED, kind_of
+        >>> kind_of(ef.data.Arrays(np.zeros((4, 2)), np.arange(4))) is FED
+        True
+    """
+    if isinstance(source, ReaderSource):
+        return READ
+    if isinstance(source, IndexedSource):
+        return FED
+    raise TypeError(
+        f"source: {source.describe()} is neither an IndexedSource nor a ReaderSource "
+        "(see easyfit.data.sources.base)"
+    )
