@@ -107,7 +107,7 @@ def test_float16_skips_a_step_with_infinite_gradients():
         rng=jax.random.PRNGKey(1),
         dynamic_scale=precision.initial_scale(),
     )
-    mse = ef.losses.get_loss("mse")
+    mse = ef.training.losses.get_loss("mse")
     step = jax.jit(
         steps.make_train_step(
             adapter, tx, lambda out, batch: mse(out, batch["y"]), build_collection([]), None, precision

@@ -253,11 +253,11 @@ def test_an_export_takes_uint8_images_and_a_plain_jax_server_matches_predict(jpe
 def test_an_export_of_prepared_inputs_is_still_available(normalized, mnist, tmp_path):
     trainer, _, want = normalized
     path = trainer.export(tmp_path / "prepared", inputs="prepared")
-    fn, meta = ef.export.load_exported(path)
+    fn, meta = ef.persistence.export.load_exported(path)
     assert meta["input_dtype"] == "float16"
     prepared = ((_pixels(mnist + "/val") / 255 - NORMALIZE[0]) / NORMALIZE[1]).astype(np.float16)
     np.testing.assert_allclose(np.asarray(fn(prepared)), want, rtol=0, atol=2e-2)
-    fn, meta = ef.export.load_exported(trainer.export(tmp_path / "images"))
+    fn, meta = ef.persistence.export.load_exported(trainer.export(tmp_path / "images"))
     assert meta["input_dtype"] == "uint8"
     np.testing.assert_allclose(np.asarray(fn(_pixels(mnist + "/val"))), want, rtol=0, atol=1e-5)
 
@@ -291,7 +291,7 @@ def test_from_checkpoint_without_the_optimizer_is_for_inference_and_fit_says_wha
     loaded = ef.Trainer.from_checkpoint(path, SmallMLP())
     np.testing.assert_allclose(loaded.predict(mnist + "/val"), want, rtol=0, atol=1e-5)
     assert loaded.evaluate(mnist + "/val") == pytest.approx(trainer.evaluate(mnist + "/val"), abs=1e-5)
-    fn, _ = ef.export.load_exported(loaded.export(tmp_path / "exported"))
+    fn, _ = ef.persistence.export.load_exported(loaded.export(tmp_path / "exported"))
     np.testing.assert_allclose(np.asarray(fn(_pixels(mnist + "/val"))), want, rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match=r"for inference only.*'sgd'.*optimizer='sgd'"):
         loaded.fit(mnist + "/train", epochs=1, verbose=0)

@@ -5,6 +5,7 @@ compared elementwise with NumPy's computation from the model's outputs."""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import optax
 import pytest
@@ -129,7 +130,7 @@ def test_losses_and_metrics_that_do_not_fit_the_outputs_are_named():
     with pytest.raises(ValueError, match="metrics=\\['accuracy'\\]: the model has several outputs"):
         fit(loss={"kind": "sparse_categorical_crossentropy", "box": "mse"}, metrics=["accuracy"])
     with pytest.raises(ValueError, match="loss_weights: 2 entries for 3 outputs"):
-        ef.outputs.loss_function("mse", [1.0, 2.0], (y["box"], y["box"], y["box"]))
+        ef.training.multi_output.loss_function("mse", [1.0, 2.0], (y["box"], y["box"], y["box"]))
     with pytest.raises(ValueError, match="a loss per output needs y as a dict"):
         with ef.Trainer(nn.Dense(3), loss={"kind": "mse"}) as t:
             t.fit(x["extra"], y["kind"], verbose=0)
@@ -176,7 +177,7 @@ def test_save_load_and_export_with_a_dict_of_inputs(tmp_path):
     with ef.Trainer(TwoHeads(), optimizer=optax.sgd(0.1), loss="mse") as fresh:
         fresh.load(tmp_path / "ckpt")  # no batch seen: the recorded dict of input shapes
         got = fresh.predict(x)
-    fn, meta = ef.export.load_exported(path)
+    fn, meta = ef.persistence.export.load_exported(path)
     served = fn({"image": x["image"][:7], "extra": x["extra"][:7]})
     assert meta["input_shape"] == {"image": [None, 4, 4, 1], "extra": [None, 3]}
     for k in ("kind", "box"):
@@ -216,7 +217,34 @@ def test_crash_then_resume_mid_epoch_is_exact(tmp_path):
     )
 
 
-def test_hooks_of_a_custom_step_say_where_they_run():
+def test_hooks_run_outside_the_compiled_steps_and_give_their_numbers():
+    """forward, compute_loss, compute_metrics and train_step called directly (no trace) give what
+    predict, evaluate and a compiled step of fit give, within float32 rounding (1e-5)."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (32, 4, 4, 1), dtype=np.uint8)
+    y = (np.arange(32) % 3).astype(np.int32)
+    model = nn.Sequential([lambda v: v.reshape((v.shape[0], -1)), nn.Dense(3)])
+    with ef.Trainer(model, optimizer=optax.sgd(0.1), seed=0, steps_per_execution=1) as t:
+        t.fit(ef.data.Arrays(x, y, scale=1 / 255), epochs=1, batch_size=32, shuffle=False, verbose=0)
+        batch = {"x": x, "y": y, "mask": np.ones(32, bool)}
+        outputs, _ = t.forward(t.params, t.state.model_state, x, train=False)  # scaled by 1/255
+        np.testing.assert_allclose(np.asarray(outputs), t.predict(x), rtol=1e-5, atol=1e-5)
+        per_sample = t.compute_loss(outputs, batch)
+        assert per_sample.shape == (32,)
+        logs = t.evaluate(x, y, batch_size=32)
+        loss = float(ef.training.masked_mean(per_sample, batch["mask"]))
+        assert loss == pytest.approx(logs["loss"], rel=1e-5)
+        metrics = t.compute_metrics(outputs, batch, per_sample).compute()
+        assert float(metrics["accuracy"]) == pytest.approx(logs["accuracy"], abs=1e-6)
+
+        before = jax.device_get(t.state)
+        stepped, _ = t.train_step(before, batch)  # eagerly: one step on the whole data
+        t.fit(ef.data.Arrays(x, y, scale=1 / 255), epochs=1, batch_size=32, shuffle=False, verbose=0)
+        assert int(stepped.step) == int(t.state.step) == 2
+        np.testing.assert_allclose(flat_params(stepped.params), flat_params(t.params), rtol=1e-5, atol=1e-6)
+
+
+def test_compute_loss_outside_a_fit_without_a_loss_says_what_to_do():
     with ef.Trainer(nn.Dense(3)) as t:
-        with pytest.raises(RuntimeError, match="inside the steps easyfit compiles"):
-            t.forward({}, {}, np.zeros((1, 3)), train=False)
+        with pytest.raises(ValueError, match="no loss yet: pass loss="):
+            t.compute_loss(np.zeros((1, 3)), {"y": np.zeros(1, np.int32)})

@@ -78,6 +78,6 @@ def test_exported_model_runs_without_easyfit_and_matches_predict(trained, tmp_pa
     expected = trainer.predict(ef.data.Arrays(images, np.zeros(7, np.int32), scale=1 / 255))
     for n in ("3", "7"):  # batch sizes never traced: the batch dimension is symbolic
         np.testing.assert_allclose(np.asarray(got["out"][n]), expected[: int(n)], rtol=0, atol=1e-5)
-    fn, meta = ef.export.load_exported(path)
+    fn, meta = ef.persistence.export.load_exported(path)
     assert meta["input_shape"] == [None, 28, 28, 1] and meta["input_dtype"] == "uint8"
     np.testing.assert_allclose(np.asarray(fn(images[:5])), expected[:5], rtol=0, atol=1e-5)

@@ -179,7 +179,7 @@ def test_each_step_function_compiles_once(mnist_arrays):
         cache=False,
     )
     trainer.evaluate(x[1000:1500], y[1000:1500], batch_size=96)
-    (fns,) = trainer._compiled.values()
+    (fns,) = trainer._steps.configurations()
     assert fns.train(3)._cache_size() == 1  # not again for the second chunk or epoch
     assert fns.train(2)._cache_size() == 1  # the last chunk: 11 steps = 3 + 3 + 3 + 2
     assert fns.eval._cache_size() == 1
@@ -243,6 +243,6 @@ def test_close_releases_kept_loaders_and_the_trainer_works_on():
         kept = trainer._data._kept._streams  # noqa: SLF001 - what close must empty
         assert kept
         before = trainer.evaluate(x, y)
-    assert not kept and not trainer._compiled  # noqa: SLF001
+    assert not kept and not trainer._steps  # noqa: SLF001
     assert trainer.evaluate(x, y) == pytest.approx(before)  # rebuilds what it needs
     trainer.close()

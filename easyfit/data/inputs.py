@@ -2,27 +2,21 @@
 
 Given what the user passed (a path, arrays, a source, ``validation_split``, ``cache``) and the
 placement, :class:`DataInputs` resolves sources (keeping one per path), splits off validation
-data, plans the batches, decides caching, checks the labels once per source, opens the training
-stream, lends evaluation and prediction streams from one pass to the next, and closes them all.
-The trainer's ``fit``, ``evaluate`` and ``predict`` ask it for streams
-(:class:`~easyfit.data.stream.Stream`) and iterate.
-"""
+data, plans the batches, decides caching, opens the training stream, lends evaluation and
+prediction streams from one pass to the next, and closes them all. The trainer's ``fit``,
+``evaluate`` and ``predict`` ask it for streams (:class:`~easyfit.data.stream.Stream`) and
+iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import warnings
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-import jax
-import numpy as np
-
-from ..parallel import Placement, local_rows
+from ..parallel import Placement
 from ..training.steps import per_dispatch
-from .checks import check_labels
 from .kept_streams import KeptStreams, LentStream
 from .loader import decide_cache, open_stream, stream_plan
 from .plan import Plan
@@ -32,11 +26,6 @@ from .split import split_validation
 from .stream import Stream
 
 __all__ = ["DataInputs"]
-
-
-def _is_shape(node: Any) -> bool:
-    """Whether ``node`` is one output's shape (a tuple of ints), not a dict or tuple of them."""
-    return isinstance(node, tuple) and all(isinstance(d, int) for d in node)
 
 
 log = logging.getLogger("easyfit")
@@ -98,7 +87,6 @@ class DataInputs:
         self.recipe: dict[str, Any] | None = None
         self._sources: dict[str, Source] = {}
         self._kept = KeptStreams(placement, self.loader_options)
-        self._checked: weakref.WeakSet[Source] = weakref.WeakSet()
 
     # ------------------------------------------------------------------------------ sources
     def fit_sources(
@@ -295,55 +283,6 @@ class DataInputs:
             return self._kept.lease(source, plan, self.cache)
         plan = self.plan(source, batch_size, shuffle=False, steps_per_epoch=steps)
         return self._kept.lease(source, plan, False, keep=False)
-
-    # ------------------------------------------------------------------------------- checks
-    def check_labels(
-        self,
-        source: Source,
-        loss: Any,
-        output_shapes: Callable[[], Any],
-        chunk: Mapping[str, Any],
-        inferred: str | None = None,
-    ) -> None:
-        """Checks ``source``'s labels against ``loss`` and the model's ``output_shapes()`` (one
-        sample's shape per output), once per source (``easyfit.data.checks``); ``chunk`` gives
-        a first batch's labels. For a dict or tuple ``y``, ``loss`` is ``{output key: loss}``
-        and each output is checked against its own loss and shape. ``inferred``: why the loss
-        was inferred, when it was (named in an error)."""
-        if source in self._checked:
-            return
-        self._checked.add(source)
-        y, mask = chunk["y"], np.asarray(local_rows(chunk["mask"]))
-        shapes = output_shapes()
-        if not isinstance(y, (dict, tuple, list)):
-            shape = shapes if _is_shape(shapes) else None
-            size = (shape[-1] if shape else 1) if shape is not None else shapes
-            rows = np.asarray(local_rows(y))
-            check_labels(source, loss, size, rows, mask, output_shape=shape, inferred=inferred)
-            return
-        for key, output_loss in loss.items():
-            try:
-                shape = shapes[key]
-            except (KeyError, IndexError, TypeError):
-                continue  # the model's outputs are not laid out as y: the loss says so
-            if not _is_shape(shape):
-                continue
-            rows = np.asarray(local_rows(y[key]))
-            size = shape[-1] if shape else 1
-            check_labels(
-                source, output_loss, size, rows, mask, output=key, output_shape=shape, inferred=inferred
-            )
-
-    @staticmethod
-    def labels(source: Source, chunk: Mapping[str, Any]) -> Any:
-        """Every label of ``source`` when it knows them, else those of a first batch (valid
-        rows of this process): what a loss is inferred from (for several outputs, a dict or
-        a tuple of arrays)."""
-        labels = source.known_labels()
-        if labels is None:
-            mask = np.asarray(local_rows(chunk["mask"])).astype(bool)
-            labels = jax.tree_util.tree_map(lambda y: np.asarray(local_rows(y))[mask], chunk["y"])
-        return labels
 
     def close(self) -> None:
         """Releases every kept stream (DALI pipelines, device caches) and open file."""

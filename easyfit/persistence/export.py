@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["export", "load_exported", "summary"]
+from ..data.recipe import ImageRecipe
+
+__all__ = ["export", "export_trained", "load_exported", "summary"]
 
 FUNCTION = "model.stablehlo"
 META = "model.json"
@@ -154,6 +156,43 @@ def from_images(
         return infer(((images.astype(jnp.float32) - mean) * inv_std).astype(jnp.float16))
 
     return apply
+
+
+def export_trained(
+    path: str | os.PathLike,
+    infer: Callable[[Any], Any],
+    input_spec: tuple[Any, Any],
+    class_names: Sequence[str] | None,
+    recipe: Mapping[str, Any] | None,
+    inputs: str = "images",
+) -> str:
+    """Writes a trained model's inference function (``Trainer.export``): ``infer`` takes inputs
+    as the train step sees them; ``input_spec`` is one sample's ``(shape, dtype)`` of them and
+    ``recipe`` the training data's input recipe (``easyfit.data.recipe``).
+
+    With ``inputs="images"``, for a model trained on images of the recipe's size, the function
+    written takes uint8 NHWC images and applies the normalisation inside (:func:`from_images`),
+    and ``model.json``'s ``recipe`` gains ``preprocessing``: what a server must still do. Else
+    (``"prepared"``, or other data) it takes the train step's inputs.
+
+    Returns:
+        ``path``.
+    """
+    if inputs not in ("images", "prepared"):
+        raise ValueError(f"inputs={inputs!r}: expected 'images' or 'prepared'")
+    shape, dtype = input_spec
+    recipe = dict(recipe or {})
+    images = ImageRecipe.from_json(recipe["images"]) if recipe.get("images") else None
+    if inputs == "prepared" or images is None or shape != list(images.shape):
+        return export(path, infer, shape, dtype, class_names, recipe=recipe or None)
+    return export(
+        path,
+        from_images(infer, images.normalize),
+        list(images.shape),
+        "uint8",
+        class_names,
+        recipe={**recipe, "preprocessing": images.steps()},
+    )
 
 
 def load_exported(path: str | os.PathLike) -> tuple[Callable[[Any], jax.Array], dict[str, Any]]:

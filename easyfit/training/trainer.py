@@ -1,8 +1,17 @@
-"""Trainer: configuration, and fit / evaluate / predict that only coordinate.
+"""Trainer: one class that holds its configuration and its training state, coordinates fit,
+evaluate and predict, and defines the hooks a subclass overrides.
 
 The work is elsewhere: the data inputs (``easyfit.data.DataInputs``) resolve what to read and
-lend streams of global batches, the pure steps (``easyfit.training.steps``) train and evaluate, checkpoints
-(``easyfit.persistence.checkpoint``) save plain values, callbacks report (see docs/architecture.md).
+lend streams of global batches; the compiled steps (``easyfit.training.compiled.CompiledSteps``, from
+the pure steps of ``easyfit.training.steps``) train and evaluate; ``easyfit.training.labels``
+infers the loss and checks the labels; persistence (``easyfit.persistence``) saves, loads and
+exports plain values; callbacks report (see docs/architecture.md).
+
+The hooks (``compute_loss``, ``train_step``, ``forward``, ``compute_metrics``) take the state
+and the batch as arguments and the rest of their configuration from the trainer's attributes,
+set before any step is compiled, as Keras' ``train_step(state, data)`` does: the optimizer, the
+precision, the loss (given, or inferred from the first labels), the training data's input scale
+and fit's class weights. So they trace into the compiled steps and run as well outside them.
 """
 
 from __future__ import annotations
@@ -12,34 +21,41 @@ import functools
 import logging
 import os
 import threading
+import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from .._env import arrange_determinism
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
 from ..data.inputs import DataInputs
-from ..errors import Preempted
+from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
-from ..persistence import checkpoint
-from . import steps
+from ..persistence import checkpoint, metadata
+from ..persistence import export as export_lib
+from . import labels, steps
 from .args import check_int, check_momentum, check_verbose
-from .fit_options import class_weights, validation_epochs
+from .compiled import CompiledSteps, Resolved
+from .fit_options import check_class_weight, class_weights, validation_epochs
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
-from .losses import LossFn, get_loss
+from .losses import LossFn
 from .metrics import compute_on_host, epoch_logs
-from .models import adapt, write_back
+from .models import adapt, check_input_shape, input_spec, write_back
+from .multi_output import is_structured
 from .optimizers import accumulating, get_optimizer
 from .precision import get_precision
-from .state import TrainState
-from .trainer_steps import TrainerSteps
+from .state import TrainState, create_state, inference_params
 
 if TYPE_CHECKING:
+    from ..data.plan import Plan
     from ..data.sources.base import Source
 
 __all__ = ["Trainer"]
@@ -47,7 +63,7 @@ __all__ = ["Trainer"]
 log = logging.getLogger("easyfit")
 
 
-class Trainer(TrainerSteps):
+class Trainer:
     """Trains a Flax model on data read by DALI, Keras style.
 
     Args:
@@ -141,52 +157,156 @@ class Trainer(TrainerSteps):
         self.deterministic = deterministic
         if deterministic:  # first: the flag must be in XLA_FLAGS before the backend starts
             arrange_determinism()
+        # the arguments: checked and kept here, before anything is built from them
+        if steps_per_execution != "auto":
+            check_int("steps_per_execution", steps_per_execution, 1)
         self._adapter, self._nnx_variables = adapt(model)
         self._model = model
         self.gradient_accumulation_steps = gradient_accumulation_steps
-        self.optimizer = accumulating(get_optimizer(optimizer), gradient_accumulation_steps)
+        self.optimizer: optax.GradientTransformation = accumulating(
+            get_optimizer(optimizer), gradient_accumulation_steps
+        )
+        self._optimizer_name = optimizer if isinstance(optimizer, str) else None  # its Keras name
         self.ema_momentum = check_momentum(ema_momentum)
-        self._optimizer_name = optimizer if isinstance(optimizer, str) else None
         self._optimizer_given = optimizer is not None
-        self._inference_only: str | None = None
-        self.loss = loss
+        self.loss: Any = loss  # set from the first labels when None
         self.loss_weights = loss_weights
-        self._loss_note: str | None = None
         self.metrics = metrics
         self.seed = int(seed)
         self.precision = get_precision(precision)
-        if steps_per_execution != "auto":
-            check_int("steps_per_execution", steps_per_execution, 1)
         self.steps_per_execution = steps_per_execution
         self.placement = Placement.create(devices)
+        loader_options = {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device}
+
+        # what the trainer builds and keeps
+        self._data = DataInputs(self.placement, self.seed, steps_per_execution, loader_options)
+        self._steps = CompiledSteps(self.placement)
         self.state: TrainState | None = None
-        self.stop_training = False
-        self.stop_evaluating = False
-        self.stop_predicting = False
         self.history: History | None = None
         self.class_names: list[str] | None = None
         self.batch_size = 32
-        self._compiled: dict[Any, Any] = {}  # steps.Compiled, and prediction functions
-        self._data = DataInputs(
-            self.placement,
-            self.seed,
-            steps_per_execution,
-            {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device},
-        )
-        self._input_spec: tuple[Any, Any] | None = None
-        self._tracing = threading.local()  # the step configuration being traced
-        self._input_scale: float | None = None  # what the step multiplies inputs by
-        self._class_weight: tuple[float, ...] | None = None
-        self._loss_fn: LossFn = get_loss("mse")
+        self.stop_training = False
+        self.stop_evaluating = False
+        self.stop_predicting = False
+        self._loss_note: str | None = None  # why the loss was inferred, when it was
+        self._labels_checked: weakref.WeakSet[Any] = weakref.WeakSet()  # sources, once each
+        self._input_spec: tuple[Any, Any] | None = None  # one sample's (see models.input_spec)
+        self._input_scale: float | None = None  # what the steps multiply the inputs by
+        self._class_weight: tuple[float, ...] | None = None  # the current fit's
+        self._inference_only: str | None = None  # why fit cannot go on (loaded without optimizer)
         self._progress: checkpoint.Progress | None = None
         self._data_fingerprint: dict[str, Any] | None = None  # the last fit's, with a backup
 
     # ----------------------------------------------------------------------------- public state
+    @property
+    def params(self) -> Any:
+        """The trained parameters (a pytree of jax.Arrays; an ``nnx.State`` for NNX models):
+        with ``ema_momentum``, their moving average, which evaluation, prediction and export
+        use (the raw weights: ``state.params``)."""
+        return inference_params(self._require_state())
+
+    @property
+    def model(self) -> Any:
+        """The model. For NNX, the module with the trained state merged back in."""
+        if self._adapter.kind == "nnx" and self.state is not None:
+            variables = (inference_params(self.state), self.state.model_state)
+            return nnx.merge(self._adapter.module, *jax.device_get(variables))
+        return self._model
+
+    @property
+    def progress(self) -> checkpoint.Progress | None:
+        """Where the current (or last) fit stands: epoch, batch, loader position."""
+        return self._progress
+
+    @property
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What a checkpoint records beside the state and the progress: the seed, the input
+        shape and dtype, the class names, the optimizer, the training data's input recipe
+        (``easyfit.data.recipe``) and its fingerprint (a fit with a backup); see
+        ``easyfit.persistence.metadata``."""
+        return metadata.checkpoint_meta(
+            seed=self.seed,
+            input_spec=self._input_spec,
+            input_scale=self._input_scale,
+            class_names=self.class_names,
+            precision=self.precision.name,
+            data=self._data_fingerprint,
+            optimizer=self._optimizer_meta(self.state.opt_state if self.state is not None else None),
+            recipe=self._data.recipe,
+        )
+
+    # -------------------------------------------------------------------- the overridable hooks
+    def compute_loss(self, outputs: Any, batch: Mapping[str, Any]) -> jax.Array:
+        """Per-sample losses of a batch (``x``, ``y``, ``mask`` and, when given,
+        ``sample_weight``): the trainer's loss of the model's ``outputs`` and ``batch["y"]``;
+        for a model with several outputs, the weighted sum of the outputs' losses. Override it
+        to change the loss alone: easyfit applies the sample and class weights, masks and
+        averages. Traced into the compiled steps; callable outside them once the loss is known
+        (given, or inferred by a first fit or evaluate)."""
+        return self._resolved(batch["y"]).loss_fn(outputs, batch["y"])
+
+    def train_step(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, Any]:
+        """One optimizer step, ``(state, batch) -> (state, metrics)``: a pure function, traced
+        once into the jitted chunk (a ``lax.scan`` over ``steps_per_execution`` steps).
+
+        Override it to take full control of training, as Keras' ``train_step``; call
+        ``super().train_step(state, batch)`` for easyfit's step. The contract:
+
+        * ``state``: the :class:`~easyfit.training.state.TrainState` (``step``, ``params``,
+          ``opt_state``, ``model_state``, ``rng``, ``dynamic_scale``, ``ema_params``),
+          replicated. With ``ema_momentum``, easyfit updates ``ema_params`` after it.
+        * ``batch``: ``x`` and ``y`` as the source delivers them (arrays, or dicts or tuples of
+          arrays), ``mask`` (False for padding rows, which must count zero) and, when given,
+          ``sample_weight``; sharded on the rows over the devices.
+        * returns the new state (``step`` counted up by one) and the batch's metrics, built by
+          :meth:`compute_metrics` (the logs' fields: ``loss`` and the metrics asked for).
+
+        :meth:`forward` runs the model, :meth:`compute_loss` gives per-sample losses,
+        ``self.optimizer`` is the optax transformation. easyfit's step weights the losses by
+        ``sample_weight`` and fit's ``class_weight``, and scales the float16 loss. Steps of an
+        epoch's last chunk past its end are not run (``easyfit.training.steps.compile_train``).
+        """
+        default = steps.make_train_step(
+            self._adapter,
+            self.optimizer,
+            self.compute_loss,
+            self._resolved(batch["y"]).metrics,
+            self._input_scale,
+            self.precision,
+            None if self._class_weight is None else jnp.asarray(self._class_weight),
+        )
+        return default(state, dict(batch))
+
+    def forward(
+        self, params: Any, model_state: Any, x: Any, *, train: bool, rng: jax.Array | None = None
+    ) -> tuple[Any, Any]:
+        """``(outputs, model_state)``: the model on a batch's ``x`` as the source delivers it
+        (times the training data's input scale, in the precision's compute dtype; float32
+        outputs), in training mode (dropout with ``rng``, batch statistics updated) or not.
+        For :meth:`train_step`; callable outside it too."""
+        scale = self._input_scale
+        return steps.forward(self._adapter, self.precision, scale, params, model_state, x, train, rng)
+
+    def compute_metrics(self, outputs: Any, batch: Mapping[str, Any], loss: jax.Array) -> Any:
+        """The metrics of one batch (a clu Collection: the trainer's ``loss`` and metrics)
+        from the model's ``outputs``, the batch and the per-sample ``loss`` (weighted as the
+        loss that was minimised). For :meth:`train_step`; callable outside it too."""
+        return steps.batch_metrics(self._resolved(batch["y"]).metrics, outputs, dict(batch), loss)
+
+    def metric_direction(self, name: str) -> str | None:
+        """Whether a higher (``"up"``) or a lower (``"down"``) value of the metric logged as
+        ``name`` is better, as the metric declares it (Keras' ``_direction``: easyfit's named
+        metrics declare it, a custom metric may); None when no metric of the compiled steps
+        has that name and a direction. What ``mode="auto"`` of the callbacks with a
+        ``monitor`` goes by."""
+        return self._steps.metric_direction(name)
+
+    # ----------------------------------------------------------------------------- closing
     def close(self) -> None:
         """Releases the DALI pipelines, device caches, open files and compiled steps kept between
         passes. The trained state stays; used again, the trainer rebuilds what it needs."""
         self._data.close()
-        self._compiled.clear()
+        self._steps.clear()
 
     def __enter__(self) -> Trainer:
         return self
@@ -295,6 +415,7 @@ class Trainer(TrainerSteps):
         self._class_weight = class_weights(class_weight)
         validates = validation_epochs(validation_freq)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
+        self._input_scale = train.scale  # what the training steps and forward multiply x by
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
         self.batch_size = batch_size
@@ -479,7 +600,7 @@ class Trainer(TrainerSteps):
         for it (``evaluate``), or with ``predict`` the prediction function (no labels: no loss)."""
         with self._data.lease(source, batch_size, steps) as loader:
             first = loader.peek()
-            self._ensure_state(first, source, labels=not predict)
+            self._ensure_state(first, source, labels_too=not predict)
             if predict:
                 yield loader, self._predictor(source, loader.plan)
             else:
@@ -550,6 +671,246 @@ class Trainer(TrainerSteps):
         result = jax.tree_util.tree_map(lambda *outs: np.concatenate(outs), *[_on_host(o) for o in outputs])
         cbs.call("on_predict_end")
         return result
+
+    # ------------------------------------------------------------- summary, export, checkpoints
+    def summary(self, print_fn: Any = None) -> None:
+        """Prints the parameter table per module and the totals: trainable, non-trainable
+        (BatchNorm statistics) and bytes. Returns None, as Keras' ``Model.summary``.
+
+        Args:
+            print_fn: called once with the whole text (None: ``print``); e.g.
+                ``lines.append`` to keep it.
+        """
+        state = self._require_state()
+        export_lib.summary(state.params, state.model_state, type(self._model).__name__, print_fn or print)
+
+    def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
+        """Writes the inference function with the trained weights as serialized StableHLO and
+        ``model.json`` (class names, input recipe): it runs with JAX alone, for any batch size
+        (``easyfit.persistence.export``).
+
+        Args:
+            path: the directory to write.
+            inputs: ``"images"`` (default): for a model trained on images, the function takes
+                uint8 NHWC images of the trained size and colour mode and applies the scale and
+                the normalisation inside; ``model.json``'s ``recipe`` and ``preprocessing`` say
+                what a server must still do (decode, resize, center crop). For other data the
+                same as ``"prepared"``. ``"prepared"``: inputs as the train step sees them (as
+                the training source delivered them: float16 already normalised, for a source
+                with ``normalize=``).
+
+        Returns:
+            ``path``.
+        """
+        if inputs not in ("images", "prepared"):
+            raise ValueError(f"inputs={inputs!r}: expected 'images' or 'prepared'")
+        infer = functools.partial(
+            steps.make_infer(self._adapter, self._input_scale, self.precision),
+            jax.device_get(self._require_state()),
+        )
+        spec = self._input_spec or ([], None)
+        return export_lib.export_trained(path, infer, spec, self.class_names, self._data.recipe, inputs)
+
+    def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
+        """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
+        reached, the seed, and the training data's input recipe as plain JSON, so that ``load``
+        reads data as training did (see ``easyfit.persistence.checkpoint``). Replaces a
+        checkpoint already at ``path`` only once the new one is complete.
+
+        Args:
+            path: the checkpoint's directory.
+            weights_only: save the parameters (and model state) only.
+
+        Returns:
+            The absolute path written.
+        """
+        return checkpoint.save(
+            path, self._require_state(), self._progress, self.checkpoint_meta, weights_only=weights_only
+        )
+
+    def load(self, path: str | os.PathLike) -> dict[str, Any]:
+        """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
+
+        The trainer must have the same model, and to go on training the same optimizer. A full
+        checkpoint also restores the seed, the class names and the epoch: go on with
+        ``fit(..., initial_epoch=meta["epoch"])``. The training data's input recipe comes back
+        too: paths and arrays are then read as in training (``easyfit.data.recipe``); a
+        checkpoint without one (an older easyfit's) warns and leaves the trainer's reading as
+        it was. Saved with another optimizer than this trainer's: when none was given to the
+        trainer, the parameters, model state and step load for inference (``fit`` then says
+        which optimizer to pass); when one was, CheckpointError naming both.
+
+        Returns:
+            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
+
+        Raises:
+            CheckpointError: ``path`` is not a complete easyfit checkpoint, or cannot be
+                restored into this trainer.
+        """
+        meta = checkpoint.read_metadata(path)
+        where = os.path.abspath(os.fspath(path))
+        if self.state is None and meta["input_shape"] is None and self._adapter.kind != "nnx":
+            raise CheckpointError(f"{where}: no input shape recorded; call fit or evaluate first")
+        shape, dtype = meta["input_shape"] or [], meta["input_dtype"]
+        abstract = self._init_state(shape, dtype, abstract=True) if self.state is None else self.state
+        mine = self._optimizer_meta(abstract.opt_state)
+        why = metadata.optimizer_mismatch(where, meta, mine, self._optimizer_given)
+        target = self.state
+        if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
+            whole = meta["kind"] == "weights" or why is not None
+            target = abstract if not whole else self._init_state(shape, dtype)
+        self.state, _ = checkpoint.restore(
+            checkpoint.reader(path), target, meta, weights_only=why is not None
+        )
+        self._inference_only = why
+        recipe = meta.get("recipe")
+        if recipe is None:
+            warnings.warn(
+                f"{where}: the checkpoint carries no input recipe (saved by an older easyfit, "
+                "or before the trainer saw data): data is read as without it (the sources' "
+                "defaults); give sources the settings of training (image_size=, normalize=, ...)",
+                stacklevel=2,
+            )
+        else:
+            self._data.use_recipe(recipe)
+        if meta["class_names"] is not None:
+            self.class_names = list(meta["class_names"])
+        self._input_scale = meta.get("input_scale")
+        if meta["kind"] == "full":
+            self.seed = int(meta["seed"])
+            self._data.seed = self.seed
+            self._progress = checkpoint.Progress(meta["epoch"])
+        write_back(self._model, self.state)
+        return meta
+
+    # -------------------------------------------------------- configuration of the compiled steps
+    def _resolved(self, y: Any) -> Resolved:
+        """The loss function and metric collection for labels laid out as ``y``."""
+        if self.loss is None:
+            raise ValueError(
+                "the trainer has no loss yet: pass loss= to the Trainer, or call fit or "
+                "evaluate first (the loss is then inferred from the labels)"
+            )
+        return self._steps.resolved(self.loss, self.loss_weights, self.metrics, y)
+
+    def _resolve_loss(self, source: Source, chunk: Mapping[str, Any]) -> Resolved:
+        """Infers ``self.loss`` from ``source``'s labels when none was given (saying so in the
+        log), and resolves it for ``chunk``'s labels."""
+        if self.loss is None:
+            self.loss, self._loss_note = labels.infer_loss_for(source, chunk)
+            log.info("easyfit: %s", self._loss_note)
+        return self._resolved(chunk["y"])
+
+    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, Any]) -> steps.Compiled:
+        """The compiled training and evaluation steps for ``source`` (its input scale) and
+        ``plan`` (its steps per dispatch), with the current fit's class weights."""
+        resolved = self._resolve_loss(source, chunk)
+        if self._class_weight is not None and is_structured(chunk["y"]):
+            raise ValueError(
+                "class_weight: the model has several outputs (y is a dict or a tuple); weight "
+                "the samples with sample_weight= instead"
+            )
+        train: Any = self.train_step
+        if self.ema_momentum is not None:  # after any train_step, an override's too
+            train = steps.with_ema(train, self.ema_momentum, self.gradient_accumulation_steps)
+        return self._steps.training(
+            train_step=train,
+            compute_loss=self.compute_loss,
+            adapter=self._adapter,
+            precision=self.precision,
+            metrics=resolved.metrics,
+            scale=source.scale,
+            steps_per_execution=plan.steps_per_execution,
+            class_weight=self._class_weight,
+        )
+
+    def _predictor(self, source: Source, plan: Plan) -> Any:
+        """The jitted prediction function for ``source`` (``steps.compile_predict``)."""
+        return self._steps.predictor(self._adapter, self.precision, source.scale, plan.steps_per_execution)
+
+    def _check_class_weight(self, class_weight: Mapping[Any, float] | None, chunk: Mapping[str, Any]) -> None:
+        """ValueError for a ``class_weight`` key past the model's classes (its outputs, or 0
+        and 1 for a single output), once the state exists."""
+        if not class_weight or is_structured(chunk["y"]):
+            return
+        state = self._require_state()
+        size = self._adapter.num_outputs(state.params, state.model_state, input_spec(chunk["x"])[0])
+        check_class_weight(class_weight, 2 if size == 1 else int(size))
+
+    def _check_trainable(self) -> None:
+        """Raises ValueError when the state was loaded for inference, without its optimizer."""
+        if self._inference_only is not None:
+            raise ValueError(f"fit: {self._inference_only}")
+
+    # ------------------------------------------------------------------------------ the state
+    def _ensure_state(self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True) -> None:
+        """Creates the state from a first batch if there is none; with ``labels_too``, resolves
+        the loss and checks the source's labels (once per source)."""
+        if self.state is None:
+            self._init_state(*input_spec(chunk["x"]))
+            if self.class_names is None:
+                self.class_names = source.class_names
+            self._input_scale = source.scale
+            self._data.adopt(source)
+        elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
+            built, model = self._input_spec[0], self.state
+            check_input_shape(
+                built,
+                input_spec(chunk["x"])[0],
+                lambda shape: self._adapter.num_outputs(model.params, model.model_state, shape),
+                source.describe(),
+            )
+        if not labels_too:
+            return
+        self._resolve_loss(source, chunk)  # sets self.loss when it was None
+        if source in self._labels_checked:
+            return
+        self._labels_checked.add(source)
+        state = self._require_state()
+        labels.check_source_labels(
+            source,
+            self.loss,
+            lambda: self._adapter.output_shapes(state.params, state.model_state, input_spec(chunk["x"])[0]),
+            chunk,
+            inferred=self._loss_note,
+        )
+
+    def _init_state(self, shape: Any, dtype: Any, abstract: bool = False) -> Any:
+        """Creates ``self.state`` for inputs of ``shape`` (one sample's, or a dict or list of
+        them: ``easyfit.training.models.input_spec``); with ``abstract``, returns its shapes,
+        dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
+        self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
+        state = create_state(
+            self._adapter,
+            self.optimizer,
+            self.seed,
+            shape,
+            self._nnx_variables,
+            abstract,
+            self.precision.initial_scale(),
+            ema=self.ema_momentum is not None,
+        )
+        if abstract:
+            return self.placement.abstract(state, replicated=True)
+        self.state = self.placement.replicate(state)
+        return self.state
+
+    def _abstract_state(self, chunk: Mapping[str, Any]) -> Any:
+        """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
+        if self.state is None:
+            return self._init_state(*input_spec(chunk["x"]), True)
+        return self.placement.abstract(self.state)
+
+    def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
+        return self.placement.replicate(fns.metrics.empty())
+
+    def _require_state(self) -> TrainState:
+        if self.state is None:
+            raise RuntimeError("the model has no parameters yet: call fit (or evaluate) first")
+        return self.state
+
+    def _optimizer_meta(self, opt_state: Any) -> dict[str, Any]:
+        return metadata.optimizer_meta(self._optimizer_name, opt_state)
 
 
 def _on_host(output: tuple[Any, Any]) -> Any:

@@ -122,7 +122,7 @@ def test_resume_at_an_epochs_shorter_last_dispatch(tmp_path, data, reference):
     assert history.epoch == [0, 1]
     assert int(resumed.state.step) == int(ref.state.step) == 20
     assert np.array_equal(flat_params(resumed.params), flat_params(ref.params))
-    (fns,) = resumed._compiled.values()
+    (fns,) = resumed._steps.configurations()
     assert fns.train(1)._cache_size() == fns.train(3)._cache_size() == 1
 
 

@@ -71,7 +71,7 @@ class FrozenFirst(ef.Trainer):
         def objective(params):
             outputs, model_state = self.forward(params, state.model_state, batch["x"], train=True, rng=rng)
             per_sample = self.compute_loss(outputs, batch)
-            return ef.steps.masked_mean(per_sample, batch["mask"]), (outputs, per_sample, model_state)
+            return ef.training.masked_mean(per_sample, batch["mask"]), (outputs, per_sample, model_state)
 
         grads, (outputs, per_sample, model_state) = jax.grad(objective, has_aux=True)(state.params)
         grads = {**grads, self.frozen: jax.tree_util.tree_map(jnp.zeros_like, grads[self.frozen])}

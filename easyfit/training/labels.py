@@ -1,24 +1,31 @@
-"""Labels checked against the loss and the model before training on them.
+"""The labels, seen from the trainer: the loss inferred from them, and checked against the loss
+and the model's outputs before any step is traced.
 
 A label outside the model's outputs (a class index, or a class id of a segmentation mask's
-pixel) or a float label under a sparse loss does not fail in the
-step: ``one_hot`` gives zeros, the integer cross-entropy gathers garbage, and training goes on
-to a silently wrong result. So each source's labels are checked once, on the host: all of them
-when the source knows them without decoding (folders, arrays, RecordIO, WebDataset), else those
-of the first batch, and then each label as its record is fed (a TFRecord: ``limit_labels``).
+pixel) or a float label under a sparse loss does not fail in the step: ``one_hot`` gives zeros,
+the integer cross-entropy gathers garbage, and training goes on to a silently wrong result. So
+each source's labels are checked once, on the host: all of them when the source knows them
+without decoding (``Source.known_labels``), else those of the first batch, and then each label
+as its record is fed (``Source.limit_labels``). The trainer calls these with what the data side
+exposes (the source's labels and label dtype, a first batch) and the model's output shapes; the
+data side never calls the model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
+from ..data.sources.arrays import Arrays
+from ..data.sources.base import Source, Subset
 from ..errors import DataError
-from .sources.arrays import Arrays
-from .sources.base import Source, Subset
+from ..parallel import local_rows
+from .multi_output import infer_losses, is_structured, losses_by_output
 
-__all__ = ["check_labels"]
+__all__ = ["check_labels", "check_source_labels", "infer_loss_for", "labels_of"]
 
 _SPARSE = ("sparse_categorical_crossentropy",)
 _CLASS_INDICES = ("sparse_categorical_crossentropy", "categorical_crossentropy")
@@ -77,7 +84,7 @@ def check_labels(
 
     Example:
         >>> import numpy as np, easyfit as ef
-        >>> from easyfit.data.checks import check_labels
+        >>> from easyfit.training.labels import check_labels
         >>> data = ef.data.Arrays(np.zeros((3, 2)), np.array([0, 4, 12]))
         >>> check_labels(data, "sparse_categorical_crossentropy", 10, None, None)
         Traceback (most recent call last):
@@ -141,3 +148,58 @@ def check_labels(
             f"model's {num_outputs} outputs; class indices must be in "
             f"0..{num_outputs - 1}"
         )
+
+
+def _is_shape(node: Any) -> bool:
+    """Whether ``node`` is one output's shape (a tuple of ints), not a dict or tuple of them."""
+    return isinstance(node, tuple) and all(isinstance(d, int) for d in node)
+
+
+def labels_of(source: Source, chunk: Mapping[str, Any]) -> Any:
+    """Every label of ``source`` when it knows them, else those of a first batch (valid rows of
+    this process): what a loss is inferred from (for several outputs, a dict or a tuple of
+    arrays)."""
+    labels = source.known_labels()
+    if labels is None:
+        mask = np.asarray(local_rows(chunk["mask"])).astype(bool)
+        labels = jax.tree_util.tree_map(lambda y: np.asarray(local_rows(y))[mask], chunk["y"])
+    return labels
+
+
+def infer_loss_for(source: Source, chunk: Mapping[str, Any]) -> tuple[Any, str]:
+    """The loss inferred from ``source``'s labels (``easyfit.training.multi_output.infer_losses``)
+    and a sentence saying which and why, for a trainer given ``loss=None``."""
+    known = labels_of(source, chunk)
+    loss, why = infer_losses(None, chunk["y"], known, source.label_dtype, source.default_loss)
+    return loss, f"loss={loss!r} (none given; {why})"
+
+
+def check_source_labels(
+    source: Source,
+    loss: Any,
+    output_shapes: Callable[[], Any],
+    chunk: Mapping[str, Any],
+    inferred: str | None = None,
+) -> None:
+    """Checks ``source``'s labels against ``loss`` and the model's ``output_shapes()`` (one
+    sample's shape per output: ``ModelAdapter.output_shapes``); ``chunk`` gives a first batch's
+    labels. For a dict or tuple ``y``, each output is checked against its own loss and shape.
+    ``inferred``: why the loss was inferred, when it was (named in an error)."""
+    y, mask = chunk["y"], np.asarray(local_rows(chunk["mask"]))
+    shapes = output_shapes()
+    if not is_structured(y):
+        shape = shapes if _is_shape(shapes) else None
+        size = (shape[-1] if shape else 1) if shape is not None else shapes
+        rows = np.asarray(local_rows(y))
+        check_labels(source, loss, size, rows, mask, output_shape=shape, inferred=inferred)
+        return
+    for key, output_loss in losses_by_output(loss, y).items():
+        try:
+            shape = shapes[key]
+        except (KeyError, IndexError, TypeError):
+            continue  # the model's outputs are not laid out as y: the loss says so
+        if not _is_shape(shape):
+            continue
+        rows = np.asarray(local_rows(y[key]))
+        size = shape[-1] if shape else 1
+        check_labels(source, output_loss, size, rows, mask, output=key, output_shape=shape, inferred=inferred)
