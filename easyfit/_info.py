@@ -257,7 +257,7 @@ def report(env: Environment) -> str:
         ("processes", str(env.process_count)),
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
-        ("compilation cache", env.compilation_cache or "(not known)"),
+        ("jax_compilation_cache_dir", env.compilation_cache or "(not known)"),
         ("s3://", _s3(env)),
     ]
     width = max(len(name) for name, _ in rows)

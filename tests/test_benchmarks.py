@@ -93,63 +93,6 @@ def test_startup_times_the_loop_and_easyfit_cold_then_warm(tmp_path):
     assert rows[1]["cache_hits"] == 0 and rows[2]["cache_hits"] > 0  # the warm run reads the cache
 
 
-def test_startup_recipe_times_the_resnet_loop_and_easyfit_cold_then_warm(tmp_path):
-    out = run(
-        "startup.py",
-        str(tmp_path / "photos"),
-        "--recipe",
-        "resnet50",
-        "--images",
-        "40",
-        "--model",
-        "resnet18",
-        "--width",
-        "8",
-        "--image-size",
-        "32",
-        "--batch-size",
-        "4",
-        "--json",
-        str(tmp_path / "rows.json"),
-    )
-    train = tmp_path / "photos" / "train"
-    assert sorted(os.listdir(train)) == [f"class_{c:03d}" for c in range(10)]
-    assert sum(len(os.listdir(train / c)) for c in os.listdir(train)) == 40
-    rows = json.loads((tmp_path / "rows.json").read_text())
-    assert [r["label"] for r in rows] == [
-        "hand-written DALI + Flax loop",
-        "easyfit, cold (empty compilation cache)",
-        "easyfit, warm (second run)",
-    ]
-    for r in rows:
-        assert r["first_step_s"] > 0 and r["rss_mib"] > 50
-        assert r["steps_done"] == 1  # one step per dispatch on a CPU
-        assert f"| {r['label']} | {r['first_step_s']:.2f} | {r['rss_mib']:,.0f} |" in out
-    assert "resnet18 recipe (32x32 crops, bfloat16), 40 training JPEGs" in out
-    assert rows[1]["cache_hits"] == 0 and rows[2]["cache_hits"] > 0
-
-
-def test_deterministic_two_runs_and_a_sigkill_resume_are_bit_identical_on_cpu(tmp_path):
-    out = run(
-        "deterministic.py",
-        str(tmp_path / "photos"),
-        *("--images", "48", "--sides", "40,64", "--epochs", "2", "--batch-size", "8"),
-        *("--width", "8", "--image-size", "32", "--spe", "1", "--kill-at", "2", "--kill-delay", "1"),
-        *("--flags", "true", "--shared-cache", str(tmp_path / "cache"), "--json", str(tmp_path / "r.json")),
-    )
-    r = json.loads((tmp_path / "r.json").read_text())["true"]
-    assert r["backend"] == "cpu" and r["flag_in_xla_flags"] and r["warnings"] == []
-    assert r["two_runs"] == {"max_abs_diff": 0.0, "bit_identical": True}
-    killed = r["killed_and_resumed"]
-    assert (killed["max_abs_diff"], killed["bit_identical"]) == (0.0, True)
-    epoch, batch = killed["resumed_from_epoch_batch"]
-    assert epoch == 1 and 0 < batch < 5  # resumed mid-epoch: 5 batches of 8 an epoch
-    assert r["steps"] == [10, 10, 10]
-    assert r["steady_images_per_s"] > 0
-    assert "| true | run 1 vs run 2 | 0 | yes |" in out
-    assert f"| true | SIGKILL at [{epoch}, {batch}] + resume vs run 1 | 0 | yes |" in out
-
-
 def test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each(tmp_path):
     import pyarrow.parquet as pq
 

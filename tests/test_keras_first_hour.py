@@ -54,7 +54,7 @@ def test_optimizer_names_are_keras_defaults(name, make, kwargs):
     expected = make(**kwargs)
     params = {"w": jax.numpy.linspace(-1.0, 1.0, 6)}
     state, ref_state = tx.init(params), expected.init(params)
-    assert ef.learning_rate.get_learning_rate(state) == pytest.approx(kwargs["learning_rate"])
+    assert ef.training.learning_rate.get_learning_rate(state) == pytest.approx(kwargs["learning_rate"])
     for step in range(3):
         grads = {"w": jax.numpy.cos(params["w"] * (step + 1))}
         updates, state = tx.update(grads, state, params)
