@@ -179,6 +179,9 @@ class Parquet(EncodedImages, IndexedSource):
     the rows every pass. A batch of a shuffled pass needs rows of many row groups, so when the
     images do not fit ``cache_bytes`` row groups are read again and again (a warning says so).
 
+    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
+    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+
     Args:
         path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as
             ``"hf_dataset/data/train-*.parquet"``, or a list of these.
@@ -186,13 +189,6 @@ class Parquet(EncodedImages, IndexedSource):
         label: the label column.
         class_names: the classes in label order, when they must match another split's (string
             labels are looked up in them).
-        image_size: as for :class:`~easyfit.data.ImageFolder`.
-        color_mode: as for :class:`~easyfit.data.ImageFolder`.
-        decoder: as for :class:`~easyfit.data.ImageFolder`.
-        transform: as for :class:`~easyfit.data.ImageFolder`.
-        augment: as for :class:`~easyfit.data.ImageFolder`.
-        normalize: as for :class:`~easyfit.data.ImageFolder`.
-        eval_crop: as for :class:`~easyfit.data.ImageFolder`.
         cache_bytes: the most bytes of row groups kept in memory; default a quarter of the
             machine's memory.
 
