@@ -247,6 +247,8 @@ def _run(kind: str, root: Path, args, env: dict) -> dict:
     argv += ["--classes", str(args.classes), "--recipe", args.recipe, "--model", args.model]
     argv += ["--width", str(args.width), "--image-size", str(args.image_size), "--spe", str(args.spe)]
     env = {**env, _T0: repr(time.time())}
+    if kind == "loop":  # the recipe's loop imports easyfit (its model): keep easyfit's cache off
+        env["EASYFIT_COMPILATION_CACHE"] = "0"
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} run failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
