@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -12,7 +11,7 @@ from flax import struct
 
 from .models import example_input
 
-__all__ = ["TrainState", "create_state", "inference_params"]
+__all__ = ["StateMaker", "TrainState", "inference_params"]
 
 
 @struct.dataclass
@@ -47,49 +46,60 @@ class TrainState:
         def replace(self, **updates: Any) -> TrainState: ...
 
 
-def create_state(
-    adapter: Any,
-    tx: optax.GradientTransformation,
-    seed: int,
-    shape: Any,
-    nnx_variables: Any = None,
-    abstract: bool = False,
-    dynamic_scale: Any = None,
-    ema: bool = False,
-) -> TrainState:
-    """A fresh TrainState for inputs of ``shape`` (one sample's); with ``abstract``, its shapes
-    and dtypes only, computing nothing.
+class StateMaker:
+    """Makes fresh TrainStates: one jitted program initialises the model, the optimizer's state
+    and the moving average together, traced once for both its abstract and its concrete use
+    (``jax.jit``'s trace cache: :meth:`abstract` then :meth:`make` trace the model once).
 
     Args:
         adapter: the model's ``easyfit.training.models.ModelAdapter``.
         tx: the optimizer.
-        seed: seeds the initialisation (linen) and the training RNG key.
-        shape: one input sample's shape (a dict or list of shapes for several inputs: see
-            ``easyfit.training.models.input_spec``).
-        nnx_variables: an NNX model's ``(params, model_state)``, copied: the train step donates
-            the state's buffers, never the user's.
-        abstract: return ``jax.ShapeDtypeStruct`` leaves instead of arrays.
-        dynamic_scale: the loss scale (``precision="float16"``), or None.
         ema: keep a moving average of the parameters (``ema_params``), starting as a copy of
             them.
     """
-    init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
-    if adapter.kind == "nnx":
-        params, model_state = jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy, nnx_variables)
-    else:
-        sample = example_input(shape)
-        init = functools.partial(jax.eval_shape, adapter.init) if abstract else jax.jit(adapter.init)
-        params, model_state = init(init_rng, sample)
-    opt_state = (jax.eval_shape if abstract else lambda f, p: f(p))(tx.init, params)
-    return TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=params,
-        opt_state=opt_state,
-        model_state=model_state,
-        rng=train_rng,
-        dynamic_scale=dynamic_scale,
-        ema_params=jax.tree_util.tree_map((lambda a: a) if abstract else jnp.copy, params) if ema else None,
-    )
+
+    def __init__(self, adapter: Any, tx: optax.GradientTransformation, ema: bool = False):
+        self.adapter, self.tx, self.ema = adapter, tx, ema
+        self._init = jax.jit(self._fresh)
+
+    def _fresh(self, init_rng: jax.Array, train_rng: jax.Array, variables: Any) -> TrainState:
+        if self.adapter.kind == "nnx":
+            params, model_state = jax.tree_util.tree_map(jnp.copy, variables)
+        else:
+            params, model_state = self.adapter.init(init_rng, variables)
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=self.tx.init(params),
+            model_state=model_state,
+            rng=train_rng,
+            ema_params=jax.tree_util.tree_map(jnp.copy, params) if self.ema else None,
+        )
+
+    @staticmethod
+    def _args(seed: int, shape: Any, nnx_variables: Any, adapter: Any, abstract: bool) -> tuple[Any, ...]:
+        init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
+        # an NNX model's variables are copied (the train step donates the state's buffers,
+        # never the user's); a linen model is initialised on one zero sample
+        variables = nnx_variables if adapter.kind == "nnx" else example_input(shape, abstract)
+        return init_rng, train_rng, variables
+
+    def make(self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None) -> TrainState:
+        """A fresh TrainState for inputs of ``shape`` (one sample's: a shape, or a dict or list
+        of shapes for several inputs, see ``easyfit.training.models.input_spec``). ``seed``
+        seeds the initialisation (linen) and the training RNG key; ``nnx_variables``: an NNX
+        model's ``(params, model_state)``; ``dynamic_scale``: the loss scale
+        (``precision="float16"``), or None."""
+        state = self._init(*self._args(seed, shape, nnx_variables, self.adapter, False))
+        return state.replace(dynamic_scale=dynamic_scale)
+
+    def abstract(
+        self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None
+    ) -> TrainState:
+        """:meth:`make`'s shapes and dtypes (``jax.ShapeDtypeStruct`` leaves), computing
+        nothing."""
+        state = self._init.eval_shape(*self._args(seed, shape, nnx_variables, self.adapter, True))
+        return state.replace(dynamic_scale=dynamic_scale)
 
 
 def inference_params(state: TrainState) -> Any:

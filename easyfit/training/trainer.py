@@ -16,6 +16,7 @@ and fit's class weights. So they trace into the compiled steps and run as well o
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -24,6 +25,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -52,7 +54,7 @@ from .models import adapt, check_input_shape, input_spec, write_back
 from .multi_output import is_structured
 from .optimizers import accumulating, get_optimizer
 from .precision import get_precision
-from .state import TrainState, create_state, inference_params
+from .state import StateMaker, TrainState, inference_params
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
@@ -191,6 +193,7 @@ class Trainer:
         self._loss_note: str | None = None  # why the loss was inferred, when it was
         self._labels_checked: weakref.WeakSet[Any] = weakref.WeakSet()  # sources, once each
         self._input_spec: tuple[Any, Any] | None = None  # one sample's (see models.input_spec)
+        self._maker: StateMaker | None = None  # makes fresh states (_new_state)
         self._input_scale: float | None = None  # what the steps multiply the inputs by
         self._class_weight: tuple[float, ...] | None = None  # the current fit's
         self._inference_only: str | None = None  # why fit cannot go on (loaded without optimizer)
@@ -425,6 +428,7 @@ class Trainer:
             self._data_fingerprint = checkpoint.data_fingerprint(train)
             if resume is not None:
                 resume.check_data(self._data_fingerprint)
+        ahead = self._state_ahead(train)  # the model initialises while the input starts
         loader, why = self._data.train_loader(
             train,
             batch_size,
@@ -452,9 +456,9 @@ class Trainer:
             # initialises, the others after it, while the first chunks train (two compilations at
             # once stalled on a GPU)
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
-            abstract, empty = self._abstract_state(head), self._empty(fns)
+            abstract, empty = self._abstract_state(head, ahead), self._empty(fns)
             compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
-            self._ensure_state(head, train)
+            self._ensure_state(head, train, ahead=ahead)
             self._check_class_weight(class_weight, head)
             compiling[first_count].join()
             ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
@@ -465,6 +469,8 @@ class Trainer:
         except BaseException:
             for thread in compiling.values():
                 thread.join()
+            if ahead is not None:
+                concurrent.futures.wait([ahead])
             loader.close()
             raise
         acc = None
@@ -843,11 +849,22 @@ class Trainer:
             raise ValueError(f"fit: {self._inference_only}")
 
     # ------------------------------------------------------------------------------ the state
-    def _ensure_state(self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True) -> None:
-        """Creates the state from a first batch if there is none; with ``labels_too``, resolves
-        the loss and checks the source's labels (once per source)."""
+    def _ensure_state(
+        self,
+        chunk: Mapping[str, Any],
+        source: Source,
+        labels_too: bool = True,
+        ahead: Future | None = None,
+    ) -> None:
+        """Creates the state from a first batch if there is none (taking the one made
+        ``ahead`` when it fits the batch: ``_state_ahead``); with ``labels_too``, resolves the
+        loss and checks the source's labels (once per source)."""
         if self.state is None:
-            self._init_state(*input_spec(chunk["x"]))
+            made = _made_for(ahead, chunk) if ahead is not None else None
+            if made is None:
+                self._init_state(*input_spec(chunk["x"]))
+            else:
+                self._input_spec, self.state = input_spec(chunk["x"]), made
             if self.class_names is None:
                 self.class_names = source.class_names
             self._input_scale = source.scale
@@ -880,26 +897,60 @@ class Trainer:
         them: ``easyfit.training.models.input_spec``); with ``abstract``, returns its shapes,
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
-        state = create_state(
-            self._adapter,
-            self.optimizer,
-            self.seed,
-            shape,
-            self._nnx_variables,
-            abstract,
-            self.precision.initial_scale(),
-            ema=self.ema_momentum is not None,
-        )
         if abstract:
-            return self.placement.abstract(state, replicated=True)
-        self.state = self.placement.replicate(state)
+            return self._new_state(shape, abstract=True)
+        self.state = self._new_state(shape)
         return self.state
 
-    def _abstract_state(self, chunk: Mapping[str, Any]) -> Any:
-        """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
-        if self.state is None:
-            return self._init_state(*input_spec(chunk["x"]), True)
-        return self.placement.abstract(self.state)
+    def _new_state(self, shape: Any, abstract: bool = False) -> Any:
+        """A fresh state for inputs of ``shape``, placed (``abstract``: its shapes, dtypes and
+        shardings); changes nothing of the trainer's but its :class:`StateMaker`."""
+        maker = self._state_maker()
+        make = maker.abstract if abstract else maker.make
+        state = make(self.seed, shape, self._nnx_variables, self.precision.initial_scale())
+        if abstract:
+            return self.placement.abstract(state, replicated=True)
+        return self.placement.replicate(state)
+
+    def _state_maker(self) -> StateMaker:
+        """The StateMaker of the current optimizer and EMA setting (one jitted initialisation,
+        traced once for its abstract and concrete uses)."""
+        ema = self.ema_momentum is not None
+        maker = self._maker
+        if maker is None or maker.tx is not self.optimizer or maker.ema != ema:
+            maker = self._maker = StateMaker(self._adapter, self.optimizer, ema)
+        return maker
+
+    def _state_ahead(self, source: Source) -> Future | None:
+        """Starts making the state in a thread, while the input pipelines start, when there is
+        none yet and ``source`` knows its input shape before any batch
+        (``Source.known_input_shape``); the future gives ``(shape, state)``. None otherwise.
+
+        The thread is not a daemon, for the reason ``steps.compile_ahead`` gives."""
+        shape = source.known_input_shape() if self.state is None else None
+        if shape is None:
+            return None
+        self._state_maker()  # made here: the main thread's abstract state shares its trace
+        future: Future = Future()
+
+        def work() -> None:
+            try:
+                future.set_result((shape, self._new_state(shape)))
+            except BaseException as e:  # noqa: BLE001 - raised where the state is taken
+                future.set_exception(e)
+
+        threading.Thread(target=work, name="easyfit-init").start()
+        return future
+
+    def _abstract_state(self, chunk: Mapping[str, Any], ahead: Future | None = None) -> Any:
+        """Shapes, dtypes and shardings of the state, before it exists (no computation): those
+        of the state made ``ahead`` when it is ready for ``chunk``'s inputs."""
+        if self.state is not None:
+            return self.placement.abstract(self.state)
+        made = _made_for(ahead, chunk) if ahead is not None and ahead.done() else None
+        if made is not None:
+            return self.placement.abstract(made)
+        return self._init_state(*input_spec(chunk["x"]), True)
 
     def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
         return self.placement.replicate(fns.metrics.empty())
@@ -911,6 +962,14 @@ class Trainer:
 
     def _optimizer_meta(self, opt_state: Any) -> dict[str, Any]:
         return metadata.optimizer_meta(self._optimizer_name, opt_state)
+
+
+def _made_for(ahead: Future, chunk: Mapping[str, Any]) -> Any:
+    """The state ``Trainer._state_ahead`` made, when it was made for ``chunk``'s input shape
+    (else None: the source's known shape was not the batch's); waits for it, raising what
+    making it raised."""
+    shape, state = ahead.result()
+    return state if shape == input_spec(chunk["x"])[0] else None
 
 
 def _on_host(output: tuple[Any, Any]) -> Any:
