@@ -116,21 +116,21 @@ class FedPipelines:
         threads = num_threads or default_num_threads(placement.platform, len(specs))
         augment = draws_of(source, training)
         self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in specs]
+        self._pipes = [
+            self._build(
+                f,
+                len(f.parts[0]),
+                threads,
+                d.local_hardware_id if d is not None else None,
+                pipeline_seed(plan.seed, jax.process_index(), k),
+            )
+            for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))
+        ]
         self._pool = (
-            concurrent.futures.ThreadPoolExecutor(len(specs), "easyfit-pipeline")
-            if pool and len(specs) > 1
+            concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
+            if pool and len(self._pipes) > 1
             else None
         )
-
-        def build(k: int) -> Any:
-            feeder, device = self._feeders[k], specs[k][1]
-            hardware = device.local_hardware_id if device is not None else None
-            seed = pipeline_seed(plan.seed, jax.process_index(), k)
-            return self._build(feeder, len(feeder.parts[0]), threads, hardware, seed)
-
-        # with a pool (GPUs), the pipelines build at once: each build is mostly DALI's C++ (the
-        # decoders' and buffers' set-up), serial it is the start-up's longest wait on a GPU
-        self._pipes = list((self._pool.map if self._pool is not None else map)(build, range(len(specs))))
 
     def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None, seed: int) -> Any:
         from nvidia.dali import fn, pipeline_def
