@@ -248,16 +248,6 @@ class EncodedImages:
         """``(height, width, channels)`` of the images the model receives."""
         return self.image_recipe().shape
 
-    def known_input_shape(self) -> list[int] | None:
-        """:attr:`image_shape`, unless a ``transform`` or an augmentation of the user's own may
-        change it (``easyfit.data.Augment`` keeps it)."""
-        from .augment import Augment
-
-        augment = getattr(self, "augment", None)
-        if self.transform is not None or not (augment is None or isinstance(augment, Augment)):
-            return None
-        return list(self.image_shape)
-
     @property
     def sample_nbytes(self) -> int:
         pixel = 2 if self.normalize is not None else 1  # float16 or uint8

@@ -16,7 +16,6 @@ and fit's class weights. So they trace into the compiled steps and run as well o
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -25,7 +24,6 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -428,7 +426,6 @@ class Trainer:
             self._data_fingerprint = checkpoint.data_fingerprint(train)
             if resume is not None:
                 resume.check_data(self._data_fingerprint)
-        ahead = self._state_ahead(train)  # the model initialises while the input starts
         loader, why = self._data.train_loader(
             train,
             batch_size,
@@ -456,9 +453,9 @@ class Trainer:
             # initialises, the others after it, while the first chunks train (two compilations at
             # once stalled on a GPU)
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
-            abstract, empty = self._abstract_state(head, ahead), self._empty(fns)
+            abstract, empty = self._abstract_state(head), self._empty(fns)
             compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
-            self._ensure_state(head, train, ahead=ahead)
+            self._ensure_state(head, train)
             self._check_class_weight(class_weight, head)
             compiling[first_count].join()
             ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
@@ -469,8 +466,6 @@ class Trainer:
         except BaseException:
             for thread in compiling.values():
                 thread.join()
-            if ahead is not None:
-                concurrent.futures.wait([ahead])
             loader.close()
             raise
         acc = None
@@ -849,22 +844,11 @@ class Trainer:
             raise ValueError(f"fit: {self._inference_only}")
 
     # ------------------------------------------------------------------------------ the state
-    def _ensure_state(
-        self,
-        chunk: Mapping[str, Any],
-        source: Source,
-        labels_too: bool = True,
-        ahead: Future | None = None,
-    ) -> None:
-        """Creates the state from a first batch if there is none (taking the one made
-        ``ahead`` when it fits the batch: ``_state_ahead``); with ``labels_too``, resolves the
-        loss and checks the source's labels (once per source)."""
+    def _ensure_state(self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True) -> None:
+        """Creates the state from a first batch if there is none; with ``labels_too``, resolves
+        the loss and checks the source's labels (once per source)."""
         if self.state is None:
-            made = _made_for(ahead, chunk) if ahead is not None else None
-            if made is None:
-                self._init_state(*input_spec(chunk["x"]))
-            else:
-                self._input_spec, self.state = input_spec(chunk["x"]), made
+            self._init_state(*input_spec(chunk["x"]))
             if self.class_names is None:
                 self.class_names = source.class_names
             self._input_scale = source.scale
@@ -921,36 +905,11 @@ class Trainer:
             maker = self._maker = StateMaker(self._adapter, self.optimizer, ema)
         return maker
 
-    def _state_ahead(self, source: Source) -> Future | None:
-        """Starts making the state in a thread, while the input pipelines start, when there is
-        none yet and ``source`` knows its input shape before any batch
-        (``Source.known_input_shape``); the future gives ``(shape, state)``. None otherwise.
-
-        The thread is not a daemon, for the reason ``steps.compile_ahead`` gives."""
-        shape = source.known_input_shape() if self.state is None else None
-        if shape is None:
-            return None
-        self._state_maker()  # made here: the main thread's abstract state shares its trace
-        future: Future = Future()
-
-        def work() -> None:
-            try:
-                future.set_result((shape, self._new_state(shape)))
-            except BaseException as e:  # noqa: BLE001 - raised where the state is taken
-                future.set_exception(e)
-
-        threading.Thread(target=work, name="easyfit-init").start()
-        return future
-
-    def _abstract_state(self, chunk: Mapping[str, Any], ahead: Future | None = None) -> Any:
-        """Shapes, dtypes and shardings of the state, before it exists (no computation): those
-        of the state made ``ahead`` when it is ready for ``chunk``'s inputs."""
-        if self.state is not None:
-            return self.placement.abstract(self.state)
-        made = _made_for(ahead, chunk) if ahead is not None and ahead.done() else None
-        if made is not None:
-            return self.placement.abstract(made)
-        return self._init_state(*input_spec(chunk["x"]), True)
+    def _abstract_state(self, chunk: Mapping[str, Any]) -> Any:
+        """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
+        if self.state is None:
+            return self._init_state(*input_spec(chunk["x"]), True)
+        return self.placement.abstract(self.state)
 
     def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
         return self.placement.replicate(fns.metrics.empty())
@@ -962,14 +921,6 @@ class Trainer:
 
     def _optimizer_meta(self, opt_state: Any) -> dict[str, Any]:
         return metadata.optimizer_meta(self._optimizer_name, opt_state)
-
-
-def _made_for(ahead: Future, chunk: Mapping[str, Any]) -> Any:
-    """The state ``Trainer._state_ahead`` made, when it was made for ``chunk``'s input shape
-    (else None: the source's known shape was not the batch's); waits for it, raising what
-    making it raised."""
-    shape, state = ahead.result()
-    return state if shape == input_spec(chunk["x"])[0] else None
 
 
 def _on_host(output: tuple[Any, Any]) -> Any:

@@ -146,13 +146,6 @@ class Arrays(IndexedSource):
             raise ValueError("Arrays: augment= applies to a single image array x, not to a dict or tuple")
         self.augment = augment
 
-    def known_input_shape(self) -> list[int] | None:
-        """One array sample's shape, for a single input array read as it is (no image
-        preparation)."""
-        if self._xs.structured or self.images is not None:
-            return None
-        return [int(d) for d in self._leaves[0].shape[1:]]
-
     @property
     def num_samples(self) -> int:
         return len(self._leaves[0])

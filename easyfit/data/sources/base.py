@@ -169,12 +169,6 @@ class Source(abc.ABC):
         and copies the batches to the devices itself."""
         return False
 
-    def known_input_shape(self) -> list[int] | None:
-        """One sample's input shape as the model receives it, when the source knows it before
-        reading any batch (what lets ``fit`` initialise the model while the input pipelines
-        start); None when only a batch tells. ``fit`` checks it against the first batch."""
-        return None
-
     def known_labels(self) -> Any:
         """Every label, when the source knows them without decoding (checked before training):
         an array, or a dict or tuple of arrays for several outputs; else None."""
@@ -372,9 +366,6 @@ class Subset(IndexedSource):
 
     def assemble(self, outputs: Sequence[Any]) -> dict[str, Any]:
         return self.source.assemble(outputs)
-
-    def known_input_shape(self) -> list[int] | None:
-        return self.source.known_input_shape()
 
     def known_labels(self) -> Any:
         labels = self.source.known_labels()
