@@ -69,3 +69,38 @@ def test_an_error_of_the_models_initialisation_is_raised_by_fit(root):
 
     with pytest.raises(ValueError, match="the model's own error"):
         ef.Trainer(Broken(), optimizer="sgd").fit(root + "/train", epochs=1, batch_size=32, verbose=0)
+
+
+def _layout(tree):
+    return jax.tree_util.tree_map(lambda a: (a.shape, a.dtype, a.sharding), tree)
+
+
+@pytest.mark.parametrize("start", [0, 2])
+def test_the_chunk_spec_of_the_first_run_is_the_chunks_layout(root, start):
+    from easyfit.data.loader import Loader
+    from easyfit.parallel import Placement
+
+    placement = Placement.create()
+    source = ef.data.Arrays(np.arange(96 * 3, dtype=np.float32).reshape(96, 3), np.arange(96) % 10)
+    source = ef.data.Arrays(source.x, source.y, sample_weight=np.ones(96, np.float32))
+    plan = ef.data.Plan(len(source), 16, seed=0, steps_per_execution=2, num_shards=placement.num_shards)
+    loader = Loader(source, plan, placement, start=start, threaded=True, pipelines_per_device=2)
+    try:
+        spec = loader.chunk_spec()  # as the loader thread's first run gives it
+        assert spec is not None and set(spec) == {"x", "y", "sample_weight", "mask"}
+        assert _layout(spec) == _layout(next(loader))
+        assert loader.chunk_spec() is None  # the first chunk is read: nothing ahead to tell
+    finally:
+        loader.close()
+
+
+def test_a_fit_compiling_from_the_chunk_spec_trains_as_one_waiting_for_the_chunk(root):
+    params = {}
+    for threaded in (False, True):  # True: the loader thread of GPU machines, and its spec
+        notes = Notes()
+        trainer = ef.Trainer(Recorder(notes), optimizer="adam", seed=0, steps_per_execution=2)
+        trainer._data.loader_options.update(threaded=threaded, pipelines_per_device=2)
+        trainer.fit(root + "/train", epochs=2, batch_size=16, verbose=0, cache=False)
+        assert notes.initialising == 1
+        params[threaded] = flat_params(trainer.state.params)
+    np.testing.assert_array_equal(params[True], params[False])  # bit for bit (CPU)

@@ -133,6 +133,9 @@ class DeviceCache:
         pass)."""
         return {"chunk": self.iteration, **self._fill.mark}
 
+    def chunk_spec(self) -> dict[str, Any] | None:
+        return None  # its chunks are gathered from the cache: no pipeline run tells ahead
+
     def peek(self) -> dict[str, jax.Array]:
         """The next chunk, without consuming it."""
         return self._next(peek=True)

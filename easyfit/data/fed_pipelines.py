@@ -10,6 +10,7 @@ CPU-only machine, one pipeline (or ``pipelines_per_device`` in all).
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from typing import Any
 
 import jax
@@ -126,6 +127,8 @@ class FedPipelines:
             )
             for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))
         ]
+        self._first_run: tuple[Any, ...] | None = None  # pipeline 0's first outputs
+        self._first_ran = threading.Event()  # set then, or when the first chunk failed
         self._pool = (
             concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
             if pool and len(self._pipes) > 1
@@ -168,10 +171,13 @@ class FedPipelines:
     def produce(self, iteration: int, peek: bool = False) -> dict[str, jax.Array]:
         """Chunk ``iteration`` of the stream (``peek``: nothing to keep, any chunk can be
         produced again from the plan)."""
-        if self._pool is not None:
-            outputs = list(self._pool.map(lambda i: self._share(i, iteration), range(len(self._pipes))))
-        else:
-            outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
+        try:
+            if self._pool is not None:
+                outputs = list(self._pool.map(lambda i: self._share(i, iteration), range(len(self._pipes))))
+            else:
+                outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
+        finally:
+            self._first_ran.set()  # a chunk failed: chunk_spec waits no more
         _, mask = self._feeders[0].chunk(iteration)
         if self.on_gpu:  # each output (x, y, ...) sharded on its rows
             arrays = [self.placement.shard_device_rows(self._per_device(parts)) for parts in zip(*outputs)]
@@ -185,10 +191,31 @@ class FedPipelines:
     def _share(self, index: int, iteration: int) -> tuple[Any, ...]:
         """Pipeline ``index``'s rows of chunk ``iteration``: the outputs of its runs, joined."""
         pipe = self._pipes[index]
-        count = len(self._feeders[index].parts)
-        return self._runner.join(
-            [self._runner.run(pipe, lambda: self._suspects(iteration)) for _ in range(count)]
-        )
+        runs = []
+        for _ in range(len(self._feeders[index].parts)):
+            runs.append(self._runner.run(pipe, lambda: self._suspects(iteration)))
+            if index == 0 and not self._first_ran.is_set():
+                self._first_run = runs[0]
+                self._first_ran.set()
+        return self._runner.join(runs)
+
+    def chunk_spec(self) -> dict[str, Any] | None:
+        """The chunks' ``jax.ShapeDtypeStruct`` leaves (shapes, dtypes, shardings), from the
+        first run of the first pipeline (each run's rows are those of every other: one sample's
+        shape and dtype per output); waits for that run. None when it failed."""
+        self._first_ran.wait()
+        first = self._first_run
+        if first is None:
+            return None
+        rows = self.plan.rows_per_shard * self.placement.num_shards
+        data = self.placement.data
+
+        def spec(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
+            return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=data)
+
+        _, mask = self._feeders[0].chunk(self._feeders[0].start)
+        outputs = [spec(tuple(a.shape[1:]), a.dtype) for a in first]
+        return {**self.source.assemble(outputs), "mask": spec(tuple(mask.shape[1:]), mask.dtype)}
 
     def _suspects(self, iteration: int) -> list[int]:
         """The samples DALI may have been reading: this chunk's and those prefetched after it."""

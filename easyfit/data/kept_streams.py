@@ -89,6 +89,9 @@ class LentStream:
     def position(self) -> Mapping[str, Any]:
         return self.stream.position()
 
+    def chunk_spec(self) -> dict[str, Any] | None:
+        return None  # a kept stream is read from where the last pass left it
+
     def peek(self) -> dict[str, jax.Array]:
         return self.stream.peek()
 

@@ -205,6 +205,7 @@ class Loader:
         )
         self.plan: Plan = self._pipelines.plan
         self.iteration = start if kind.planned else self._pipelines.next
+        self._first = self.iteration  # the chunk the pipelines' first run belongs to
         self._lazy = not kind.planned  # a reader's position holds DALI's checkpoints
         self._position: Position | None = None  # the last one handed out, until the pipelines move
         self._position_at = start
@@ -282,6 +283,17 @@ class Loader:
             finally:
                 self.waited += time.perf_counter() - start
         return self._peeked
+
+    def chunk_spec(self) -> dict[str, Any] | None:
+        """The next chunk's ``jax.ShapeDtypeStruct`` leaves, from the first run of its first
+        pipeline (``FedPipelines.chunk_spec``): starts the background thread and waits for that
+        run only, not the whole chunk. None for a stream without that thread (CPU-only
+        machines) or a reader-driven source."""
+        if not self._threaded or self._peeked is not None or self.iteration != self._first:
+            return None
+        if self._thread is None:
+            self._start_thread()
+        return self._pipelines.chunk_spec()
 
     def _take(self) -> dict[str, jax.Array]:
         if self._thread is None:

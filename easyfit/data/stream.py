@@ -56,6 +56,13 @@ class Stream(Protocol):
         """The next chunk, without consuming it."""
         ...
 
+    def chunk_spec(self) -> dict[str, Any] | None:
+        """The next chunk's shapes, dtypes and shardings (``jax.ShapeDtypeStruct`` leaves, laid
+        out as the chunk), known before the chunk is whole: what lets the model initialise and
+        the first step compile while the rest of the chunk is read; None when the stream
+        cannot tell before the chunk. May wait for the pipelines' first run."""
+        ...
+
     def position(self) -> Mapping[str, Any]:
         """Where the stream stands before its next chunk: JSON-serialisable once read (as a
         dict), to give back as ``position=`` to a stream of the same plan."""

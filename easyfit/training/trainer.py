@@ -443,8 +443,10 @@ class Trainer:
         start = dict(loader.position())  # read now: the stream moves on at once
         compiling: dict[int, threading.Thread] = {}
         try:  # a failure before training (bad labels or inputs) leaves nothing running
-            head: dict[str, jax.Array] = next(loader)
-            first: dict | None = head  # the first step's chunk, already read
+            # the chunk's shapes as soon as the pipelines' first run tells them (GPUs): the model
+            # initialises and the first step compiles while the rest of the chunk is read
+            spec = loader.chunk_spec() if self.loss is not None or train.known_labels() is not None else None
+            head: Any = next(loader) if spec is None else spec
             fns = self._functions(train, plan, head)
             if verbose and self._loss_note:
                 print(f"easyfit: {self._loss_note}", flush=True)
@@ -455,7 +457,14 @@ class Trainer:
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
             abstract, empty = self._abstract_state(head), self._empty(fns)
             compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
-            self._ensure_state(head, train)
+            made_for = None
+            if spec is not None:
+                if self.state is None:
+                    made_for = input_spec(spec["x"])[0]
+                    self._init_state(*input_spec(spec["x"]))
+                head = next(loader)
+            first: dict | None = head  # the first step's chunk, already read
+            self._ensure_state(head, train, made_for=made_for)
             self._check_class_weight(class_weight, head)
             compiling[first_count].join()
             ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
@@ -844,17 +853,26 @@ class Trainer:
             raise ValueError(f"fit: {self._inference_only}")
 
     # ------------------------------------------------------------------------------ the state
-    def _ensure_state(self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True) -> None:
+    def _ensure_state(
+        self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True, made_for: Any = None
+    ) -> None:
         """Creates the state from a first batch if there is none; with ``labels_too``, resolves
-        the loss and checks the source's labels (once per source)."""
+        the loss and checks the source's labels (once per source). ``made_for``: the input
+        shape the state was just made for, from the chunk's spec (made again when it is not
+        the batch's)."""
+        fresh = self.state is None or made_for is not None
+        if made_for is not None and made_for != input_spec(chunk["x"])[0]:
+            self.state = None
         if self.state is None:
             self._init_state(*input_spec(chunk["x"]))
+        if fresh:
+            self._input_spec = input_spec(chunk["x"])  # the batch's dtype, too
             if self.class_names is None:
                 self.class_names = source.class_names
             self._input_scale = source.scale
             self._data.adopt(source)
         elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
-            built, model = self._input_spec[0], self.state
+            built, model = self._input_spec[0], self._require_state()
             check_input_shape(
                 built,
                 input_spec(chunk["x"])[0],
