@@ -214,7 +214,12 @@ class DeviceCache:
 
 class Recording:
     """Fills the cache from ``stream`` (a streaming loader of the same plan) while it streams,
-    until every sample has been seen; the stream is then closed."""
+    until every sample has been seen; the stream is then closed.
+
+    Each chunk is recorded when the next one is asked for (the last one at once), so that the
+    first step waits for nothing but its chunk: the recording's first block, its compilation
+    and the chunk's sample indices come after it. The chunk is not donated to the step, so it
+    is still whole then."""
 
     def __init__(self, stream: Stream):
         self.stream = stream
@@ -222,6 +227,7 @@ class Recording:
         self._start = stream.iteration
         self._chunks = chunks_to_cover(stream.plan, self._start)  # to record
         self._indices: list[tuple[np.ndarray, np.ndarray]] = []  # recorded (sample index, mask)
+        self._pending: tuple[Any, int] | None = None  # the chunk streamed last, and its index
 
     @property
     def warmup_epochs(self) -> int:
@@ -237,16 +243,25 @@ class Recording:
     def step(self, cache: DeviceCache, peek: bool) -> dict[str, jax.Array] | None:
         if peek:
             return self.stream.peek()
+        self._keep(cache)
         batch = next(self.stream)
         data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
-        cache.record(data, len(self._indices), self._chunks)
-        self._indices.append(cache.plan.chunk(cache.iteration, cache.orders))
-        if len(self._indices) == self._chunks:
+        self._pending = data, cache.iteration
+        if len(self._indices) + 1 == self._chunks:
+            self._keep(cache)
             cache.place(self._slots(cache.plan.num_samples), self._chunks, "")
             self._indices.clear()
             self.stream.close()
         cache.iteration += 1
         return batch
+
+    def _keep(self, cache: DeviceCache) -> None:
+        """Records the pending chunk, if any."""
+        if self._pending is not None:
+            data, iteration = self._pending
+            self._pending = None
+            cache.record(data, len(self._indices), self._chunks)
+            self._indices.append(cache.plan.chunk(iteration, cache.orders))
 
     def _slots(self, n: int) -> np.ndarray:
         """Each recorded row's sample: its first row holds it, padding and repeats are dropped."""
@@ -261,6 +276,7 @@ class Recording:
     def close(self) -> None:
         self.stream.close()
         self._indices.clear()
+        self._pending = None
 
 
 class OneRead:

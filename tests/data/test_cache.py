@@ -61,7 +61,7 @@ def _live_bytes() -> int:
 
 
 @pytest.mark.parametrize(("epoch_steps", "start"), [(None, 0), (7, 5)])
-def test_the_recording_grows_a_block_at_a_time_and_the_cache_gives_the_streamed_chunks(
+def test_the_recording_starts_after_the_first_step_grows_a_block_at_a_time_and_gives_the_streamed_chunks(
     mnist_dir, monkeypatch, epoch_steps, start
 ):
     folder = ef.data.ImageFolder(mnist_dir + "/train")  # 3,000 files: 15 chunks of 200 a pass
@@ -82,10 +82,10 @@ def test_the_recording_grows_a_block_at_a_time_and_the_cache_gives_the_streamed_
         assert got.keys() == want[i].keys()
         for key in got:
             np.testing.assert_array_equal(got[key], want[i][key], err_msg=f"chunk {start + i}: {key}")
-        if i < to_record - 1:  # still recording: the blocks reached so far, no more
-            assert cached.recorded_bytes == (i // 4 + 1) * 4 * one
-        if i == 0:  # the first step: one block, not the dataset
-            assert _live_bytes() - before < dataset / 2
+        if i < to_record - 1:  # still recording: chunks 0..i-1 (each recorded after its step)
+            assert cached.recorded_bytes == -(-i // 4) * 4 * one
+        if i == 0:  # the first step: nothing recorded, nothing of the dataset's size allocated
+            assert cached.recorded_bytes == 0 and _live_bytes() - before < dataset / 4
     assert cached.recorded_bytes == 0  # the recording is released once placed
     cached.close()
 
