@@ -117,6 +117,7 @@ class DeviceCache:
         self._data: Any = None
         self._recorded: list[Any] = []  # blocks of chunks, as many as the recording has reached
         self._block = 0  # chunks per block, fixed by the first chunk
+        self._rows = 0  # rows per chunk
         self._specs: Any = None  # the blocks' static arguments of chunk_buffers
         self._gather = jax.jit(gather_rows, out_shardings=placement.data)
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
@@ -171,6 +172,7 @@ class DeviceCache:
             treedef, specs = buffer_specs(chunk, 1)
             size = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in specs)
             self._block = max(1, min(chunks, BLOCK_BYTES // max(1, size)))
+            self._rows = specs[0][0][1]
             self._specs = buffer_specs(chunk, self._block)
         b, j = divmod(i, self._block)
         if b == len(self._recorded):
@@ -184,7 +186,7 @@ class DeviceCache:
         sample was filled once. ``what`` tells the log how the data came (``""``, or ``"read
         once and "``)."""
         n = self.plan.num_samples
-        rows = self._specs[1][0][0][1]  # of one chunk
+        rows = self._rows
         empty = jax.jit(_empty, static_argnums=(1,), out_shardings=self.placement.replicated)
         data, filled = empty(self._recorded[0], n)
         place = jax.jit(_place_block, donate_argnums=(0, 1), out_shardings=self.placement.replicated)
@@ -243,19 +245,19 @@ class Recording:
     def step(self, cache: DeviceCache, peek: bool) -> dict[str, jax.Array] | None:
         if peek:
             return self.stream.peek()
-        self._keep(cache)
+        self._record_pending(cache)
         batch = next(self.stream)
         data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
         self._pending = data, cache.iteration
         if len(self._indices) + 1 == self._chunks:
-            self._keep(cache)
+            self._record_pending(cache)
             cache.place(self._slots(cache.plan.num_samples), self._chunks, "")
             self._indices.clear()
             self.stream.close()
         cache.iteration += 1
         return batch
 
-    def _keep(self, cache: DeviceCache) -> None:
+    def _record_pending(self, cache: DeviceCache) -> None:
         """Records the pending chunk, if any."""
         if self._pending is not None:
             data, iteration = self._pending
