@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 IMAGENET = (1_281_167, 51_246, 1000)
+REPO = Path(__file__).resolve().parents[1]
 _STAMP = "STARTUP_FOLDER.json"
 _T0 = "STARTUP_T0"  # the time.time() at which the parent started the child
 #: The environment as the user gave it, before importing easyfit here (to write a folder) sets
@@ -58,7 +59,7 @@ def write_folder(root: Path, train: int, val: int, classes: int, size: int) -> N
     again for every file of the class, files dealt round-robin to the classes."""
     import numpy as np
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/helpers
+    sys.path.insert(0, str(REPO))  # tests/helpers
     from tests.helpers.formats import encode
 
     stamp = {"train": train, "val": val, "classes": classes, "size": size}
@@ -309,6 +310,8 @@ def main() -> None:
         for k, v in USER_ENV.items()
         if k not in ("EASYFIT_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR")
     }
+    # the children time the easyfit of this checkout, not another one installed (editable) elsewhere
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as cache:
         env["XDG_CACHE_HOME"] = cache  # an empty per-user cache: the first easyfit run is cold
         rows = [

@@ -1,11 +1,12 @@
 """The device cache: decode once with DALI, then shuffle and batch on the device.
 
-The decoded data is scattered, by sample index, into one array per output (per array of
-structured ``x`` and ``y``, and the sample weights), replicated on every device in the source's
-order; from then on each chunk is a gather of the indices the
-:class:`~easyfit.data.plan.Plan` gives, so the same samples come in the same steps as when
-streaming, and no input pipeline is left. The cache is filled one of two ways, chosen by the
-source's kind (:mod:`easyfit.data.kinds`):
+The decoded chunks are recorded into blocks of a few chunks each, allocated as the recording
+reaches them (so that nothing the size of the dataset exists before the first step), then
+scattered, by sample index, into one array per output (per array of structured ``x`` and ``y``,
+and the sample weights), replicated on every device in the source's order; from then on each
+chunk is a gather of the indices the :class:`~easyfit.data.plan.Plan` gives, so the same
+samples come in the same steps as when streaming, and no input pipeline is left. The cache is
+filled one of two ways, chosen by the source's kind (:mod:`easyfit.data.kinds`):
 
 * :class:`Recording`: while the stream goes through DALI, every decoded chunk is also kept until
   every sample has been seen (the first full epoch; more chunks when an epoch is shorter than a
@@ -23,6 +24,7 @@ source's kind (:mod:`easyfit.data.kinds`):
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -49,13 +51,17 @@ __all__ = [
     "chunks_to_cover",
     "gather_rows",
     "record_chunk",
-    "scatter_rows",
 ]
 
 log = logging.getLogger("easyfit")
 
 #: Fraction of one device's memory (host memory on a CPU-only machine) the cache may take.
 CACHE_FRACTION = 0.4
+
+#: Bytes of one block of a recording (at least one chunk): the recording grows by a block when a
+#: chunk reaches past the last one, so that before the first step it holds one block, not the
+#: whole dataset.
+BLOCK_BYTES = 1 << 26
 
 
 def cache_budget(placement: Placement) -> int:
@@ -109,7 +115,10 @@ class DeviceCache:
         self.orders = Orders(plan)
         self._fill = fill
         self._data: Any = None
-        self._recorded: Any = None
+        self._recorded: list[Any] = []  # blocks of chunks, as many as the recording has reached
+        self._block = 0  # chunks per block, fixed by the first chunk
+        self._rows = 0  # rows per chunk
+        self._specs: Any = None  # the blocks' static arguments of chunk_buffers
         self._gather = jax.jit(gather_rows, out_shardings=placement.data)
         # chunk rows stay on their devices: (chunks, rows, ...) sharded on the rows
         sharding = NamedSharding(placement.mesh, P(None, DATA_AXIS))
@@ -154,21 +163,49 @@ class DeviceCache:
         batch["mask"] = self.placement.shard_global_rows(mask)
         return batch
 
-    def record(self, chunk: Any, i: int, chunks: int) -> None:
-        """Keeps ``chunk`` (a pytree of one chunk's arrays) as chunk ``i`` of ``chunks``."""
-        if self._recorded is None:
-            self._recorded = self._allocate(*buffer_specs(chunk, chunks))
-        self._recorded = self._record(self._recorded, chunk, np.int32(i))
+    @property
+    def recorded_bytes(self) -> int:
+        """Bytes the recording holds now (its blocks, over all devices)."""
+        return sum(leaf.nbytes for block in self._recorded for leaf in jax.tree_util.tree_leaves(block))
 
-    def place(self, slots: Any, what: str) -> None:
-        """Scatters every recorded row to its sample ``slots`` (flat, in recording order; the
-        number of samples for a row to drop) and releases the recording. ``what`` tells the log
-        how the data came (``""``, or ``"read once and "``)."""
+    def record(self, chunk: Any, i: int, chunks: int) -> None:
+        """Keeps ``chunk`` (a pytree of one chunk's arrays) as chunk ``i`` of ``chunks``; chunks
+        come in order, from 0. A block is allocated when chunk ``i`` is the first of it."""
+        if not self._recorded:
+            treedef, specs = buffer_specs(chunk, 1)
+            size = sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in specs)
+            self._block = max(1, min(chunks, BLOCK_BYTES // max(1, size)))
+            self._rows = specs[0][0][1]
+            self._specs = buffer_specs(chunk, self._block)
+        b, j = divmod(i, self._block)
+        if b == len(self._recorded):
+            self._recorded.append(self._allocate(*self._specs))
+        self._recorded[b] = self._record(self._recorded[b], chunk, np.int32(j))
+
+    def place(self, slots: np.ndarray | None, chunks: int, what: str) -> None:
+        """Scatters the rows of the ``chunks`` recorded chunks to their sample ``slots`` (flat,
+        in recording order, the number of samples for a row to drop; None: the recording's
+        ``"slot"`` entry holds them), a block at a time, releasing each, and checks that every
+        sample was filled once. ``what`` tells the log how the data came (``""``, or ``"read
+        once and "``)."""
         n = self.plan.num_samples
-        place = jax.jit(_place, static_argnums=(2,), out_shardings=self.placement.replicated)
-        data, once = place(self._recorded, slots, n)
-        self._recorded = None  # released (not donated: no output has its shape)
-        if not bool(once):  # a fill's slots are not where the samples are
+        rows = self._rows
+        empty = jax.jit(_empty, static_argnums=(1,), out_shardings=self.placement.replicated)
+        data, filled = empty(self._recorded[0], n)
+        place = jax.jit(_place_block, donate_argnums=(0, 1), out_shardings=self.placement.replicated)
+        per_block = self._block * rows
+        for b in range(len(self._recorded)):
+            block, self._recorded[b] = self._recorded[b], None
+            part = None
+            if slots is not None:
+                part = np.full(per_block, n, np.int32)  # past the recording: dropped
+                got = slots[b * per_block : (b + 1) * per_block]
+                part[: len(got)] = got
+            valid = np.int32(min(per_block, chunks * rows - b * per_block))
+            data, filled = place(data, filled, block, part, valid)
+            del block  # released (not donated: no output has its shape)
+        self._recorded = []
+        if not bool(jnp.all(filled == 1)):  # a fill's slots are not where the samples are
             raise RuntimeError(f"the device cache of {n} samples was not filled once each")
         self._data = data
         log.info("easyfit: %d samples %scached on the device; DALI pipelines released", n, what)
@@ -176,13 +213,18 @@ class DeviceCache:
     def close(self) -> None:
         """Releases the pipelines and the cached data in device memory."""
         self._fill.close()
-        self._recorded = None
+        self._recorded = []
         self._data = None
 
 
 class Recording:
     """Fills the cache from ``stream`` (a streaming loader of the same plan) while it streams,
-    until every sample has been seen; the stream is then closed."""
+    until every sample has been seen; the stream is then closed.
+
+    Each chunk is recorded when the next one is asked for (the last one at once), so that the
+    first step waits for nothing but its chunk: the recording's first block, its compilation
+    and the chunk's sample indices come after it. The chunk is not donated to the step, so it
+    is still whole then."""
 
     def __init__(self, stream: Stream):
         self.stream = stream
@@ -190,6 +232,7 @@ class Recording:
         self._start = stream.iteration
         self._chunks = chunks_to_cover(stream.plan, self._start)  # to record
         self._indices: list[tuple[np.ndarray, np.ndarray]] = []  # recorded (sample index, mask)
+        self._pending: tuple[Any, int] | None = None  # the chunk streamed last, and its index
 
     @property
     def warmup_epochs(self) -> int:
@@ -205,16 +248,25 @@ class Recording:
     def step(self, cache: DeviceCache, peek: bool) -> dict[str, jax.Array] | None:
         if peek:
             return self.stream.peek()
+        self._record_pending(cache)
         batch = next(self.stream)
         data = {k: v for k, v in batch.items() if k != "mask"}  # x, y (pytrees), weights
-        cache.record(data, len(self._indices), self._chunks)
-        self._indices.append(cache.plan.chunk(cache.iteration, cache.orders))
-        if len(self._indices) == self._chunks:
-            cache.place(self._slots(cache.plan.num_samples), "")
+        self._pending = data, cache.iteration
+        if len(self._indices) + 1 == self._chunks:
+            self._record_pending(cache)
+            cache.place(self._slots(cache.plan.num_samples), self._chunks, "")
             self._indices.clear()
             self.stream.close()
         cache.iteration += 1
         return batch
+
+    def _record_pending(self, cache: DeviceCache) -> None:
+        """Records the pending chunk, if any."""
+        if self._pending is not None:
+            data, iteration = self._pending
+            self._pending = None
+            cache.record(data, len(self._indices), self._chunks)
+            self._indices.append(cache.plan.chunk(iteration, cache.orders))
 
     def _slots(self, n: int) -> np.ndarray:
         """Each recorded row's sample: its first row holds it, padding and repeats are dropped."""
@@ -229,6 +281,7 @@ class Recording:
     def close(self) -> None:
         self.stream.close()
         self._indices.clear()
+        self._pending = None
 
 
 class OneRead:
@@ -254,7 +307,7 @@ class OneRead:
                 cache.record({"x": out["x"], "y": out["y"], "slot": pipes.slots(i)}, i, chunks)
         finally:
             pipes.close()
-        cache.place(None, "read once and ")
+        cache.place(None, chunks, "read once and ")
         self.waited += time.perf_counter() - began
 
     def close(self) -> None:
@@ -263,6 +316,10 @@ class OneRead:
 
 def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int:
     """How many chunks of the stream, from chunk ``start``, hold every sample at least once.
+
+    From a pass's start, that pass holds them all; from inside pass ``p``, the samples that pass
+    ``p`` put before the start come again in pass ``p + 1``: the last of them to come there ends
+    the cover. Only those two passes' orders are drawn, whatever the number of chunks.
 
     Example:
         >>> from easyfit.data.cache import chunks_to_cover
@@ -273,15 +330,18 @@ def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int
         3
     """
     orders = Orders(plan) if orders is None else orders
-    seen = np.zeros(plan.num_samples, bool)
-    left, count = plan.num_samples, 0
-    while left:
-        index, mask = plan.chunk(start + count, orders)
-        new = np.unique(index[mask])
-        left -= int(np.count_nonzero(~seen[new]))
-        seen[new] = True
-        count += 1
-    return count
+    n, b, per_pass = plan.num_samples, plan.batch_size, plan.steps_per_pass
+    first = int(plan.steps(start)[0][0])  # the stream's step that chunk ``start`` begins with
+    data_pass, j = divmod(first, per_pass)
+    if j == 0:
+        last = first + per_pass - 1
+    else:
+        before = orders(data_pass)[: j * b]  # not in this pass from ``first`` on
+        where = np.empty(n, np.int64)
+        where[orders(data_pass + 1)] = np.arange(n)
+        last = (data_pass + 1) * per_pass + int(where[before].max()) // b
+    epoch, step = divmod(last, plan.steps_per_epoch)
+    return epoch * plan.chunks_per_epoch + step // plan.steps_per_execution - start + 1
 
 
 # A recording holds the batch less its mask: x and y (arrays, or dicts or tuples of arrays for
@@ -305,27 +365,37 @@ def record_chunk(recorded: Any, chunk: Any, i: jax.Array) -> Any:
     return jax.tree_util.tree_map(lambda value, new: value.at[i].set(new), recorded, chunk)
 
 
-def scatter_rows(recorded: Any, index: jax.Array, n: int) -> Any:
-    """The recorded rows of every leaf at their sample ``index`` in ``n`` rows (an index past the
-    end, a padding row, is dropped)."""
-
-    def one(chunks: jax.Array) -> jax.Array:
-        rows = chunks.reshape(-1, *chunks.shape[2:])
-        return jnp.zeros((n, *rows.shape[1:]), rows.dtype).at[index].set(rows, mode="drop")
-
-    return jax.tree_util.tree_map(one, recorded)
+def _split(block: Any) -> tuple[Any, Any]:
+    """A block less its ``"slot"`` entry, and that entry (None when the block has none: the
+    slots are given)."""
+    if isinstance(block, dict) and "slot" in block:
+        return {k: v for k, v in block.items() if k != "slot"}, block["slot"]
+    return block, None
 
 
-def _place(recorded: Any, slots: Any, n: int) -> tuple[Any, jax.Array]:
-    """Every recorded row at its slot (``n``: dropped), and whether each slot was filled exactly
-    once. ``slots``: flat, in recording order, or None when the recording holds them as its
-    ``"slot"`` entry (:class:`OneRead`)."""
-    if slots is None:
-        slots = recorded["slot"]
-        recorded = {key: value for key, value in recorded.items() if key != "slot"}
-    slots = slots.reshape(-1)
-    filled = jnp.zeros(n, jnp.int32).at[slots].add(1, mode="drop")
-    return scatter_rows(recorded, slots, n), jnp.all(filled == 1)
+def _empty(block: Any, n: int) -> tuple[Any, jax.Array]:
+    """Zeros of ``n`` rows for each of a block's leaves (less its slots), and of the count of
+    rows each of the ``n`` slots gets: the cache before :func:`_place_block` fills it."""
+    data = jax.tree_util.tree_map(lambda c: jnp.zeros((n, *c.shape[2:]), c.dtype), _split(block)[0])
+    return data, jnp.zeros(n, jnp.int32)
+
+
+def _place_block(
+    data: Any, filled: jax.Array, block: Any, slots: Any, valid: jax.Array
+) -> tuple[Any, jax.Array]:
+    """``data`` with one block's rows set at their slots, and ``filled`` counting each slot's
+    rows. ``slots``: the block's, flat, or None when the block holds them as its ``"slot"``
+    entry (:class:`OneRead`). Rows from ``valid`` on (chunks past the recording's end) and
+    slots of ``n`` (padding, repeats) are dropped."""
+    block, recorded = _split(block)
+    slots = (slots if recorded is None else recorded).reshape(-1)
+    n = filled.shape[0]
+    slots = jnp.where(jnp.arange(slots.shape[0]) < valid, slots, n)
+
+    def one(cached: jax.Array, chunks: jax.Array) -> jax.Array:
+        return cached.at[slots].set(chunks.reshape(-1, *chunks.shape[2:]), mode="drop")
+
+    return jax.tree_util.tree_map(one, data, block), filled.at[slots].add(1, mode="drop")
 
 
 def gather_rows(data: Any, index: jax.Array) -> Any:

@@ -70,6 +70,21 @@ def test_every_epoch_is_a_permutation_of_the_key_order_drawn_from_seed_and_epoch
     assert [r for c in other[0] for r in _rows(c["x"][c["mask"]], c["y"][c["mask"]])] != orders[0]
 
 
+def test_an_lmdb_read_once_into_blocks_the_last_one_part_full_is_cached_as_in_one(lmdb, monkeypatch):
+    from easyfit.data import cache
+
+    source = ef.data.Caffe2LMDB(lmdb)
+    _, whole = _epochs(source, seed=0, epochs=2)  # 6 chunks of 192 rows, recorded in one block
+    first = whole[0][0]
+    one = first["x"].nbytes + first["y"].nbytes + 4 * len(first["mask"])  # x, y and the slots
+    monkeypatch.setattr(cache, "BLOCK_BYTES", int(4.5 * one))  # 4 or 5 chunks a block: 2 blocks
+    _, blocks = _epochs(source, seed=0, epochs=2)
+    for epoch, (want, got) in enumerate(zip(whole, blocks, strict=True)):
+        for c, (a, b) in enumerate(zip(want, got, strict=True)):
+            for key in a:
+                np.testing.assert_array_equal(b[key], a[key], err_msg=f"epoch {epoch}, chunk {c}: {key}")
+
+
 def test_auto_caches_an_lmdb_that_fits_and_no_random_augmentation(lmdb):
     placement = Placement.create()
     use, why = decide_cache("auto", ef.data.Caffe2LMDB(lmdb), placement)
