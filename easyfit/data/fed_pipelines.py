@@ -50,16 +50,24 @@ class _Feeder:
         self.rows = rows
         self.parts = np.array_split(rows, -(-len(rows) // RUN_ROWS))
         self._orders = Orders(plan)
+        self._last: tuple[int, np.ndarray] | None = None  # (chunk iteration, its indices)
 
     def chunk(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
         return self.plan.chunk(iteration, self._orders)
 
-    def __call__(self, info: Any) -> Any:
-        chunk, part = divmod(info.iteration, len(self.parts))
+    def _rows(self, run: int) -> tuple[int, int, np.ndarray]:
+        """``(chunk iteration, part, sample indices)`` of run ``run``."""
+        chunk, part = divmod(run, len(self.parts))
         iteration = self.start + chunk
-        idx, _ = self.chunk(iteration)
-        rows = idx[self.parts[part]]
+        cached = self._last
+        if cached is None or cached[0] != iteration:
+            cached = self._last = (iteration, self.chunk(iteration)[0])
+        return iteration, part, cached[1][self.parts[part]]
+
+    def __call__(self, info: Any) -> Any:
+        iteration, part, rows = self._rows(info.iteration)
         fed = tuple(self.source.feed(rows))
+        self.source.prepare(self._rows(info.iteration + 1)[2])  # checked while this one runs
         if self.augment is None:
             return fed
         passes = self.plan.passes(iteration)[self.parts[part]]
