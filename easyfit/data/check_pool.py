@@ -11,12 +11,13 @@ only: see ``validation/child.py``), is sent the paths once and the check's *name
 then answers requests of sample indices with their stamps (``os.stat``) and, for those whose
 stamp is not the one they were checked with, what their check finds.
 
-Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked among the next
-batch's without waiting; the answer is read by the next call, so that the feed of that batch
-finds them checked. The feed itself (:meth:`CheckPool.problem`) always stats its samples
-again and checks those that changed, so a file replaced in between (e.g. between epochs) is
-checked again before DALI reads it. Each child has at most one request outstanding, read
-before the next is written, so the pipes never fill both ways.
+Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
+the next batches' without waiting; the answers are read by the next feed, which so finds
+them checked. The feed itself (:meth:`CheckPool.problem`) always stats its samples again and
+checks those that changed, so a file replaced in between (e.g. between epochs) is checked
+again before DALI reads it. The requests a child has not answered yet stay below half a
+pipe's capacity (else the oldest answer is waited for first), so that writing one never
+waits on a child that waits on its answers being read.
 
 Fallbacks: where no child can start (or one dies), and for a source that names no check, the
 checks run in this process, one sample after the other, as the source's ``sample_problem``;
@@ -27,6 +28,7 @@ the exception is raised in this process.
 
 from __future__ import annotations
 
+import collections
 import os
 import struct
 import subprocess
@@ -60,6 +62,7 @@ _RUN = (
 )
 _VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
 _MIN_PER_CHILD = 32  # fewer samples per request are not worth another child's round trip
+_PENDING_BYTES = 1 << 15  # of requests a child has not answered (a pipe holds 64 KiB)
 
 Problem = Callable[[int], "str | None"]
 
@@ -71,7 +74,8 @@ def default_children() -> int:
 
 
 class _Child:
-    """One checker process and the request it has not answered yet (its sample indices)."""
+    """One checker process and the requests it has not answered yet (their sample indices,
+    oldest first)."""
 
     def __init__(self, header: bytes):
         self.proc = subprocess.Popen(
@@ -80,7 +84,7 @@ class _Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        self.pending: np.ndarray | None = None
+        self.pending: collections.deque[np.ndarray] = collections.deque()
         self._send(header)
 
     def _send(self, data: bytes) -> None:
@@ -88,17 +92,27 @@ class _Child:
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
+    @staticmethod
+    def size(n: int) -> int:
+        """Bytes of a request of ``n`` samples."""
+        return 16 + 16 * n
+
+    def room(self, n: int) -> bool:
+        """Whether a request of ``n`` samples can be written now without waiting on answers."""
+        pending = sum(self.size(len(p)) for p in self.pending)
+        return not self.pending or pending + self.size(n) <= _PENDING_BYTES
+
     def ask(self, indices: np.ndarray, expected: np.ndarray) -> None:
-        """Sends a request (the child must have answered the last one)."""
+        """Sends a request (see :meth:`room`)."""
         limit = encoded.MAX_IMAGE_PIXELS
         head = struct.pack("<Qq", len(indices), -1 if limit is None else limit)
         self._send(head + indices.astype("<i8").tobytes() + expected.astype("<i8").tobytes())
-        self.pending = indices
+        self.pending.append(indices)
 
     def answer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-        """``(indices, stamps, status, problems)`` of the pending request, once answered."""
-        indices, self.pending = self.pending, None
-        assert indices is not None and self.proc.stdout is not None
+        """``(indices, stamps, status, problems)`` of the oldest pending request, once answered."""
+        indices = self.pending.popleft()
+        assert self.proc.stdout is not None
         n = len(indices)
         data = read_exactly(self.proc.stdout, 9 * n)
         stamps = np.frombuffer(data, "<i8", n).astype(np.int64)
@@ -126,6 +140,7 @@ class CheckPool:
         self._columns = [list(column) for column in columns]
         n = len(self._columns[0])
         self._stamps = np.zeros(n, np.int64)  # as checked; 0: not checked
+        self._asked = np.zeros(n, bool)  # sent ahead, not answered yet
         self._check = check
         self._count = default_children() if children is None else children
         self._lock = threading.Lock()
@@ -165,6 +180,7 @@ class CheckPool:
         answers they owe are lost, and those samples stay unchecked)."""
         _stop(self._children)
         self._children.clear()
+        self._asked[:] = False
         self._count = 0
 
     def ahead(self, indices: np.ndarray) -> None:
@@ -177,7 +193,8 @@ class CheckPool:
             if not self._children:
                 return
             todo = np.unique(np.asarray(indices, np.int64))
-            todo = todo[self._stamps[todo] == 0]
+            todo = todo[(self._stamps[todo] == 0) & ~self._asked[todo]]
+            self._asked[todo] = True
             try:
                 if len(todo):
                     self._ask(todo)
@@ -218,16 +235,17 @@ class CheckPool:
         return (bad[0], found[bad[0]]) if bad else None
 
     def _ask(self, indices: np.ndarray) -> None:
-        """Sends ``indices`` to the children, in contiguous parts (their last answers read)."""
+        """Sends ``indices`` to the children, in contiguous parts, the least busy first."""
         parts = min(len(self._children), max(1, len(indices) // _MIN_PER_CHILD))
-        for child, part in zip(self._children, np.array_split(indices, parts), strict=False):
-            if child.pending is not None:
+        children = sorted(self._children, key=lambda c: sum(map(len, c.pending)))
+        for child, part in zip(children, np.array_split(indices, parts), strict=False):
+            while not child.room(len(part)):
                 self._record(*child.answer(), {}, None)
             child.ask(part, self._stamps[part])
 
     def _collect(self, found: dict[int, str], here: dict[int, int] | None) -> None:
         for child in self._children:
-            if child.pending is not None:
+            while child.pending:
                 self._record(*child.answer(), found, here)
 
     def _record(
@@ -241,6 +259,7 @@ class CheckPool:
     ) -> None:
         """Keeps a child's answer: the stamps of the samples found fine, the problems of the
         others in ``found``, and in ``here`` (when given) those to check in this process."""
+        self._asked[indices] = False
         fine = status == FINE
         self._stamps[indices[fine]] = stamps[fine]
         bad = status == PROBLEM
