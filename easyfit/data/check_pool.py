@@ -54,7 +54,8 @@ CHILDREN: int | None = None
 #: without importing easyfit, and serves on stdin/stdout. Run with ``-I -S``: no folder of
 #: the user's or site-packages on ``sys.path``.
 _RUN = (
-    "import importlib, importlib.util as u, os, sys\n"
+    "import importlib, importlib.util as u, os, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"  # Ctrl-C is the parent's to handle
     "s = u.spec_from_file_location('_easyfit_validation', sys.argv[1],"
     " submodule_search_locations=[os.path.dirname(sys.argv[1])])\n"
     "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"

@@ -190,3 +190,19 @@ def test_the_children_end_when_the_trainer_is_closed(tmp_path, mnist_dir):
         trainer.fit(mnist_dir + "/val", epochs=1, batch_size=100, cache=False, verbose=0)
         assert set(_checkers()) - before  # the folder's checks ran in children
     assert set(_checkers()) == before
+
+
+def test_a_subclass_that_overrides_sample_problem_has_its_own_check_run(tmp_path):
+    files = _folder(tmp_path, 8)
+
+    class Picky(ef.data.ImageFolder):
+        def sample_problem(self, index):
+            return "not wanted" if index == 3 else super().sample_problem(index)
+
+    source = Picky(tmp_path)
+    try:
+        source.feed(np.array([0, 1, 2]))
+        with pytest.raises(ef.errors.DataError, match=f"^{files[3]}: not wanted$"):
+            source.feed(np.array([4, 3]))
+    finally:
+        source.close()

@@ -12,7 +12,7 @@ answer: n int64 stamps, n status bytes (:data:`UNCHANGED`, :data:`FINE`, :data:`
 ends at the end of its input.
 
 Standard library only: the child loads this package alone, under a private name, without
-importing easyfit (or numpy, or JAX), so that it starts in milliseconds.
+importing easyfit (or numpy, or JAX), so that it starts at once.
 """
 
 from __future__ import annotations
