@@ -6,10 +6,12 @@ the DALI feed callback, it holds the GIL one file after the other, before the ba
 fed: epoch 1 pays it on the critical path and epoch 2 does not. Children check in parallel,
 with a GIL of their own each, and the parent only waits on a pipe (the GIL released). Each
 child is started as a script that loads ``easyfit.data.validation`` alone (standard library
-only: see ``validation/child.py``), is sent the paths once and the check's *name* (a key of
+only: see ``validation/child.py``), is sent the check's *name* (a key of
 ``validation.samples.SAMPLE_CHECKS``: a child cannot be handed a source's bound method), and
-then answers requests of sample indices with their stamps (``os.stat``) and, for those whose
-stamp is not the one they were checked with, what their check finds.
+then answers requests of samples (their paths, rows of the source's path table, and the
+stamps they were checked with) with their stamps (``os.stat``) and, for those whose stamp is
+not the one they were checked with, what their check finds. The paths travel with their
+requests: a child holds none of a large folder's, and starts at once.
 
 Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
 the next batches' without waiting; the answers are read by the next feed, which so finds
@@ -63,7 +65,7 @@ _RUN = (
 )
 _VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
 _MIN_PER_CHILD = 32  # fewer samples per request are not worth another child's round trip
-_PENDING_BYTES = 1 << 15  # of requests a child has not answered (a pipe holds 64 KiB)
+_PIPE_BYTES = 1 << 20  # asked for a child's input pipe (Linux; else the default 64 KiB)
 
 Problem = Callable[[int], "str | None"]
 
@@ -85,7 +87,8 @@ class _Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        self.pending: collections.deque[np.ndarray] = collections.deque()
+        self.pending: collections.deque[tuple[np.ndarray, int]] = collections.deque()  # (indices, bytes)
+        self.room_bytes = _half_pipe(self.proc.stdin)
         self._send(header)
 
     def _send(self, data: bytes) -> None:
@@ -93,26 +96,21 @@ class _Child:
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
-    @staticmethod
-    def size(n: int) -> int:
-        """Bytes of a request of ``n`` samples."""
-        return 16 + 16 * n
+    def room(self, size: int) -> bool:
+        """Whether a request of ``size`` bytes can be written now without waiting on answers:
+        what the child has not answered yet stays within half its input pipe (so the pipe
+        always takes the next request, also while the child waits on its answers being read),
+        or the child has nothing left to answer (it is reading)."""
+        return not self.pending or sum(b for _, b in self.pending) + size <= self.room_bytes
 
-    def room(self, n: int) -> bool:
-        """Whether a request of ``n`` samples can be written now without waiting on answers."""
-        pending = sum(self.size(len(p)) for p in self.pending)
-        return not self.pending or pending + self.size(n) <= _PENDING_BYTES
-
-    def ask(self, indices: np.ndarray, expected: np.ndarray) -> None:
-        """Sends a request (see :meth:`room`)."""
-        limit = encoded.MAX_IMAGE_PIXELS
-        head = struct.pack("<Qq", len(indices), -1 if limit is None else limit)
-        self._send(head + indices.astype("<i8").tobytes() + expected.astype("<i8").tobytes())
-        self.pending.append(indices)
+    def ask(self, indices: np.ndarray, request: bytes) -> None:
+        """Sends ``request``, of the samples ``indices`` (see :meth:`room`)."""
+        self._send(request)
+        self.pending.append((indices, len(request)))
 
     def answer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """``(indices, stamps, status, problems)`` of the oldest pending request, once answered."""
-        indices = self.pending.popleft()
+        indices, _ = self.pending.popleft()
         assert self.proc.stdout is not None
         n = len(indices)
         data = read_exactly(self.proc.stdout, 9 * n)
@@ -126,20 +124,25 @@ class _Child:
 
 
 class CheckPool:
-    """Checks of the samples of ``columns`` (lists of paths, one entry per sample each: the
-    images, then e.g. their masks) with the named ``check``, in ``children`` checker processes
-    (default: :func:`default_children`; see the module's docstring). ``check`` None: the
-    children only stamp, and the samples that need it are checked in this process. Everything
-    runs in this process where ``children`` is 0, the paths are objects in a bucket, or no
-    child can start.
+    """Checks of samples with the named ``check``, in ``children`` checker processes (default:
+    :func:`default_children`; see the module's docstring). ``tables``: each column of a
+    sample's paths (the images, then e.g. their masks) as ``(table, lengths)``, the byte table
+    ``sources.folder.path_table`` makes. ``check`` None: the children only stamp, and the
+    samples that need it are checked in this process. Everything runs in this process where
+    ``children`` is 0, the paths are objects in a bucket, or no child can start.
 
     Remembers the stamp each sample was checked with: a sample is checked the first time it
     is asked about and again once its files changed (or cannot be stat'ed). Thread-safe.
     """
 
-    def __init__(self, columns: Sequence[Sequence[str]], check: str | None, children: int | None = None):
-        self._columns = [list(column) for column in columns]
-        n = len(self._columns[0])
+    def __init__(
+        self,
+        tables: Sequence[tuple[np.ndarray, np.ndarray]],
+        check: str | None,
+        children: int | None = None,
+    ):
+        self._tables = [(table, lengths.reshape(-1).astype(np.int32)) for table, lengths in tables]
+        n = len(self._tables[0][1])
         self._stamps = np.zeros(n, np.int64)  # as checked; 0: not checked
         self._asked = np.zeros(n, bool)  # sent ahead, not answered yet
         self._check = check
@@ -147,15 +150,20 @@ class CheckPool:
         self._lock = threading.Lock()
         self._children: list[_Child] = []
         self._remote: np.ndarray | None = None  # the objects' stamps, as listed
-        if object_store.is_url(self._columns[0][0]):
-            listed = object_store.Stamps([p for column in self._columns for p in column])
-            parts = [listed.stamps(np.arange(k * n, (k + 1) * n)) for k in range(len(self._columns))]
+        if object_store.is_url(self._path(0, 0)):
+            columns = [[self._path(k, i) for i in range(n)] for k in range(len(self._tables))]
+            listed = object_store.Stamps([p for column in columns for p in column])
+            parts = [listed.stamps(np.arange(k * n, (k + 1) * n)) for k in range(len(columns))]
             self._remote = parts[0]
             for more in parts[1:]:
                 self._remote = np.where((self._remote == 0) | (more == 0), 0, self._remote * 1_000_003 ^ more)
             self._count = 0
         weakref.finalize(self, _stop, self._children)
         self._start()
+
+    def _path(self, column: int, index: int) -> str:
+        table, lengths = self._tables[column]
+        return os.fsdecode(table[index, : lengths[index]].tobytes())
 
     @property
     def children(self) -> int:
@@ -166,10 +174,8 @@ class CheckPool:
         """Starts the children, unless they run or none can (then ``_count`` is 0)."""
         if self._children or not self._count:
             return
-        table = "\0".join(p for column in self._columns for p in column).encode("utf-8", "surrogateescape")
         name = (self._check or "").encode()
-        sizes = struct.pack("<II", len(self._columns), len(name))
-        header = struct.pack("<Q", len(table)) + table + sizes + name
+        header = struct.pack("<I", len(name)) + name
         try:
             for _ in range(self._count):
                 self._children.append(_Child(header))
@@ -238,11 +244,18 @@ class CheckPool:
     def _ask(self, indices: np.ndarray) -> None:
         """Sends ``indices`` to the children, in contiguous parts, the least busy first."""
         parts = min(len(self._children), max(1, len(indices) // _MIN_PER_CHILD))
-        children = sorted(self._children, key=lambda c: sum(map(len, c.pending)))
+        children = sorted(self._children, key=lambda c: sum(b for _, b in c.pending))
+        limit = encoded.MAX_IMAGE_PIXELS
         for child, part in zip(children, np.array_split(indices, parts), strict=False):
-            while not child.room(len(part)):
+            head = struct.pack("<QqI", len(part), -1 if limit is None else limit, len(self._tables))
+            request = [head, self._stamps[part].astype("<i8").tobytes()]
+            for table, lengths in self._tables:
+                request += [struct.pack("<I", table.shape[1]), lengths[part].astype("<i4").tobytes()]
+                request.append(np.ascontiguousarray(table[part]).tobytes())
+            data = b"".join(request)
+            while not child.room(len(data)):
                 self._record(*child.answer(), {}, None)
-            child.ask(part, self._stamps[part])
+            child.ask(part, data)
 
     def _collect(self, found: dict[int, str], here: dict[int, int] | None) -> None:
         for child in self._children:
@@ -273,13 +286,29 @@ class CheckPool:
     def _stamp_here(self, index: int) -> int:
         if self._remote is not None:
             return int(self._remote[index])
-        return sample_stamp([column[index] for column in self._columns])
+        return sample_stamp([self._path(k, index) for k in range(len(self._tables))])
 
     def close(self) -> None:
         """Stops the children; the next check starts them again."""
         with self._lock:
             _stop(self._children)
             self._children.clear()
+
+
+def _half_pipe(stream: object) -> int:
+    """Half the capacity of pipe ``stream``, made larger first where the system allows; a
+    page's half where it cannot be asked (not Linux)."""
+    try:
+        import fcntl
+
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:  # more than this user may have: as it is
+            pass
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) // 2
+    except (ImportError, AttributeError, OSError):
+        return 2048
 
 
 def _stop(children: list[_Child]) -> None:

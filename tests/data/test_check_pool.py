@@ -14,6 +14,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.check_pool import CheckPool
+from easyfit.data.sources.folder import path_table
 from easyfit.data.validation import encoded
 from easyfit.data.validation.samples import sample_stamp
 
@@ -84,7 +85,7 @@ def test_a_damaged_jpeg_in_a_streamed_folder_is_named_by_a_checker_child(tmp_pat
 
 
 def _pool(files, children=None) -> CheckPool:
-    return CheckPool([files], "image", children)
+    return CheckPool([path_table(files)], "image", children)
 
 
 def _in_order(files) -> np.ndarray:

@@ -235,7 +235,7 @@ class Files(IndexedSource):
     def _pool(self) -> CheckPool:
         with self._checks_lock:
             if self._checks is None:
-                self._checks = CheckPool(self._columns, self._check_name())
+                self._checks = CheckPool(self._tables, self._check_name())
             return self._checks
 
     def _check_name(self) -> str | None:

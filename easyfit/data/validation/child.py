@@ -1,11 +1,12 @@
 """The loop of a checker child process (``easyfit.data.check_pool`` starts them): stamps and
 checks the samples it is asked about and answers, on its stdin and stdout.
 
-Protocol (little-endian). Once: ``<Q size>`` and the paths of every column, joined by ``\\0``
-(column after column, each as long as the first), ``<I columns>``, ``<I length>`` and the
-check's name (a key of :data:`~.samples.SAMPLE_CHECKS`; empty: the parent checks). Then per
-request: ``<Q n>``, ``<q max_pixels>`` (the parent's ``encoded.MAX_IMAGE_PIXELS``, -1 for
-None), n int64 sample indices and n int64 expected stamps. A sample whose stamp
+Protocol (little-endian). Once: ``<I length>`` and the check's name (a key of
+:data:`~.samples.SAMPLE_CHECKS`; empty: the parent checks). Then per request: ``<Q n>``,
+``<q max_pixels>`` (the parent's ``encoded.MAX_IMAGE_PIXELS``, -1 for None), ``<I columns>``,
+n int64 expected stamps, and per column ``<I width>``, n int32 path lengths and the n paths
+as rows of ``width`` bytes (a slice of the source's path table: the paths travel with their
+request, so that a child holds none of a large folder's). A sample whose stamp
 (:func:`~.samples.sample_stamp`) equals the expected one is not checked; any other is. The
 answer: n int64 stamps, n status bytes (:data:`UNCHANGED`, :data:`FINE`, :data:`PROBLEM`,
 :data:`HERE`), then for each :data:`PROBLEM` ``<I length>`` and its UTF-8 text. The child
@@ -18,6 +19,7 @@ importing easyfit (or numpy, or JAX), so that it starts at once.
 from __future__ import annotations
 
 import array
+import os
 import struct
 import sys
 from typing import IO
@@ -43,8 +45,8 @@ def read_exactly(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-def _int64s(data: bytes) -> array.array:
-    values = array.array("q")
+def _ints(code: str, data: bytes) -> array.array:
+    values = array.array(code)
     values.frombytes(data)
     if sys.byteorder != "little":  # pragma: no cover - little-endian machines only in practice
         values.byteswap()
@@ -53,25 +55,26 @@ def _int64s(data: bytes) -> array.array:
 
 def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Answers requests on ``stdin`` (see the module's docstring) until it ends."""
-    (size,) = struct.unpack("<Q", read_exactly(stdin, 8))
-    flat = read_exactly(stdin, size).decode("utf-8", "surrogateescape").split("\0")
-    columns, length = struct.unpack("<II", read_exactly(stdin, 8))
+    (length,) = struct.unpack("<I", read_exactly(stdin, 4))
     check = read_exactly(stdin, length).decode()
-    n_samples = len(flat) // columns
-    rows = [flat[k * n_samples : (k + 1) * n_samples] for k in range(columns)]
     while True:
         try:
-            n, max_pixels = struct.unpack("<Qq", read_exactly(stdin, 16))
+            n, max_pixels, columns = struct.unpack("<QqI", read_exactly(stdin, 20))
         except EOFError:
             return
-        indices = _int64s(read_exactly(stdin, 8 * n))
-        expected = _int64s(read_exactly(stdin, 8 * n))
+        expected = _ints("q", read_exactly(stdin, 8 * n))
+        rows = []
+        for _ in range(columns):
+            (width,) = struct.unpack("<I", read_exactly(stdin, 4))
+            lengths = _ints("i", read_exactly(stdin, 4 * n))
+            table = read_exactly(stdin, width * n)
+            rows.append([os.fsdecode(table[j * width : j * width + lengths[j]]) for j in range(n)])
         encoded.MAX_IMAGE_PIXELS = None if max_pixels < 0 else max_pixels
         stamps = array.array("q")
         status = bytearray(n)
         texts = []
-        for j, i in enumerate(indices):
-            paths = [column[i] for column in rows]
+        for j in range(n):
+            paths = [column[j] for column in rows]
             stamp = sample_stamp(paths)
             stamps.append(stamp)
             if stamp != 0 and stamp == expected[j]:
