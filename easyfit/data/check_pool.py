@@ -141,7 +141,7 @@ class CheckPool:
         check: str | None,
         children: int | None = None,
     ):
-        self._tables = [(table, lengths.reshape(-1).astype(np.int32, copy=False)) for table, lengths in tables]
+        self._tables = [(table, np.asarray(lengths, np.int32).reshape(-1)) for table, lengths in tables]
         n = len(self._tables[0][1])
         self._stamps = np.zeros(n, np.int64)  # as checked; 0: not checked
         self._asked = np.zeros(n, bool)  # sent ahead, not answered yet
