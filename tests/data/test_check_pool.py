@@ -207,3 +207,41 @@ def test_a_subclass_that_overrides_sample_problem_has_its_own_check_run(tmp_path
             source.feed(np.array([4, 3]))
     finally:
         source.close()
+
+
+def test_every_batch_after_the_first_is_told_to_its_source_before_its_feed(tmp_path, trainer):
+    _folder(tmp_path, 40)
+    events = []
+
+    class Recording(ef.data.ImageFolder):
+        def prepare(self, indices):
+            events.append(("prepare", set(indices.tolist())))
+            super().prepare(indices)
+
+        def feed(self, indices):
+            events.append(("feed", set(indices.tolist())))
+            return super().feed(indices)
+
+    source = Recording(tmp_path)
+    try:
+        trainer.fit(source, epochs=2, batch_size=8, cache=False, verbose=0)
+    finally:
+        source.close()
+    feeds = [i for i, (kind, _) in enumerate(events) if kind == "feed"]
+    assert len(feeds) >= 10
+    for f in feeds[1:]:
+        told = set().union(*(s for kind, s in events[:f] if kind == "prepare"))
+        assert events[f][1] <= told
+
+
+def test_a_problem_found_ahead_is_raised_by_the_feed(tmp_path):
+    files = _folder(tmp_path, 8)
+    with open(files[6], "wb") as f:
+        f.write(_damage("truncated", _jpeg(6)))
+    pool = _pool(files)
+    try:
+        pool.ahead(_in_order(files))
+        found = pool.problem(np.array([5, 6, 7]), lambda index: None)
+        assert found is not None and found[0] == 6 and "truncated" in found[1]
+    finally:
+        pool.close()
