@@ -33,7 +33,11 @@ from .pipelines import (
 from .plan import Orders, Plan
 from .sources.base import IndexedSource
 
-__all__ = ["FedPipelines"]
+__all__ = ["AHEAD", "FedPipelines"]
+
+#: Runs after the one being fed whose samples the source is told of (``IndexedSource.prepare``:
+#: a streamed folder checks their files in child processes meanwhile).
+AHEAD = 4
 
 
 class _Feeder:
@@ -51,16 +55,27 @@ class _Feeder:
         self.rows = rows
         self.parts = np.array_split(rows, -(-len(rows) // RUN_ROWS))
         self._orders = Orders(plan)
+        self._chunks: dict[int, np.ndarray] = {}  # the indices of the latest chunks
 
     def chunk(self, iteration: int) -> tuple[np.ndarray, np.ndarray]:
         return self.plan.chunk(iteration, self._orders)
 
-    def __call__(self, info: Any) -> Any:
-        chunk, part = divmod(info.iteration, len(self.parts))
+    def _rows(self, run: int) -> tuple[int, int, np.ndarray]:
+        """``(chunk iteration, part, sample indices)`` of run ``run``."""
+        chunk, part = divmod(run, len(self.parts))
         iteration = self.start + chunk
-        idx, _ = self.chunk(iteration)
-        rows = idx[self.parts[part]]
+        idx = self._chunks.get(iteration)
+        if idx is None:
+            idx = self._chunks[iteration] = self.chunk(iteration)[0]
+            for old in [c for c in self._chunks if c < iteration - 1]:
+                del self._chunks[old]
+        return iteration, part, idx[self.parts[part]]
+
+    def __call__(self, info: Any) -> Any:
+        iteration, part, rows = self._rows(info.iteration)
         fed = tuple(self.source.feed(rows))
+        runs = range(info.iteration + 1, info.iteration + 1 + AHEAD)  # checked while these run
+        self.source.prepare(np.concatenate([self._rows(r)[2] for r in runs]))
         if self.augment is None:
             return fed
         passes = self.plan.passes(iteration)[self.parts[part]]

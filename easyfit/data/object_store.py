@@ -366,7 +366,7 @@ def open_object(url: str, buffer: int = 1 << 20) -> io.BufferedReader:
 
 
 class Stamps:
-    """The state of listed objects, as ``easyfit.data.stat_child.StatChild`` gives that of
+    """The state of listed objects, as ``easyfit.data.check_pool``'s children stamp those of
     local files: one int64 per object from its size and ETag, never 0 (0: not listed).
 
     Objects are not listed again as they are fed: one replaced in the bucket during a fit is

@@ -274,6 +274,10 @@ class IndexedSource(Source):
         source holds no encoded images."""
         return None
 
+    def prepare(self, indices: np.ndarray) -> None:
+        """Told, without waiting, which samples a later :meth:`feed` will ask for (the next
+        batch's), e.g. to check their files ahead; nothing by default."""
+
     def sample_problem(self, index: int) -> str | None:
         """A cheap host-side reason why sample ``index`` cannot be read (e.g. an unreadable or
         empty file), or None. Used to explain a failed batch (``easyfit.data.diagnose``)."""
@@ -356,6 +360,9 @@ class Subset(IndexedSource):
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])
+
+    def prepare(self, indices: np.ndarray) -> None:
+        self.source.prepare(self.indices[indices])
 
     def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, ...]:
         return self.source.graph(*nodes, device=device, draws=draws)

@@ -12,10 +12,9 @@ import numpy as np
 
 from ...errors import DataError
 from .. import object_store
+from ..check_pool import CheckPool
 from ..images import EncodedImages, read_file, sample_positions
-from ..stat_child import StatChild
-from ..validation.encoded import encoded_problem
-from ..validation.files import file_problem
+from ..validation.samples import sample_problem
 from .base import IndexedSource
 
 __all__ = [
@@ -209,61 +208,65 @@ class Files(IndexedSource):
     ``fn.io.file.read``.
 
     :meth:`feed_paths` feeds each column of paths as ``(table, lengths)``. The first time a
-    sample is fed, and whenever its files changed since, :meth:`sample_problem` checks its
-    files on the host (readable, not empty, the whole of an image...:
-    :mod:`easyfit.data.validation`): a broken file raises DataError naming it instead of
-    reaching DALI.
+    sample is fed, and whenever its files changed since, its files are checked on the host
+    (readable, not empty, the whole of an image...: :mod:`easyfit.data.validation`): a broken
+    file raises DataError naming it instead of reaching DALI. The checks run in checker child
+    processes, ahead of the feed where the pipelines say what comes next
+    (:class:`~easyfit.data.check_pool.CheckPool`): :attr:`sample_check` names the check they
+    run, which :meth:`sample_problem` runs in this process.
     """
 
     files: list[str]
+    #: The check of a sample's files, by name (``easyfit.data.validation.samples.SAMPLE_CHECKS``):
+    #: what checker processes run. None: :meth:`sample_problem` is overridden, and runs here.
+    sample_check: str | None = "file"
 
     def _init_paths(self, *columns: Sequence[str]) -> None:
         """Path tables of ``columns`` (``self.files`` first, then e.g. the masks)."""
         self._columns = [list(column) for column in columns]
         self._tables = [path_table(column) for column in columns]
-        self._checked = np.zeros(len(self.files), bool)
-        self._stamps = np.zeros(len(self.files), np.int64)  # of the files as they were checked
-        self._stat: StatChild | object_store.Stamps | None = None  # started at the first feed
-        self._stat_lock = threading.Lock()
+        self._checks: CheckPool | None = None  # started at the first feed
+        self._checks_lock = threading.Lock()
 
     @property
     def num_samples(self) -> int:
         return len(self.files)
 
-    def _stamps_of(self, indices: np.ndarray) -> np.ndarray:
-        """One int64 per sample of ``indices`` for the state of its files, 0 where one cannot
-        be stat'ed: a batch's files stat'ed by one request to a child process
-        (``easyfit.data.stat_child``)."""
-        with self._stat_lock:
-            if self._stat is None:
-                paths = [p for column in self._columns for p in column]
-                remote = object_store.is_url(paths[0])
-                self._stat = object_store.Stamps(paths) if remote else StatChild(paths)
-        stamps = self._stat.stamps(indices)
-        for k in range(1, len(self._columns)):  # e.g. the masks
-            more = self._stat.stamps(indices + k * len(self.files))
-            stamps = np.where((stamps == 0) | (more == 0), 0, stamps * 1_000_003 ^ more)
-        return stamps
+    def _pool(self) -> CheckPool:
+        with self._checks_lock:
+            if self._checks is None:
+                self._checks = CheckPool(self._tables, self._check_name())
+            return self._checks
+
+    def _check_name(self) -> str | None:
+        """:attr:`sample_check`, unless a subclass overrides :meth:`sample_problem` below the
+        class that names it: then the children only stat, and that method checks, here."""
+        mro = type(self).__mro__
+        named = next(c for c in mro if "sample_check" in vars(c))
+        checked = next(c for c in mro if "sample_problem" in vars(c))
+        return self.sample_check if issubclass(named, checked) else None
+
+    def prepare(self, indices: np.ndarray) -> None:
+        """Starts checking, in the checker processes and without waiting, the samples of
+        ``indices`` never fed yet (the next batch's), so that their feed finds them checked."""
+        self._pool().ahead(indices)
 
     def feed_paths(self, indices: np.ndarray) -> list[np.ndarray]:
         """``[table, lengths]`` rows of ``indices`` for each column of paths, once each sample is
         checked (DataError naming the file): the first time it is fed, and again whenever one
-        of its files changed since (every file of the batch stat'ed, compared as one vector):
+        of its files changed since (every file of the batch stat'ed by the checker processes):
         a file replaced after start-up, e.g. between epochs, never reaches DALI unchecked."""
-        stamps = self._stamps_of(indices)
-        stale = ~self._checked[indices] | (stamps != self._stamps[indices]) | (stamps == 0)
-        rows = np.flatnonzero(stale).tolist()
-        stale_indices = [int(indices[j]) for j in rows]
-        if object_store.is_url(self.files[0]):  # GETs: waited on together
-            problems = object_store.check_all(self.sample_problem, stale_indices)
-        else:
-            problems = [self.sample_problem(i) for i in stale_indices]
-        for j, i, problem in zip(rows, stale_indices, problems, strict=True):  # disjoint rows: no lock
-            if problem:
-                raise DataError(f"{self.locate(i)}: {problem}")
-            self._checked[i] = stamps[j] != 0  # a file that cannot be stat'ed: checked again
-            self._stamps[i] = stamps[j]
+        found = self._pool().problem(indices, self.sample_problem)
+        if found is not None:
+            index, problem = found
+            raise DataError(f"{self.locate(index)}: {problem}")
         return [part[indices] for table in self._tables for part in table]
+
+    def close(self) -> None:
+        """Stops the checker processes (a later feed starts them again)."""
+        checks = getattr(self, "_checks", None)
+        if checks is not None:
+            checks.close()
 
     @staticmethod
     def read(paths: Any, lengths: Any) -> Any:
@@ -289,7 +292,7 @@ class Files(IndexedSource):
         return self.files[index]
 
     def sample_problem(self, index: int) -> str | None:
-        return file_problem(self.files[index])
+        return sample_problem(self.sample_check or "file", [column[index] for column in self._columns])
 
 
 class ClassFiles(Files):
@@ -366,6 +369,8 @@ class ImageFolder(EncodedImages, ClassFiles):
         (['0', '1', '2'], (28, 28, 1), 200)
     """
 
+    sample_check = "image"
+
     def __init__(
         self,
         root: str | os.PathLike,
@@ -395,9 +400,6 @@ class ImageFolder(EncodedImages, ClassFiles):
         paths, lengths, labels = nodes  # as feed() returns them
         images = self.decode(self.read(paths, lengths), device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
-
-    def sample_problem(self, index: int) -> str | None:
-        return file_problem(self.files[index], encoded_problem)
 
     @classmethod
     def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> ImageFolder:

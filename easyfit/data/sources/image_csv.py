@@ -12,8 +12,6 @@ import numpy as np
 
 from ...errors import DataError
 from ..images import EncodedImages
-from ..validation.encoded import encoded_problem
-from ..validation.files import file_problem
 from .folder import Files
 
 __all__ = ["ImageCSV", "read_targets"]
@@ -122,6 +120,8 @@ class ImageCSV(EncodedImages, Files):
 
     default_loss = "mse"
 
+    sample_check = "image"
+
     def __init__(
         self,
         csv_path: str | os.PathLike,
@@ -166,9 +166,6 @@ class ImageCSV(EncodedImages, Files):
 
     def known_labels(self) -> np.ndarray:
         return self.targets
-
-    def sample_problem(self, index: int) -> str | None:
-        return file_problem(self.files[index], encoded_problem)
 
     def sibling(self, path: str | os.PathLike) -> ImageCSV:
         other = ImageCSV(path, root=self._root, **self.image_settings())

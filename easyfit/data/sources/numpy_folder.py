@@ -78,6 +78,8 @@ class NumpyFolder(ClassFiles):
         (200, (28, 28, 1), dtype('uint8'), True)
     """
 
+    sample_check = None  # its own sample_problem (numpy), in this process
+
     def __init__(
         self,
         root: str | os.PathLike,

@@ -12,38 +12,10 @@ import numpy as np
 from ...errors import DataError
 from ..augment import Augment
 from ..images import EncodedImages
-from ..validation.encoded import HEAD, encoded_problem, header_size, image_kind
-from ..validation.files import file_problem
+from ..validation.samples import mask_problem
 from .folder import IMAGE_EXTENSIONS, Files, entries
 
 __all__ = ["SegmentationFolder", "is_segmentation_folder", "mask_problem", "pair_files"]
-
-_PNG_COLORS = {0: "grayscale", 2: "RGB", 3: "palette", 4: "grayscale+alpha", 6: "RGBA"}
-
-
-def mask_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None) -> str | None:
-    """Why encoded bytes cannot be a mask, or None: a mask is a whole 8-bit single-channel
-    (grayscale) PNG whose pixel values are class ids. DALI would turn a palette PNG's indices
-    into colours, and a 16-bit PNG's values into 8 bits, so both are refused.
-
-    Example:
-        >>> import struct
-        >>> from easyfit.data.sources.segmentation import mask_problem
-        >>> palette = b"\\x89PNG\\r\\n\\x1a\\n" + struct.pack(">I4sIIBB", 13, b"IHDR", 4, 4, 8, 3)
-        >>> print(mask_problem(palette, b"", 100))
-        8-bit palette PNG; a mask must be an 8-bit grayscale PNG of class ids (...)
-    """
-    if image_kind(head) != "PNG":
-        return encoded_problem(head, tail, size, data) or "not a PNG; masks must be PNG (lossless) files"
-    if len(head) >= 26 and (head[24], head[25]) != (8, 0):
-        depth, color = head[24], head[25]
-        return (
-            f"{depth}-bit {_PNG_COLORS.get(color, f'color type {color}')} PNG; a mask must be an "
-            "8-bit grayscale PNG of class ids (write one with "
-            "PIL.Image.fromarray(ids.astype(np.uint8)).save(path); a palette PNG's class ids "
-            "are np.asarray(PIL.Image.open(path)))"
-        )
-    return encoded_problem(head, tail, size, data)
 
 
 def _stems(folder: str, extensions: tuple[str, ...]) -> dict[str, str]:
@@ -90,15 +62,6 @@ def is_segmentation_folder(path: str, images: str = "images", masks: str = "mask
     """Whether directory ``path`` holds exactly the sub-folders ``images/`` and ``masks/``."""
     names = {e.name for e in entries(path, "dir") if not e.name.startswith(".")}
     return names == {images, masks}
-
-
-def _size(path: str) -> tuple[int, int] | None:
-    """``(height, width)`` of an encoded image from its header, when it says."""
-    with open(path, "rb") as f:
-        head = f.read(HEAD)
-    kind = image_kind(head)
-    size = header_size(kind, head) if kind else None
-    return (size[1], size[0]) if size else None
 
 
 class SegmentationFolder(EncodedImages, Files):
@@ -155,6 +118,8 @@ class SegmentationFolder(EncodedImages, Files):
         >>> len(data), data.image_shape, data.mask_shape
         (4, (8, 6, 3), (8, 6))
     """
+
+    sample_check = "segmentation"
 
     def __init__(
         self,
@@ -216,20 +181,6 @@ class SegmentationFolder(EncodedImages, Files):
 
     def decoded_label_limit(self) -> int | None:
         return getattr(self, "_mask_limit", None)
-
-    def sample_problem(self, index: int) -> str | None:
-        image, mask = self.files[index], self.masks[index]
-        problem = file_problem(image, encoded_problem)
-        if problem:
-            return problem
-        problem = file_problem(mask, mask_problem)
-        if problem:
-            return f"its mask {mask}: {problem}"
-        sizes = _size(image), _size(mask)
-        if None not in sizes and sizes[0] != sizes[1]:
-            (h, w), (mh, mw) = sizes  # type: ignore[misc]
-            return f"{h}x{w} image, but its mask {mask} is {mh}x{mw}; a mask must be its image's size"
-        return None
 
     def sibling(self, path: str | os.PathLike) -> SegmentationFolder:
         settings = self.image_settings()

@@ -7,6 +7,11 @@ each file's structure on the host first, so that such a file is named in a
 
 * :mod:`~easyfit.data.validation.files`: a file on disk (readable, not empty, its bytes
   checked), and the stamps that say when it changed since its check;
+* :mod:`~easyfit.data.validation.samples`: a sample's checks (its image, or image and mask)
+  by name, and its stamp: what a checker child process runs
+  (``easyfit.data.check_pool``);
+* :mod:`~easyfit.data.validation.child`: the loop of such a child, which loads this package
+  alone (this package imports the standard library only, so that the child starts at once);
 * :mod:`~easyfit.data.validation.encoded`: one encoded image's bytes (its kind, whether it is
   whole, its pixels against ``MAX_IMAGE_PIXELS``, its structure);
 * :mod:`~easyfit.data.validation.structure` (and :mod:`~easyfit.data.validation.jpeg`): the

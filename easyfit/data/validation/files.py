@@ -48,9 +48,9 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
 
 def file_stamp(path: str) -> int | None:
     """A number that changes when file ``path`` is written or replaced (from its size, inode,
-    modification and status-change times: ``os.stat``, no read); None when it cannot be
-    stat'ed. What sources compare to check a file again once it changed after its check.
-    An ``s3://`` object's comes from its size and ETag, as listed."""
+    device, modification and status-change times: ``os.stat``, no read), never 0; None when
+    it cannot be stat'ed. What sources compare to check a file again once it changed after its
+    check. An ``s3://`` object's comes from its size and ETag, as listed."""
     if path.startswith(_REMOTE):
         from ..object_store import stamp
 
@@ -59,4 +59,4 @@ def file_stamp(path: str) -> int | None:
         st = os.stat(path)
     except OSError:
         return None
-    return hash((st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns))
+    return hash((st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)) or 1

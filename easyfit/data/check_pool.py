@@ -1,0 +1,329 @@
+"""The host checks of a streamed source's samples (``easyfit.data.validation``), run in a pool
+of checker child processes, ahead of the feed where the plan says what comes next.
+
+Why children: a check is pure Python (it walks an image's headers and markers) and, run in
+the DALI feed callback, it holds the GIL one file after the other, before the batch can be
+fed: epoch 1 pays it on the critical path and epoch 2 does not. Children check in parallel,
+with a GIL of their own each, and the parent only waits on a pipe (the GIL released). Each
+child is started as a script that loads ``easyfit.data.validation`` alone (standard library
+only: see ``validation/child.py``), is sent the check's *name* (a key of
+``validation.samples.SAMPLE_CHECKS``: a child cannot be handed a source's bound method), and
+then answers requests of samples (their paths, rows of the source's path table, and the
+stamps they were checked with) with their stamps (``os.stat``) and, for those whose stamp is
+not the one they were checked with, what their check finds. The paths travel with their
+requests: a child holds none of a large folder's, and starts at once.
+
+Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
+the next batches' without waiting; the answers are read by the next feed, which so finds
+them checked. The feed itself (:meth:`CheckPool.problem`) always stats its samples again and
+checks those that changed, so a file replaced in between (e.g. between epochs) is checked
+again before DALI reads it. The requests a child has not answered yet stay below half a
+pipe's capacity (else the oldest answer is waited for first), so that writing one never
+waits on a child that waits on its answers being read.
+
+Fallbacks: where no child can start (or one dies), and for a source that names no check, the
+checks run in this process, one sample after the other, as the source's ``sample_problem``;
+objects in a bucket (``s3://``) are stamped as listed and checked by concurrent GETs
+(``easyfit.data.object_store``). A check that raises in a child is run again here, so that
+the exception is raised in this process.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .._env import available_cores
+from . import object_store
+from .validation import encoded
+from .validation.child import FINE, HERE, PROBLEM, read_exactly
+from .validation.samples import sample_stamp
+
+__all__ = ["CHILDREN", "CheckPool", "default_children"]
+
+#: Checker children per pool; None: :func:`default_children`. 0: check in this process.
+CHILDREN: int | None = None
+
+#: Loads ``easyfit.data.validation`` (its ``__init__.py``: argv[1]) under a private name,
+#: without importing easyfit, and serves on stdin/stdout. Run with ``-I -S``: no folder of
+#: the user's or site-packages on ``sys.path``.
+_RUN = (
+    "import importlib, importlib.util as u, os, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"  # Ctrl-C is the parent's to handle
+    "s = u.spec_from_file_location('_easyfit_validation', sys.argv[1],"
+    " submodule_search_locations=[os.path.dirname(sys.argv[1])])\n"
+    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
+    "importlib.import_module('_easyfit_validation.child').serve(sys.stdin.buffer, sys.stdout.buffer)\n"
+)
+_VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
+_MIN_PER_CHILD = 32  # fewer samples per request are not worth another child's round trip
+_PIPE_BYTES = 1 << 20  # asked for a child's input pipe (Linux; else the default 64 KiB)
+
+Problem = Callable[[int], "str | None"]
+
+
+def default_children() -> int:
+    """Checker children for this machine: half its cores, 1 to 8 (the other half decodes and
+    trains)."""
+    return CHILDREN if CHILDREN is not None else max(1, min(8, available_cores() // 2))
+
+
+class _Child:
+    """One checker process and the requests it has not answered yet (their sample indices,
+    oldest first)."""
+
+    def __init__(self, header: bytes):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _RUN, _VALIDATION],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.pending: collections.deque[tuple[np.ndarray, int]] = collections.deque()  # (indices, bytes)
+        self.room_bytes = _half_pipe(self.proc.stdin)
+        self._send(header)
+
+    def _send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def room(self, size: int) -> bool:
+        """Whether a request of ``size`` bytes can be written now without waiting on answers:
+        what the child has not answered yet stays within half its input pipe (so the pipe
+        always takes the next request, also while the child waits on its answers being read),
+        or the child has nothing left to answer (it is reading)."""
+        return not self.pending or sum(b for _, b in self.pending) + size <= self.room_bytes
+
+    def ask(self, indices: np.ndarray, request: bytes) -> None:
+        """Sends ``request``, of the samples ``indices`` (see :meth:`room`)."""
+        self._send(request)
+        self.pending.append((indices, len(request)))
+
+    def answer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """``(indices, stamps, status, problems)`` of the oldest pending request, once answered."""
+        indices, _ = self.pending.popleft()
+        assert self.proc.stdout is not None
+        n = len(indices)
+        data = read_exactly(self.proc.stdout, 9 * n)
+        stamps = np.frombuffer(data, "<i8", n).astype(np.int64)
+        status = np.frombuffer(data, np.uint8, n, 8 * n)
+        problems = []
+        for _ in range(int((status == PROBLEM).sum())):
+            (size,) = struct.unpack("<I", read_exactly(self.proc.stdout, 4))
+            problems.append(read_exactly(self.proc.stdout, size).decode("utf-8", "surrogateescape"))
+        return indices, stamps, status, problems
+
+
+class CheckPool:
+    """Checks of samples with the named ``check``, in ``children`` checker processes (default:
+    :func:`default_children`; see the module's docstring). ``tables``: each column of a
+    sample's paths (the images, then e.g. their masks) as ``(table, lengths)``, the byte table
+    ``sources.folder.path_table`` makes. ``check`` None: the children only stamp, and the
+    samples that need it are checked in this process. Everything runs in this process where
+    ``children`` is 0, the paths are objects in a bucket, or no child can start.
+
+    Remembers the stamp each sample was checked with: a sample is checked the first time it
+    is asked about and again once its files changed (or cannot be stat'ed). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[tuple[np.ndarray, np.ndarray]],
+        check: str | None,
+        children: int | None = None,
+    ):
+        self._tables = [(table, np.asarray(lengths, np.int32).reshape(-1)) for table, lengths in tables]
+        n = len(self._tables[0][1])
+        self._stamps = np.zeros(n, np.int64)  # as checked; 0: not checked
+        self._asked = np.zeros(n, bool)  # sent ahead, not answered yet
+        self._check = check
+        self._count = default_children() if children is None else children
+        self._lock = threading.Lock()
+        self._children: list[_Child] = []
+        self._remote: np.ndarray | None = None  # the objects' stamps, as listed
+        if object_store.is_url(self._path(0, 0)):
+            columns = [[self._path(k, i) for i in range(n)] for k in range(len(self._tables))]
+            listed = object_store.Stamps([p for column in columns for p in column])
+            parts = [listed.stamps(np.arange(k * n, (k + 1) * n)) for k in range(len(columns))]
+            self._remote = parts[0]
+            for more in parts[1:]:
+                self._remote = np.where((self._remote == 0) | (more == 0), 0, self._remote * 1_000_003 ^ more)
+            self._count = 0
+        weakref.finalize(self, _stop, self._children)
+        self._start()
+
+    def _path(self, column: int, index: int) -> str:
+        table, lengths = self._tables[column]
+        return os.fsdecode(table[index, : lengths[index]].tobytes())
+
+    @property
+    def children(self) -> int:
+        """The checker processes running."""
+        return len(self._children)
+
+    def _start(self) -> None:
+        """Starts the children, unless they run or none can (then ``_count`` is 0)."""
+        if self._children or not self._count:
+            return
+        name = (self._check or "").encode()
+        header = struct.pack("<I", len(name)) + name
+        try:
+            for _ in range(self._count):
+                self._children.append(_Child(header))
+        except OSError:  # no process can start (or its pipe broke at once)
+            self._fail()
+
+    def _fail(self) -> None:
+        """Stops the children for good: every check runs in this process from now on (the
+        answers they owe are lost, and those samples stay unchecked)."""
+        _stop(self._children)
+        self._children.clear()
+        self._asked[:] = False
+        self._count = 0
+
+    def ahead(self, indices: np.ndarray) -> None:
+        """Starts checking the samples of ``indices`` never checked yet, without waiting: what
+        is found is kept for :meth:`problem` (nothing is raised here)."""
+        if self._check is None:
+            return
+        with self._lock:
+            self._start()
+            if not self._children:
+                return
+            todo = np.unique(np.asarray(indices, np.int64))
+            todo = todo[(self._stamps[todo] == 0) & ~self._asked[todo]]
+            self._asked[todo] = True
+            try:
+                if len(todo):
+                    self._ask(todo)
+            except (OSError, EOFError, ValueError):  # a child is gone
+                self._fail()
+
+    def problem(self, indices: np.ndarray, problem_of: Problem) -> tuple[int, str] | None:
+        """Checks, and waits for, the samples of ``indices`` that need it (never checked,
+        changed since their check, or that cannot be stat'ed): ``(index, problem)`` of the
+        first, in the order of ``indices``, that has one; None when all are fine.
+        ``problem_of(index)``: the sample's check in this process."""
+        indices = np.asarray(indices, np.int64)
+        found: dict[int, str] = {}
+        with self._lock:
+            self._start()
+            here: dict[int, int] = {}  # index: stamp, to check in this process
+            if self._children:
+                try:
+                    self._collect(found, {})  # the answers to ahead()
+                    self._ask(indices)
+                    self._collect(found, here)
+                except (OSError, EOFError, ValueError):  # a child is gone
+                    self._fail()
+                    found.clear()
+            if not self._children:
+                stamps = [self._stamp_here(i) for i in indices.tolist()]
+                here = {i: s for i, s in zip(indices.tolist(), stamps) if s == 0 or s != self._stamps[i]}
+            due = list(here)
+            if self._remote is not None:  # GETs: waited on together
+                problems = object_store.check_all(problem_of, due)
+            else:
+                problems = [problem_of(i) for i in due]
+            for i, problem in zip(due, problems, strict=True):
+                if problem:
+                    found[i] = problem
+                self._stamps[i] = 0 if problem else here[i]  # 0 where it cannot be stat'ed
+        bad = [i for i in indices.tolist() if i in found]
+        return (bad[0], found[bad[0]]) if bad else None
+
+    def _ask(self, indices: np.ndarray) -> None:
+        """Sends ``indices`` to the children, in contiguous parts, the least busy first."""
+        parts = min(len(self._children), max(1, len(indices) // _MIN_PER_CHILD))
+        children = sorted(self._children, key=lambda c: sum(b for _, b in c.pending))
+        limit = encoded.MAX_IMAGE_PIXELS
+        for child, part in zip(children, np.array_split(indices, parts), strict=False):
+            head = struct.pack("<QqI", len(part), -1 if limit is None else limit, len(self._tables))
+            request = [head, self._stamps[part].astype("<i8").tobytes()]
+            for table, lengths in self._tables:
+                request += [struct.pack("<I", table.shape[1]), lengths[part].astype("<i4").tobytes()]
+                request.append(np.ascontiguousarray(table[part]).tobytes())
+            data = b"".join(request)
+            while not child.room(len(data)):
+                self._record(*child.answer(), {}, None)
+            child.ask(part, data)
+
+    def _collect(self, found: dict[int, str], here: dict[int, int] | None) -> None:
+        for child in self._children:
+            while child.pending:
+                self._record(*child.answer(), found, here)
+
+    def _record(
+        self,
+        indices: np.ndarray,
+        stamps: np.ndarray,
+        status: np.ndarray,
+        problems: list[str],
+        found: dict[int, str],
+        here: dict[int, int] | None,
+    ) -> None:
+        """Keeps a child's answer: the stamps of the samples found fine, the problems of the
+        others in ``found``, and in ``here`` (when given) those to check in this process."""
+        self._asked[indices] = False
+        fine = status == FINE
+        self._stamps[indices[fine]] = stamps[fine]
+        bad = status == PROBLEM
+        self._stamps[indices[bad]] = 0
+        found.update(zip(indices[bad].tolist(), problems, strict=True))
+        if here is not None:
+            due = status == HERE
+            here.update(zip(indices[due].tolist(), stamps[due].tolist(), strict=True))
+
+    def _stamp_here(self, index: int) -> int:
+        if self._remote is not None:
+            return int(self._remote[index])
+        return sample_stamp([self._path(k, index) for k in range(len(self._tables))])
+
+    def close(self) -> None:
+        """Stops the children; the next check starts them again."""
+        with self._lock:
+            _stop(self._children)
+            self._children.clear()
+
+
+def _half_pipe(stream: object) -> int:
+    """Half the capacity of pipe ``stream``, made larger first where the system allows; a
+    page's half where it cannot be asked (not Linux)."""
+    try:
+        import fcntl
+
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:  # more than this user may have: as it is
+            pass
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) // 2
+    except (ImportError, AttributeError, OSError):
+        return 2048
+
+
+def _stop(children: list[_Child]) -> None:
+    """Ends the children: their input closed (a child ends at its end) and their output (one
+    still answering gets a broken pipe), then waited for, killed where one does not end."""
+    for child in children:
+        for stream in (child.proc.stdin, child.proc.stdout):
+            if stream is not None and not stream.closed:
+                try:
+                    stream.close()
+                except OSError:  # what was left to write to a dead child
+                    pass
+    for child in children:
+        try:
+            child.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            child.proc.wait()
