@@ -153,9 +153,10 @@ def test_where_no_child_can_start_the_checks_run_in_this_process(tmp_path, monke
 def test_a_child_that_dies_leaves_the_checks_to_this_process(tmp_path):
     files = _folder(tmp_path, 6)
     here = ef.data.ImageFolder(tmp_path).sample_problem
+    others = set(_checkers())  # of pools other tests of this process left to the collector
     pool = _pool(files, 1)
     try:
-        (pid,) = _checkers()
+        (pid,) = set(_checkers()) - others
         os.kill(pid, signal.SIGKILL)
         while _state(pid) != "Z":  # dead, not yet waited for
             time.sleep(0.01)
@@ -190,7 +191,7 @@ def test_the_children_end_when_the_trainer_is_closed(tmp_path, mnist_dir):
     with ef.Trainer(SmallMLP(), seed=0) as trainer:
         trainer.fit(mnist_dir + "/val", epochs=1, batch_size=100, cache=False, verbose=0)
         assert set(_checkers()) - before  # the folder's checks ran in children
-    assert set(_checkers()) == before
+    assert not set(_checkers()) - before  # none of them is left (others may have ended)
 
 
 def test_a_subclass_that_overrides_sample_problem_has_its_own_check_run(tmp_path):
