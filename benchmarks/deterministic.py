@@ -28,15 +28,14 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from children import USER_ENV, epoch_timer, last_json, run_again
+
 HERE = Path(__file__).resolve().parent
-#: The environment as the user gave it: every run's process starts from it.
-USER_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def child(args) -> None:
@@ -69,17 +68,8 @@ def child(args) -> None:
     import numpy as np
 
     train = recipe_source(argparse.Namespace(root=args.root, hw_load=None, image_size=args.image_size))
-    seconds: list[float] = []
-    clock: list[float] = []
-
-    def begin(epoch, logs):
-        clock[:] = [time.perf_counter()]
-
-    def end(epoch, logs):
-        float(logs["loss"])  # on the host: the epoch's steps have run
-        seconds.append(time.perf_counter() - clock[0])
-
-    callbacks: list = [ef.callbacks.LambdaCallback(on_epoch_begin=begin, on_epoch_end=end)]
+    seconds, timer = epoch_timer(ef)
+    callbacks: list = [timer]
     resumed_from = None
     if args.backup:
         backup = ef.callbacks.BackupAndRestore(args.backup, save_freq=2)
@@ -117,24 +107,20 @@ def _run(args, flag: str, out: Path, backup: Path | None = None, kill: bool = Fa
     """One child run in a fresh interpreter with its own empty compilation cache (or, with
     ``--shared-cache``, one cache for every run); its JSON line, or None when it was SIGKILLed
     as asked."""
-    cmd = [sys.executable, __file__, *sys.argv[1:], "--child", "--deterministic", flag, "--out", str(out)]
+    extra = ["--child", "--deterministic", flag, "--out", str(out)]
     if backup is not None:
-        cmd += ["--backup", str(backup)]
+        extra += ["--backup", str(backup)]
     if kill:
-        cmd += ["--kill-at", str(args.kill_at)]
+        extra += ["--kill-at", str(args.kill_at)]
     with tempfile.TemporaryDirectory() as cache:
         env = {**USER_ENV, "JAX_COMPILATION_CACHE_DIR": args.shared_cache or cache}
         env.pop("EASYFIT_COMPILATION_CACHE", None)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = run_again(__file__, *extra, env=env)
     if kill and proc.returncode == -signal.SIGKILL:
         return None
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"run failed ({flag}, rc {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        )
-    if kill:
+    if kill and proc.returncode == 0:
         raise SystemExit(f"the run to kill ({flag}) finished without being killed: lower --kill-at")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return last_json(proc, f"the deterministic={flag} run")
 
 
 def _compare(a: Path, b: Path) -> dict:
@@ -178,7 +164,7 @@ def main() -> None:
         child(args)
         return
     if not os.path.isdir(os.path.join(args.root, "train")):
-        import easyfit as ef  # in this process only: the runs start from USER_ENV
+        import easyfit as ef  # in this process only: the runs start from children.USER_ENV
 
         per_class = round(args.images * 0.9 / 10)
         lo, hi = (int(v) for v in args.sides.split(","))

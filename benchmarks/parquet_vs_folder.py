@@ -23,14 +23,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from children import epoch_timer, last_json, run_again
+
 HERE = Path(__file__).resolve().parent
-#: The environment as the user gave it: every run's process starts from it.
-USER_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def write_parquet(folder: str, out: str, shards: int, row_group: int) -> None:
@@ -106,23 +105,14 @@ def child(args) -> None:
         precision="bfloat16",
         seed=0,
     )
-    seconds: list[float] = []
-    clock: list[float] = []
-
-    def begin(epoch, logs):
-        clock[:] = [time.perf_counter()]
-
-    def end(epoch, logs):
-        float(logs["loss"])  # on the host: the epoch's steps have run
-        seconds.append(time.perf_counter() - clock[0])
-
+    seconds, timer = epoch_timer(ef)
     history = trainer.fit(
         train,
         epochs=args.epochs,
         batch_size=args.batch_size,
         cache=False,
         verbose=0,
-        callbacks=[ef.callbacks.LambdaCallback(on_epoch_begin=begin, on_epoch_end=end)],
+        callbacks=[timer],
     )
     rates = [len(train) / s for s in seconds]
     print(
@@ -161,7 +151,7 @@ def main() -> None:
         return
     folder, parquet = os.path.join(args.root, "folder"), os.path.join(args.root, "parquet")
     if not os.path.isdir(os.path.join(folder, "train")):
-        import easyfit as ef  # in this process only: the runs start from USER_ENV
+        import easyfit as ef  # in this process only: the runs start from children.USER_ENV
 
         t = time.perf_counter()
         per_class = round(args.images * 0.9 / 10)
@@ -176,11 +166,7 @@ def main() -> None:
         print(f"wrote {args.shards} Parquet shards in {time.perf_counter() - t:.0f} s", flush=True)
     results = {}
     for source in ("folder", "parquet"):
-        cmd = [sys.executable, __file__, *sys.argv[1:], "--source", source]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=USER_ENV)
-        if proc.returncode != 0:
-            raise SystemExit(f"{source} run failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-        results[source] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[source] = last_json(run_again(__file__, "--source", source), f"the {source} run")
         print(f"{source}: {json.dumps(results[source])}", flush=True)
     ratio = results["parquet"]["images_per_s"] / results["folder"]["images_per_s"]
     results["parquet_over_folder"] = round(ratio, 4)

@@ -4,8 +4,8 @@ every link and anchor of those pages resolves; their code lines fit the site's c
 The blocks of one file run in order in one fresh interpreter (like a notebook), in an empty
 temporary folder, offline: MNIST's download mirror is an unreachable local address and the
 cache an empty folder, so a block that needs the network fails (blocks use the packaged
-sample). A file can ask for virtual CPU devices with an HTML comment, invisible on the site:
-``<!-- docs-test: devices=4 -->``.
+sample), and compiled quickly (:data:`QUICK_COMPILE`). A file can ask for virtual CPU devices
+with an HTML comment, invisible on the site: ``<!-- docs-test: devices=4 -->``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 OFFLINE = "http://127.0.0.1:9/"  # the discard port: refused at once, as with no network
 _BLOCK = re.compile(r"^([ \t]*)```python[^\n]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
 _DEVICES = re.compile(r"<!--\s*docs-test:\s*devices=(\d+)\s*-->")
+#: The blocks' programs are compiled with XLA's backend optimisations off: compiling is most of a
+#: page's time on a CPU, and what a block does and prints does not depend on how fast its
+#: compiled steps run (the rest of the suite compiles as users do).
+QUICK_COMPILE = "--xla_backend_optimization_level=0"
 
 # Runs each block with its line numbers in the Markdown file, so tracebacks point there.
 _RUNNER = """
@@ -64,7 +68,7 @@ def test_code_blocks_run(page, tmp_path):
         "EASYFIT_MNIST_MIRROR": OFFLINE,
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
         "PYTHONUNBUFFERED": "1",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {QUICK_COMPILE}",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     name = str(page.relative_to(ROOT))

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from ..errors import DataError
+from .validation.urls import URL_SCHEMES
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -72,7 +73,7 @@ def is_url(path: Any) -> bool:
         >>> is_url("s3://bucket/data"), is_url("/data")
         (True, False)
     """
-    return isinstance(path, str) and path.startswith(("s3://", "gs://"))
+    return isinstance(path, str) and path.startswith(URL_SCHEMES)
 
 
 def split_url(url: str) -> tuple[str, str]:

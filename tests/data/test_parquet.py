@@ -16,10 +16,10 @@ import optax
 import pytest
 
 import easyfit as ef
-from easyfit.data import Loader
 from tests.helpers import Crash, crash_at, flat_params
 from tests.helpers.formats import encode, write_hf_splits, write_parquet
 from tests.helpers.models import SmallMLP
+from tests.helpers.stream import loader_batches
 
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -47,15 +47,6 @@ def hf_root(tmp_path_factory, folder) -> str:
 def arrays(mnist_arrays):
     x, y = mnist_arrays["train"]
     return x[:N_TRAIN], y[:N_TRAIN]
-
-
-def _chunks(source, n, *, shuffle=True, seed=0, batch_size=64):
-    plan = ef.data.Plan(source.num_samples, batch_size, shuffle=shuffle, seed=seed)
-    loader = Loader(source, plan, ef.parallel.Placement.create())
-    try:
-        return [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(n)]
-    finally:
-        loader.close()
 
 
 def test_a_hugging_face_root_is_detected_and_split_into_train_and_validation(hf_root):
@@ -87,7 +78,9 @@ def test_shuffled_batches_are_exactly_the_arrays_batches(tmp_path, arrays):
     assert source.class_names == [f"digit {d}" for d in range(10)]  # from the ClassLabel metadata
     assert source.image_shape == (28, 28, 1) and source.num_samples == N_TRAIN
     reference = ef.data.Arrays(x, y, scale=1 / 255)
-    for got, want in zip(_chunks(source, 5), _chunks(reference, 5), strict=True):  # 1.25 passes
+    for got, want in zip(
+        loader_batches(source, 5, batch_size=64), loader_batches(reference, 5, batch_size=64), strict=True
+    ):  # 1.25 passes
         for key in ("x", "y", "mask"):
             np.testing.assert_array_equal(got[key], want[key])
 
@@ -178,7 +171,7 @@ def test_a_null_image_names_the_file_the_row_group_and_the_row(tmp_path):
     with pytest.raises(
         ef.errors.DataError, match=rf"^{path}: row group 2, row 23: no image \(null in column"
     ):
-        _chunks(source, 1, batch_size=40)
+        loader_batches(source, 1, batch_size=40)
 
 
 def test_an_image_that_is_not_one_names_the_file_the_row_group_and_the_row(tmp_path):

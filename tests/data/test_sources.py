@@ -12,6 +12,7 @@ import easyfit as ef
 from easyfit.data import Loader
 from tests.helpers import Crash, crash_at, flat_params
 from tests.helpers.models import SmallMLP
+from tests.helpers.stream import loader_batches
 
 N_TRAIN, N_VAL = 1000, 300
 INDEXED = ["recordio", "tfrecord", "webdataset"]
@@ -35,15 +36,6 @@ def train_xy(mnist_arrays):
     return x[:N_TRAIN], y[:N_TRAIN]
 
 
-def _chunks(source, n, *, shuffle=True, seed=0, batch_size=100):
-    plan = ef.data.Plan(source.num_samples, batch_size, shuffle=shuffle, seed=seed)
-    loader = Loader(source, plan, ef.parallel.Placement.create())
-    try:
-        return [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(n)]
-    finally:
-        loader.close()
-
-
 @pytest.mark.parametrize("fmt", list(KIND))
 def test_a_directory_is_detected_by_its_contents(fmt, roots):
     source = ef.data.to_source(os.path.join(roots[fmt], "train"))
@@ -58,7 +50,9 @@ def test_indexed_formats_deliver_exactly_the_arrays_batches(fmt, roots, train_xy
     source = ef.data.to_source(os.path.join(roots[fmt], "train"))
     reference = ef.data.Arrays(x, y, scale=1 / 255)
     assert source.image_shape == (28, 28, 1) and source.scale == reference.scale
-    for got, want in zip(_chunks(source, 12), _chunks(reference, 12), strict=True):  # 1.2 epochs
+    for got, want in zip(
+        loader_batches(source, 12, batch_size=100), loader_batches(reference, 12, batch_size=100), strict=True
+    ):  # 1.2 epochs
         for key in ("x", "y", "mask"):
             np.testing.assert_array_equal(got[key], want[key])
 
@@ -69,7 +63,9 @@ def test_numpy_folders_deliver_their_arrays_in_folder_order(roots, train_xy):
     order = [int(os.path.basename(f).split(".")[0]) for f in source.files]
     reference = ef.data.Arrays(x[order], y[order], scale=1 / 255)
     assert source.class_names == [str(d) for d in range(10)]
-    for got, want in zip(_chunks(source, 5), _chunks(reference, 5), strict=True):
+    for got, want in zip(
+        loader_batches(source, 5, batch_size=100), loader_batches(reference, 5, batch_size=100), strict=True
+    ):
         for key in ("x", "y", "mask"):
             np.testing.assert_array_equal(got[key], want[key])
 
@@ -78,10 +74,10 @@ def test_lmdb_reads_every_record_once_per_epoch_in_its_own_order(roots, train_xy
     x, y = train_xy
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "train"))
     assert isinstance(source, ef.data.ReaderSource) and source.num_samples == N_TRAIN
-    ordered = _chunks(source, 10, shuffle=False)  # one pipeline: the LMDB's key order
+    ordered = loader_batches(source, 10, shuffle=False, batch_size=100)  # one pipeline: the LMDB's key order
     np.testing.assert_array_equal(np.concatenate([c["x"] for c in ordered]), x)
     np.testing.assert_array_equal(np.concatenate([c["y"] for c in ordered]), y)
-    shuffled = _chunks(source, 11, shuffle=True, batch_size=96)  # an epoch: 11 padded chunks
+    shuffled = loader_batches(source, 11, shuffle=True, batch_size=96)  # an epoch: 11 padded chunks
     got = _rows(*(np.concatenate([c[k][c["mask"]] for c in shuffled]) for k in ("x", "y")))
     assert len(got) == N_TRAIN and got != _rows(x, y)  # shuffled ...
     assert sorted(got) == sorted(_rows(x, y))  # ... each record once
@@ -124,7 +120,7 @@ def test_every_format_trains_from_a_train_val_root(roots):
 def test_a_reader_driven_loader_resumes_where_the_stream_was(roots):
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "val"))
     plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
-    stream = _chunks(source, 8, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
+    stream = loader_batches(source, 8, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
     loader = Loader(source, plan, ef.parallel.Placement.create(), start=6)
     resumed = {k: np.asarray(v) for k, v in next(loader).items()}
     loader.close()
@@ -138,7 +134,7 @@ def test_a_reader_driven_loader_resumes_from_dalis_pipeline_checkpoints(roots):
     next chunk was peeked, and reads nothing twice."""
     source = ef.data.Caffe2LMDB(os.path.join(roots["lmdb"], "val"))
     plan = ef.data.Plan(source.num_samples, 64, shuffle=True, seed=1)
-    stream = _chunks(source, 9, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
+    stream = loader_batches(source, 9, batch_size=64, seed=1)  # 5 chunks an epoch: into the 2nd epoch
     for taken, peek in ((3, False), (4, True)):
         first = Loader(source, plan, ef.parallel.Placement.create())
         for _ in range(taken):

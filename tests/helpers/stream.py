@@ -1,5 +1,6 @@
-"""Observing the samples fit trains on: inputs that encode their index, and a Trainer that
-records the valid rows of every step it trains (from inside the jitted step)."""
+"""Observing the samples fit trains on: inputs that encode their index, a Trainer that
+records the valid rows of every step it trains (from inside the jitted step), and the batches
+a source's loader delivers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ import easyfit as ef
 def indexed(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: ``x[i] == i`` (a float feature), labels of 3 classes."""
     return np.arange(n, dtype=np.float32)[:, None], (np.arange(n) % 3).astype(np.int32)
+
+
+def loader_batches(source, n: int, *, batch_size: int, shuffle: bool = True, seed: int = 0) -> list[dict]:
+    """The first ``n`` batches that a ``Loader`` of ``source`` delivers on one device (across
+    epochs when ``n`` is more than an epoch), each ``{key: np.ndarray}``."""
+    plan = ef.data.Plan(source.num_samples, batch_size, shuffle=shuffle, seed=seed)
+    loader = ef.data.Loader(source, plan, ef.parallel.Placement.create())
+    try:
+        return [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(n)]
+    finally:
+        loader.close()
 
 
 def passes(n: int, seed: int, count: int) -> np.ndarray:

@@ -8,13 +8,9 @@ import os
 from collections.abc import Callable
 
 from .encoded import HEAD, TAIL, WHOLE
+from .urls import URL_SCHEMES
 
 __all__ = ["file_problem", "file_stamp"]
-
-#: The schemes of ``easyfit.data.object_store.is_url``: an object in a bucket, checked and
-#: stamped through that module, imported only then (this package imports the standard library
-#: alone).
-_REMOTE = ("s3://", "gs://")
 
 
 def file_problem(path: str, check: Callable[..., str | None] | None = None) -> str | None:
@@ -22,7 +18,7 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
     data)`` finds wrong with its first :data:`HEAD` and last :data:`TAIL` bytes, and all of
     them (``data``, else None) when it is at most :data:`WHOLE` bytes; None when all is well.
     An ``s3://`` object is read by ranged GETs."""
-    if path.startswith(_REMOTE):
+    if path.startswith(URL_SCHEMES):  # an object: through object_store, imported only then
         from ..object_store import object_problem
 
         return object_problem(path, check, HEAD, TAIL, WHOLE)
@@ -51,7 +47,7 @@ def file_stamp(path: str) -> int | None:
     device, modification and status-change times: ``os.stat``, no read), never 0; None when
     it cannot be stat'ed. What sources compare to check a file again once it changed after its
     check. An ``s3://`` object's comes from its size and ETag, as listed."""
-    if path.startswith(_REMOTE):
+    if path.startswith(URL_SCHEMES):  # an object: through object_store, imported only then
         from ..object_store import stamp
 
         return stamp(path)
