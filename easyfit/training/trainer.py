@@ -414,6 +414,8 @@ class Trainer:
         check_int("validation_steps", validation_steps, 1, none=True)
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         self._class_weight = class_weights(class_weight)
+        if self.state is None:  # the runtime starts while the input is listed and opened
+            threading.Thread(target=_start_runtime, name="easyfit-runtime").start()
         validates = validation_epochs(validation_freq)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
         self._input_scale = train.scale  # what the training steps and forward multiply x by
@@ -939,6 +941,16 @@ class Trainer:
 
     def _optimizer_meta(self, opt_state: Any) -> dict[str, Any]:
         return metadata.optimizer_meta(self._optimizer_name, opt_state)
+
+
+def _start_runtime() -> None:
+    """The devices' first computation: on a GPU, the runtime's own set-up (seconds, before any
+    program of the model's) happens then. ``fit`` runs it in a thread while the input is listed
+    and its pipelines built; not a daemon, for the reason ``steps.compile_ahead`` gives."""
+    try:
+        jax.block_until_ready(jax.random.PRNGKey(0))
+    except Exception:  # noqa: BLE001 - the state's creation meets and reports it
+        pass
 
 
 def _on_host(output: tuple[Any, Any]) -> Any:
