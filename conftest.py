@@ -4,7 +4,10 @@ and tests/, so that both see it. Helpers the tests share are in tests/helpers/."
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,20 @@ collect_ignore = ["tests/programs", "tests/dali_repro"]
 # and every program it starts inherit the off switch (set before anything imports easyfit).
 # tests/test_compilation_cache.py turns it on for its own programs, in temporary folders.
 os.environ["EASYFIT_COMPILATION_CACHE"] = "0"
+
+# Instead, the suite shares one JAX compilation cache of its own, in a temporary folder that
+# the session removes at its end: its tests and the programs they start compile the same small
+# models many times over (no test measures a compilation). Made by the first pytest process
+# (xdist's workers inherit it), unless the developer set JAX's own; tests/test_compilation_cache.py
+# and benchmarks/startup.py take these settings out of the programs whose caching they measure.
+if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _JAX_CACHE = tempfile.mkdtemp(prefix="easyfit-tests-jax-cache-")
+    atexit.register(shutil.rmtree, _JAX_CACHE, True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    # a size cap makes JAX lock the folder (filelock): workers and the programs they start
+    # read and write it at once, and unlocked writes could be read half-written
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(8 * 2**30)
 
 
 class _LazyFormats(dict):

@@ -48,6 +48,8 @@ from pathlib import Path
 IMAGENET = (1_281_167, 51_246, 1000)
 REPO = Path(__file__).resolve().parents[1]
 _STAMP = "STARTUP_FOLDER.json"
+#: Compilation-cache settings the children do not inherit: each row starts from its own cache.
+_CACHE_SETTINGS = ("EASYFIT_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR", "JAX_COMPILATION_CACHE_MAX_SIZE")
 _T0 = "STARTUP_T0"  # the time.time() at which the parent started the child
 #: The environment as the user gave it, before importing easyfit here (to write a folder) sets
 #: its own settings, which the hand-written loop must not inherit.
@@ -305,11 +307,7 @@ def main() -> None:
         val = args.val_files if args.val_files is not None else max(args.classes, args.files // 25)
         write_folder(args.folder, args.files, val, args.classes, args.size)
     sum(len(fs) for _, _, fs in os.walk(args.folder))  # the listing in the page cache for every run
-    env = {
-        k: v
-        for k, v in USER_ENV.items()
-        if k not in ("EASYFIT_COMPILATION_CACHE", "JAX_COMPILATION_CACHE_DIR")
-    }
+    env = {k: v for k, v in USER_ENV.items() if k not in _CACHE_SETTINGS}
     # the children time the easyfit of this checkout, not another one installed (editable) elsewhere
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as cache:

@@ -13,7 +13,12 @@ from tests.helpers import PROGRAMS, ROOT, last_json
 
 pytestmark = pytest.mark.slow  # fresh interpreters: the cache is arranged at import
 
-_OURS = (CACHE_SWITCH, "JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+_OURS = (
+    CACHE_SWITCH,
+    "JAX_COMPILATION_CACHE_DIR",
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    "JAX_COMPILATION_CACHE_MAX_SIZE",
+)
 
 
 def _env(tmp_path, **extra: str) -> dict:
