@@ -17,7 +17,7 @@ from tests.helpers import flat_params
 
 
 class Notes:
-    """Where a Recorder writes (an object: flax would freeze a list field into a tuple)."""
+    """Where a Recorder counts (an object: a flax module's own fields are frozen)."""
 
     def __init__(self):
         self.initialising = 0

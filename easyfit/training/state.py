@@ -76,12 +76,11 @@ class StateMaker:
             ema_params=jax.tree_util.tree_map(jnp.copy, params) if self.ema else None,
         )
 
-    @staticmethod
-    def _args(seed: int, shape: Any, nnx_variables: Any, adapter: Any, abstract: bool) -> tuple[Any, ...]:
+    def _args(self, seed: int, shape: Any, nnx_variables: Any, abstract: bool) -> tuple[Any, ...]:
         init_rng, train_rng = jax.random.split(jax.random.PRNGKey(seed))
         # an NNX model's variables are copied (the train step donates the state's buffers,
         # never the user's); a linen model is initialised on one zero sample
-        variables = nnx_variables if adapter.kind == "nnx" else example_input(shape, abstract)
+        variables = nnx_variables if self.adapter.kind == "nnx" else example_input(shape, abstract)
         return init_rng, train_rng, variables
 
     def make(self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None) -> TrainState:
@@ -90,7 +89,7 @@ class StateMaker:
         seeds the initialisation (linen) and the training RNG key; ``nnx_variables``: an NNX
         model's ``(params, model_state)``; ``dynamic_scale``: the loss scale
         (``precision="float16"``), or None."""
-        state = self._init(*self._args(seed, shape, nnx_variables, self.adapter, False))
+        state = self._init(*self._args(seed, shape, nnx_variables, False))
         return state.replace(dynamic_scale=dynamic_scale)
 
     def abstract(
@@ -98,7 +97,7 @@ class StateMaker:
     ) -> TrainState:
         """:meth:`make`'s shapes and dtypes (``jax.ShapeDtypeStruct`` leaves), computing
         nothing."""
-        state = self._init.eval_shape(*self._args(seed, shape, nnx_variables, self.adapter, True))
+        state = self._init.eval_shape(*self._args(seed, shape, nnx_variables, True))
         return state.replace(dynamic_scale=dynamic_scale)
 
 

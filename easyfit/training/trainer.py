@@ -191,7 +191,7 @@ class Trainer:
         self._loss_note: str | None = None  # why the loss was inferred, when it was
         self._labels_checked: weakref.WeakSet[Any] = weakref.WeakSet()  # sources, once each
         self._input_spec: tuple[Any, Any] | None = None  # one sample's (see models.input_spec)
-        self._maker: StateMaker | None = None  # makes fresh states (_new_state)
+        self._maker: StateMaker | None = None  # makes fresh states (_init_state)
         self._input_scale: float | None = None  # what the steps multiply the inputs by
         self._class_weight: tuple[float, ...] | None = None  # the current fit's
         self._inference_only: str | None = None  # why fit cannot go on (loaded without optimizer)
@@ -459,14 +459,11 @@ class Trainer:
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
             abstract, empty = self._abstract_state(head), self._empty(fns)
             compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
-            made_for = None
-            if spec is not None:
-                if self.state is None:
-                    made_for = input_spec(spec["x"])[0]
-                    self._init_state(*input_spec(spec["x"]))
+            if spec is not None:  # the state from the spec's shapes, then the chunk itself
+                self._ensure_state(spec, train, labels_too=False)
                 head = next(loader)
             first: dict | None = head  # the first step's chunk, already read
-            self._ensure_state(head, train, made_for=made_for)
+            self._ensure_state(head, train)
             self._check_class_weight(class_weight, head)
             compiling[first_count].join()
             ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
@@ -855,20 +852,12 @@ class Trainer:
             raise ValueError(f"fit: {self._inference_only}")
 
     # ------------------------------------------------------------------------------ the state
-    def _ensure_state(
-        self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True, made_for: Any = None
-    ) -> None:
-        """Creates the state from a first batch if there is none; with ``labels_too``, resolves
-        the loss and checks the source's labels (once per source). ``made_for``: the input
-        shape the state was just made for, from the chunk's spec (made again when it is not
-        the batch's)."""
-        fresh = self.state is None or made_for is not None
-        if made_for is not None and made_for != input_spec(chunk["x"])[0]:
-            self.state = None
+    def _ensure_state(self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True) -> None:
+        """Creates the state from a first batch (or its ``jax.ShapeDtypeStruct`` spec) if there
+        is none, else checks the batch's input shape against the state's; with ``labels_too``,
+        resolves the loss and checks the source's labels (once per source)."""
         if self.state is None:
             self._init_state(*input_spec(chunk["x"]))
-        if fresh:
-            self._input_spec = input_spec(chunk["x"])  # the batch's dtype, too
             if self.class_names is None:
                 self.class_names = source.class_names
             self._input_scale = source.scale
@@ -901,20 +890,13 @@ class Trainer:
         them: ``easyfit.training.models.input_spec``); with ``abstract``, returns its shapes,
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
-        if abstract:
-            return self._new_state(shape, abstract=True)
-        self.state = self._new_state(shape)
-        return self.state
-
-    def _new_state(self, shape: Any, abstract: bool = False) -> Any:
-        """A fresh state for inputs of ``shape``, placed (``abstract``: its shapes, dtypes and
-        shardings); changes nothing of the trainer's but its :class:`StateMaker`."""
         maker = self._state_maker()
         make = maker.abstract if abstract else maker.make
         state = make(self.seed, shape, self._nnx_variables, self.precision.initial_scale())
         if abstract:
             return self.placement.abstract(state, replicated=True)
-        return self.placement.replicate(state)
+        self.state = self.placement.replicate(state)
+        return self.state
 
     def _state_maker(self) -> StateMaker:
         """The StateMaker of the current optimizer and EMA setting (one jitted initialisation,
