@@ -142,11 +142,20 @@ def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(t
         ]
         try:
             deadline = time.monotonic() + 300  # only against a hang: generous for a loaded machine
-            while not (out / "latest").is_dir():
-                assert time.monotonic() < deadline, "no first save within 300 s"
+            # trial t kills after the (t + 1)th save, whatever the machine's speed, so that the
+            # kills fall at different steps; then at a random moment, most likely mid-save
+            saves, last = 0, None
+            while saves < trial + 1:
+                assert time.monotonic() < deadline, f"not {trial + 1} saves within 300 s"
                 assert all(p.poll() is None for p in procs), "a process ended on its own"
+                try:
+                    inode = os.stat(out / "latest").st_ino  # each save swaps a new folder in
+                except FileNotFoundError:
+                    inode = None
+                if inode is not None and inode != last:
+                    saves, last = saves + 1, inode
                 time.sleep(0.02)
-            time.sleep(rng.uniform(0, 1.0))  # saves follow each other: most likely mid-save
+            time.sleep(rng.uniform(0, 1.0))
         finally:
             for p in procs:
                 p.kill()
