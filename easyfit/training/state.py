@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,13 @@ from flax import struct
 
 from .models import example_input
 
-__all__ = ["StateMaker", "TrainState", "inference_params"]
+__all__ = ["HOST_INIT_BYTES", "StateMaker", "TrainState", "inference_params"]
+
+#: States up to this size are initialised on the host (XLA's CPU backend) and then placed on the
+#: accelerators: XLA compiles an initialisation (random draws, run once) several times faster for
+#: the host than for a GPU (docs/performance.md), and a seed then gives the same initial weights
+#: on every kind of machine. Larger states are initialised where they will train.
+HOST_INIT_BYTES = 4 << 30
 
 
 @struct.dataclass
@@ -56,10 +63,20 @@ class StateMaker:
         tx: the optimizer.
         ema: keep a moving average of the parameters (``ema_params``), starting as a copy of
             them.
+        host: the device states of at most :data:`HOST_INIT_BYTES` are computed on; ``"auto"``:
+            the host's CPU device when the default backend is an accelerator, else none (where
+            the default device is).
     """
 
-    def __init__(self, adapter: Any, tx: optax.GradientTransformation, ema: bool = False):
+    def __init__(
+        self,
+        adapter: Any,
+        tx: optax.GradientTransformation,
+        ema: bool = False,
+        host: jax.Device | None | Literal["auto"] = "auto",
+    ):
         self.adapter, self.tx, self.ema = adapter, tx, ema
+        self._host_choice = host
         self._init = jax.jit(self._fresh)
 
     def _fresh(self, init_rng: jax.Array, train_rng: jax.Array, variables: Any) -> TrainState:
@@ -88,8 +105,17 @@ class StateMaker:
         of shapes for several inputs, see ``easyfit.training.models.input_spec``). ``seed``
         seeds the initialisation (linen) and the training RNG key; ``nnx_variables``: an NNX
         model's ``(params, model_state)``; ``dynamic_scale``: the loss scale
-        (``precision="float16"``), or None."""
-        state = self._init(*self._args(seed, shape, nnx_variables, False))
+        (``precision="float16"``), or None.
+
+        A state of at most :data:`HOST_INIT_BYTES` is computed on the ``host`` device (on an
+        accelerator, by default: the host's CPU) and returned on the first local device, where
+        one computed there would be."""
+        here = jax.local_devices()[0]
+        with _default_device(self._host_device()):  # as abstract: the same trace
+            args = self._args(seed, shape, nnx_variables, False)
+            if not self._on_host(seed, shape, nnx_variables):
+                args = jax.device_put(args, here)  # committed: computed there
+            state = jax.device_put(self._init(*args), here)
         return state.replace(dynamic_scale=dynamic_scale)
 
     def abstract(
@@ -97,8 +123,35 @@ class StateMaker:
     ) -> TrainState:
         """:meth:`make`'s shapes and dtypes (``jax.ShapeDtypeStruct`` leaves), computing
         nothing."""
-        state = self._init.eval_shape(*self._args(seed, shape, nnx_variables, True))
+        with _default_device(self._host_device()):
+            state = self._init.eval_shape(*self._args(seed, shape, nnx_variables, True))
         return state.replace(dynamic_scale=dynamic_scale)
+
+    def _on_host(self, seed: int, shape: Any, nnx_variables: Any) -> bool:
+        """Whether the state is made on the host's device (there is one, and the state is
+        small enough)."""
+        if self._host_device() is None:
+            return False
+        leaves = jax.tree_util.tree_leaves(self.abstract(seed, shape, nnx_variables))
+        return sum(leaf.size * leaf.dtype.itemsize for leaf in leaves) <= HOST_INIT_BYTES
+
+    def _host_device(self) -> jax.Device | None:
+        """``host`` as given, or for ``"auto"`` the CPU device when the default backend is
+        another (and JAX has its CPU backend); asked when first needed, not at construction
+        (the accelerator's runtime may still be starting)."""
+        if self._host_choice != "auto":
+            return self._host_choice
+        if jax.default_backend() == "cpu":
+            return None
+        try:
+            return jax.local_devices(backend="cpu")[0]
+        except RuntimeError:  # JAX_PLATFORMS leaves the host's backend out
+            return None
+
+
+def _default_device(device: jax.Device | None) -> contextlib.AbstractContextManager[Any]:
+    """``jax.default_device(device)``; nothing when ``device`` is None."""
+    return jax.default_device(device) if device is not None else contextlib.nullcontext()
 
 
 def inference_params(state: TrainState) -> Any:

@@ -97,3 +97,55 @@ def test_a_self_referencing_symlink_is_named(folder, trainer, where):
         ef.errors.DataError, match=f"^{loop}: cannot be followed .Too many levels of symbolic links"
     ):
         trainer.fit(str(root), epochs=1, batch_size=12, verbose=0)
+
+
+def _pillow(mode: str, fmt: str) -> bytes:
+    import io
+
+    from PIL import Image
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (12, 16, 3), np.uint8)).convert(mode)
+    buf = io.BytesIO()
+    image.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "mode, fmt",
+    [("L", "JPEG"), ("RGB", "JPEG"), ("CMYK", "JPEG"), ("L", "PNG"), ("LA", "PNG"), ("RGB", "PNG")]
+    + [("RGBA", "PNG"), ("P", "PNG"), ("I;16", "PNG")],
+)
+def test_the_channels_read_from_headers_are_those_dalis_peek_reports(mode, fmt):
+    from easyfit.data.images import peek_shapes, stored_channels
+
+    sample = [(f"a.{fmt.lower()}", _pillow(mode, fmt))]
+    assert stored_channels(sample) == [peek_shapes(sample)[0][2]]
+
+
+def test_a_header_that_does_not_tell_the_channels_leaves_them_to_dali():
+    from easyfit.data.images import stored_channels
+
+    bmp = _pillow("RGB", "BMP")
+    assert stored_channels([("a.png", _pillow("L", "PNG")), ("b.bmp", bmp)]) is None
+
+
+def test_a_grayscale_jpeg_folder_with_an_image_size_is_inferred_grayscale_and_a_mixed_one_rgb(tmp_path):
+    for name, mode in [("g0", "L"), ("g1", "L"), ("c0", "RGB")]:
+        (tmp_path / "gray" / "a").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mixed" / "a").mkdir(parents=True, exist_ok=True)
+        data = _pillow(mode, "JPEG")
+        if mode == "L":
+            (tmp_path / "gray" / "a" / f"{name}.jpg").write_bytes(data)
+        (tmp_path / "mixed" / "a" / f"{name}.jpg").write_bytes(data)
+    gray = ef.data.ImageFolder(str(tmp_path / "gray"), image_size=(8, 8))
+    mixed = ef.data.ImageFolder(str(tmp_path / "mixed"), image_size=(8, 8))
+    assert (gray.color_mode, gray.image_shape) == ("grayscale", (8, 8, 1))
+    assert (mixed.color_mode, mixed.image_shape) == ("rgb", (8, 8, 3))
+
+
+def test_a_file_that_is_not_an_image_is_named_when_the_channels_come_from_headers(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "good.jpg").write_bytes(_pillow("RGB", "JPEG"))
+    (tmp_path / "a" / "notes.jpg").write_bytes(b"not an image at all")
+    with pytest.raises(ef.errors.DataError, match="notes.jpg"):
+        ef.data.ImageFolder(str(tmp_path), image_size=(8, 8))

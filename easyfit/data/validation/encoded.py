@@ -12,6 +12,7 @@ __all__ = [
     "TAIL",
     "WHOLE",
     "encoded_problem",
+    "header_channels",
     "header_size",
     "image_kind",
     "image_problem",
@@ -126,15 +127,44 @@ def header_size(kind: str, head: bytes) -> tuple[int, int] | None:
         if chunk == b"VP8X":
             return (int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1)
     if kind == "JPEG":
-        i = 2
-        while i + 9 <= len(head) and head[i] == 0xFF:
-            marker = head[i + 1]
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                return (
-                    int.from_bytes(head[i + 7 : i + 9], "big"),
-                    int.from_bytes(head[i + 5 : i + 7], "big"),
-                )
-            i += 2 + int.from_bytes(head[i + 2 : i + 4], "big")
+        i = _jpeg_frame(head)
+        if i is not None:
+            return int.from_bytes(head[i + 7 : i + 9], "big"), int.from_bytes(head[i + 5 : i + 7], "big")
+    return None
+
+
+def header_channels(kind: str, head: bytes) -> int | None:
+    """The channels a JPEG (its frame header's components) or a PNG (its colour type) stores,
+    when ``head`` tells them, else None: the channels DALI's ``peek_image_shape`` reports for
+    ``ANY_DATA``.
+
+    Example:
+        >>> import struct
+        >>> from easyfit.data.validation.encoded import header_channels
+        >>> ihdr = struct.pack(">I4sIIBB", 13, b"IHDR", 640, 480, 8, 0)  # 8-bit grayscale
+        >>> header_channels("PNG", b"\x89PNG\r\n\x1a\n" + ihdr)
+        1
+    """
+    if kind == "PNG" and len(head) >= 26:
+        return _PNG_CHANNELS.get(head[25])
+    if kind == "JPEG":
+        i = _jpeg_frame(head)
+        if i is not None and i + 10 <= len(head):
+            return head[i + 9]
+    return None
+
+
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}  # by PNG colour type (3: a palette of RGB)
+
+
+def _jpeg_frame(head: bytes) -> int | None:
+    """Where a JPEG's frame header (its SOFn marker) starts in ``head``, or None."""
+    i = 2
+    while i + 9 <= len(head) and head[i] == 0xFF:
+        marker = head[i + 1]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return i
+        i += 2 + int.from_bytes(head[i + 2 : i + 4], "big")
     return None
 
 
