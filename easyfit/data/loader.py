@@ -155,8 +155,10 @@ class Loader:
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, for indexed sources).
         ahead: chunks the background thread may hold ready once training runs (None: 2).
-            Until the consumer takes its second chunk (while the first step compiles), it may
-            run further ahead: up to an epoch, within 256 MiB.
+            Before the consumer takes its first chunk it prepares that one alone (the host's
+            cores go to the model's tracing and initialisation meanwhile); until it takes its
+            second (while the first step compiles), it may run further ahead: up to an epoch,
+            within 256 MiB.
         training: apply the source's ``augment`` (training batches only).
 
     Attributes:
@@ -319,7 +321,11 @@ class Loader:
             return len(self._queue) < cap or self._stop.is_set()
 
         def work(iteration: int) -> None:
+            first = iteration
             while not self._stop.is_set():
+                if iteration != first:  # the first chunk alone until the consumer takes it
+                    with self._ready:
+                        self._ready.wait_for(lambda: self._taken > 0 or self._stop.is_set())
                 try:
                     item: Any = self._pipelines.produce(iteration)
                 except BaseException as e:  # handed to the consumer, raised there
