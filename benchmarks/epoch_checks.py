@@ -3,7 +3,7 @@ first feed cost the first epoch (they run in checker child processes, ahead of t
 ``easyfit.data.check_pool``).
 
     python benchmarks/epoch_checks.py FOLDER [--files 20000] [--classes 10] [--size 16]
-        [--batch-size 256] [--repeat 3] [--children N] [--json ROWS_JSON]
+        [--batch-size 256] [--repeat 3] [--children N] [--val-files 0] [--json ROWS_JSON]
 
 FOLDER gets ``train/<class>/*.jpg``: tiny JPEGs (benchmarks/startup.py's folder, so that
 decoding does not dominate), unless it holds one written with the same arguments. Each of
@@ -90,6 +90,9 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--files", type=int, default=20000)
     parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument(
+        "--val-files", type=int, default=0, help="validation files (startup.py's --imagenet folder: 51246)"
+    )
     parser.add_argument("--size", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
@@ -104,7 +107,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from startup import write_folder
 
-    write_folder(args.folder, args.files, 0, args.classes, args.size)
+    write_folder(args.folder, args.files, args.val_files, args.classes, args.size)
     command = [sys.executable, __file__, str(args.folder), "--classes", str(args.classes), "--child"]
     command += ["--batch-size", str(args.batch_size)]
     if args.children is not None:

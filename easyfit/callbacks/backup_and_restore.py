@@ -7,15 +7,21 @@ import json
 import os
 import shutil
 import warnings
+from typing import TYPE_CHECKING
 
 import jax
-import orbax.checkpoint as ocp
 
+from .._lazy import lazy_module
 from ..errors import CheckpointError
 from ..persistence.checkpoint import ResumePoint, checkpoint_args, reader, verify
 from ..persistence.checkpoint_files import WriterLock, owned
 from ._monitor import check_freq
 from .callback import Callback, Logs
+
+if TYPE_CHECKING:
+    import orbax.checkpoint as ocp
+else:  # imported when a checkpoint is first written or read
+    ocp = lazy_module("orbax.checkpoint")
 
 __all__ = ["BackupAndRestore"]
 

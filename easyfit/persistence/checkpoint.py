@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 
+from .._lazy import lazy_module
 from ..data import object_store
 from ..errors import CheckpointError
 from ..training.precision import get_precision
@@ -67,7 +67,11 @@ from ..training.state import inference_params
 from . import checkpoint_files as _integrity
 
 if TYPE_CHECKING:
+    import orbax.checkpoint as ocp
+
     from ..data.plan import Plan
+else:  # imported when a checkpoint is first written or read
+    ocp = lazy_module("orbax.checkpoint")
 
 __all__ = [
     "Progress",
@@ -289,7 +293,7 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-Reader = Callable[[ocp.args.Composite], Mapping[str, Any]]
+Reader = Callable[["ocp.args.Composite"], Mapping[str, Any]]
 
 
 def reader(path: str | os.PathLike) -> Reader:
