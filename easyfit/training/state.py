@@ -110,12 +110,14 @@ class StateMaker:
         A state of at most :data:`HOST_INIT_BYTES` is computed on the ``host`` device (on an
         accelerator, by default: the host's CPU) and returned on the first local device, where
         one computed there would be."""
-        here = jax.local_devices()[0]
-        with _default_device(self._host_device()):  # as abstract: the same trace
+        host, here = self._host_device(), jax.local_devices()[0]
+        with _default_device(host):  # as abstract: the same trace
             args = self._args(seed, shape, nnx_variables, False)
-            if not self._on_host(seed, shape, nnx_variables):
+            if host is not None and not self._on_host(seed, shape, nnx_variables):
                 args = jax.device_put(args, here)  # committed: computed there
-            state = jax.device_put(self._init(*args), here)
+            state = self._init(*args)
+        if host is not None:
+            state = jax.device_put(state, here)
         return state.replace(dynamic_scale=dynamic_scale)
 
     def abstract(
@@ -128,10 +130,7 @@ class StateMaker:
         return state.replace(dynamic_scale=dynamic_scale)
 
     def _on_host(self, seed: int, shape: Any, nnx_variables: Any) -> bool:
-        """Whether the state is made on the host's device (there is one, and the state is
-        small enough)."""
-        if self._host_device() is None:
-            return False
+        """Whether a state is small enough to be made on the host's device."""
         leaves = jax.tree_util.tree_leaves(self.abstract(seed, shape, nnx_variables))
         return sum(leaf.size * leaf.dtype.itemsize for leaf in leaves) <= HOST_INIT_BYTES
 
