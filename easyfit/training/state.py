@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -107,17 +108,18 @@ class StateMaker:
         model's ``(params, model_state)``; ``dynamic_scale``: the loss scale
         (``precision="float16"``), or None.
 
-        A state of at most :data:`HOST_INIT_BYTES` is computed on the ``host`` device (on an
-        accelerator, by default: the host's CPU) and returned on the first local device, where
-        one computed there would be."""
-        host, here = self._host_device(), jax.local_devices()[0]
-        with _default_device(host):  # as abstract: the same trace
-            args = self._args(seed, shape, nnx_variables, False)
-            if host is not None and not self._on_host(seed, shape, nnx_variables):
-                args = jax.device_put(args, here)  # committed: computed there
-            state = self._init(*args)
-        if host is not None:
-            state = jax.device_put(state, here)
+        A linen model's state of at most :data:`HOST_INIT_BYTES` is computed on the ``host``
+        device (on an accelerator, by default: the host's CPU) and returned on the default device,
+        uncommitted, as one computed there would be (``placement.replicate`` then places it
+        on every device, across processes too)."""
+        host = self._host_device()
+        # an NNX model's variables exist already, where the user made them: copied there
+        if host is None or self.adapter.kind == "nnx" or not self._on_host(seed, shape, nnx_variables):
+            state = self._init(*self._args(seed, shape, nnx_variables, False))
+        else:
+            with _default_device(host):  # as abstract: the same trace
+                state = self._init(*self._args(seed, shape, nnx_variables, False))
+            state = jax.device_put(jax.tree_util.tree_map(np.asarray, state))
         return state.replace(dynamic_scale=dynamic_scale)
 
     def abstract(

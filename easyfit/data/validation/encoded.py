@@ -142,7 +142,7 @@ def header_channels(kind: str, head: bytes) -> int | None:
         >>> import struct
         >>> from easyfit.data.validation.encoded import header_channels
         >>> ihdr = struct.pack(">I4sIIBB", 13, b"IHDR", 640, 480, 8, 0)  # 8-bit grayscale
-        >>> header_channels("PNG", b"\x89PNG\r\n\x1a\n" + ihdr)
+        >>> header_channels("PNG", b"\\x89PNG\\r\\n\\x1a\\n" + ihdr)
         1
     """
     if kind == "PNG" and len(head) >= 26:
