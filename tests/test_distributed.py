@@ -141,13 +141,12 @@ def test_both_processes_killed_while_saving_always_leave_a_loadable_checkpoint(t
             for i in range(2)
         ]
         try:
-            deadline = time.monotonic() + 300  # only against a hang: generous for a loaded machine
             # trial t kills after the (t + 1)th save, whatever the machine's speed, so that the
-            # kills fall at different steps; then at a random moment, most likely mid-save
+            # kills fall at different steps; then at a random moment, most likely mid-save (the
+            # programs end by themselves after 200 saves: no wait here can last for ever)
             saves, last = 0, None
             while saves < trial + 1:
-                assert time.monotonic() < deadline, f"not {trial + 1} saves within 300 s"
-                assert all(p.poll() is None for p in procs), "a process ended on its own"
+                assert all(p.poll() is None for p in procs), f"the processes ended before {trial + 1} saves"
                 try:
                     inode = os.stat(out / "latest").st_ino  # each save swaps a new folder in
                 except FileNotFoundError:

@@ -2,9 +2,10 @@
 
     python save_multiprocess.py PROCESS_ID NUM_PROCESSES PORT OUT_DIR
 
-Trains the small MLP on 400 images of the packaged sample for many epochs with
-``ModelCheckpoint(OUT_DIR/latest, save_freq=1)``, until killed (the test kills every process at
-a random moment, most likely during a save).
+Trains the small MLP on 400 images of the packaged sample for 50 epochs (200 steps, a save
+after each) with ``ModelCheckpoint(OUT_DIR/latest, save_freq=1)``: the test kills every process
+after a few saves, at a random moment, most likely during a save; a process that hangs or saves
+nothing still ends.
 """
 
 import argparse
@@ -36,7 +37,7 @@ latest = ef.callbacks.ModelCheckpoint(str(Path(args.out) / "latest"), save_freq=
 print("training", flush=True)
 trainer.fit(
     ef.data.Arrays(x[:400], y[:400], scale=1 / 255),
-    epochs=10_000,
+    epochs=50,
     batch_size=100,
     verbose=0,
     callbacks=[latest],
