@@ -73,15 +73,22 @@ def first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def stored_channels(samples: Sequence[tuple[str, bytes]]) -> list[int] | None:
-    """The channels each encoded image ``(name, bytes)`` stores, from its header (JPEG, PNG),
-    or None when a header does not tell them (:func:`peek_shapes` then asks DALI). Raises
-    DataError naming the first sample that is not an image."""
-    channels = []
+def check_images(samples: Sequence[tuple[str, bytes]]) -> None:
+    """Raises DataError naming the first encoded image ``(name, bytes)`` that is not a whole
+    image (``validation.encoded.image_problem``)."""
     for name, encoded in samples:
         problem = image_problem(encoded)
         if problem:
             raise DataError(f"{name}: {problem}")
+
+
+def stored_channels(samples: Sequence[tuple[str, bytes]]) -> list[int] | None:
+    """The channels each encoded image ``(name, bytes)`` stores, from its header (JPEG, PNG),
+    or None when a header does not tell them (:func:`peek_shapes` then asks DALI). Raises
+    DataError naming the first sample that is not an image."""
+    check_images(samples)
+    channels = []
+    for _, encoded in samples:
         kind = image_kind(encoded[:HEAD])
         count = header_channels(kind, encoded[:HEAD]) if kind is not None else None
         if count is None:
@@ -99,10 +106,7 @@ def peek_shapes(samples: Sequence[tuple[str, bytes]]) -> list[tuple[int, ...]]:
     """
     from nvidia.dali import fn, pipeline_def, types
 
-    for name, encoded in samples:
-        problem = image_problem(encoded)
-        if problem:
-            raise DataError(f"{name}: {problem}")
+    check_images(samples)
     data = [np.frombuffer(b, np.uint8) for _, b in samples]
 
     # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)

@@ -50,7 +50,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -60,11 +59,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._lazy import lazy_module
-from ..data import object_store
 from ..errors import CheckpointError
 from ..training.precision import get_precision
 from ..training.state import inference_params
 from . import checkpoint_files as _integrity
+from .fingerprint import fingerprint_changes
 
 if TYPE_CHECKING:
     import orbax.checkpoint as ocp
@@ -77,7 +76,6 @@ __all__ = [
     "Progress",
     "ResumePoint",
     "checkpoint_args",
-    "data_fingerprint",
     "find_resume_point",
     "fit_completed",
     "read_metadata",
@@ -420,62 +418,6 @@ def _with_average(state: Any, read: Reader, meta: Mapping[str, Any]) -> Any:
     return state.replace(ema_params=jax.tree_util.tree_map(jnp.copy, state.params))
 
 
-#: Rows of an array source hashed for its fingerprint (evenly spaced; never the whole array).
-_SAMPLED_ROWS = 64
-
-
-def _hash(*parts: Any) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        h.update(part if isinstance(part, bytes) else repr(part).encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
-
-
-def data_fingerprint(source: Any) -> dict[str, Any]:
-    """What identifies a training source, cheaply (no file is read): its kind, the number of
-    samples, the class names, and a hash of its files' paths (relative to the folder they
-    share) and sizes, or for arrays of their shapes, dtypes and a few evenly spaced rows; a
-    ``Subset`` (``validation_split``) adds the indices it keeps. Recorded in backups, compared
-    when a fit resumes (:meth:`ResumePoint.check_data`)."""
-    base, indices = source, None
-    while hasattr(base, "indices") and hasattr(base, "source"):  # a Subset of a source
-        indices = np.asarray(base.indices) if indices is None else np.asarray(base.indices)[indices]
-        base = base.source
-    found: dict[str, Any] = {
-        "kind": type(base).__name__,
-        "samples": int(len(source)),
-        "class_names": list(source.class_names) if source.class_names is not None else None,
-    }
-    files = getattr(base, "files", None)
-    if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
-        remote = object_store.is_url(files[0])  # s3://: sizes from the bucket's listing
-        paths = files if remote else [os.path.abspath(f) for f in files]
-        top = os.path.commonpath(paths)
-        top = top if (len(set(paths)) > 1 if remote else os.path.isdir(top)) else os.path.dirname(top)
-        size = object_store.size if remote else _size
-        found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
-    elif hasattr(base, "x") and hasattr(base, "y"):
-        leaves = jax.tree_util.tree_leaves((base.x, base.y))
-        rows: list[Any] = [
-            np.unique(np.linspace(0, len(a) - 1, _SAMPLED_ROWS).astype(np.int64)) if len(a) else []
-            for a in leaves
-        ]
-        found["arrays"] = _hash(
-            *((a.shape, a.dtype.str) for a in leaves),
-            *(np.ascontiguousarray(np.asarray(a)[r]).tobytes() for a, r in zip(leaves, rows, strict=False)),
-        )
-    if indices is not None:
-        found["subset"] = _hash(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
-    return found
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1
-
-
 @dataclasses.dataclass(frozen=True)
 class ResumePoint:
     """Where a fit should resume, offered by a callback's ``restore_point()``.
@@ -512,26 +454,11 @@ class ResumePoint:
 
     def check_data(self, fingerprint: Mapping[str, Any]) -> None:
         """Raises ValueError naming what differs between the data the backup was taken on and
-        ``fingerprint`` (:func:`data_fingerprint` of the data fit has now). A backup written
-        before fingerprints were recorded is not checked."""
+        ``fingerprint`` (``easyfit.persistence.fingerprint.data_fingerprint`` of the data fit
+        has now). A backup written before fingerprints were recorded is not checked."""
         saved = self.meta.get("data")
-        if not saved:
-            return
-        what = {
-            "kind": "the kind of source",
-            "samples": "the number of samples",
-            "class_names": "the class names",
-            "files": "the files (their names or sizes)",
-            "arrays": "the arrays (their shapes, dtypes or values)",
-            "subset": "the samples validation_split keeps",
-        }
-        changed = [k for k in what if saved.get(k) != fingerprint.get(k)]
-        if changed:
-            shown = {"kind", "samples", "class_names"}
-            diff = "; ".join(
-                f"{what[k]}: {saved.get(k)} -> {fingerprint.get(k)}" if k in shown else f"{what[k]} changed"
-                for k in changed
-            )
+        diff = fingerprint_changes(saved, fingerprint) if saved else None
+        if diff:
             raise ValueError(
                 f"{self.source}: cannot resume, the training data is not the data the backup was "
                 f"taken on ({diff}); train on the same data, or delete the backup to start afresh"

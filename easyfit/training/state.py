@@ -15,10 +15,11 @@ from .models import example_input
 
 __all__ = ["HOST_INIT_BYTES", "StateMaker", "TrainState", "inference_params"]
 
-#: States up to this size are initialised on the host (XLA's CPU backend) and then placed on the
-#: accelerators: XLA compiles an initialisation (random draws, run once) several times faster for
-#: the host than for a GPU (docs/performance.md), and a seed then gives the same initial weights
-#: on every kind of machine. Larger states are initialised where they will train.
+#: A linen model's states up to this size are initialised on the host (XLA's CPU backend) and
+#: then placed on the accelerators: XLA compiles an initialisation (random draws, run once)
+#: several times faster for the host than for a GPU (docs/performance.md), and a seed then gives
+#: the same initial weights on every kind of machine. Larger states are initialised where they
+#: will train.
 HOST_INIT_BYTES = 4 << 30
 
 

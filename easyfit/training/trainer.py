@@ -40,6 +40,7 @@ from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
 from ..persistence import export as export_lib
+from ..persistence.fingerprint import data_fingerprint
 from . import labels, steps
 from .args import check_int, check_momentum, check_verbose
 from .compiled import CompiledSteps, Resolved
@@ -425,7 +426,7 @@ class Trainer:
         callbacks = as_list(callbacks)
         resume = checkpoint.find_resume_point(callbacks)
         if any(hasattr(cb, "restore_point") for cb in callbacks):  # a backup: note the data
-            self._data_fingerprint = checkpoint.data_fingerprint(train)
+            self._data_fingerprint = data_fingerprint(train)
             if resume is not None:
                 resume.check_data(self._data_fingerprint)
         loader, why = self._data.train_loader(

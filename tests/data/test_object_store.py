@@ -83,7 +83,7 @@ def test_fit_from_s3_gives_the_same_parameters_as_the_local_copy(mnist):
 
 
 def test_data_fingerprint_of_s3_files_holds_their_sizes(mnist):
-    from easyfit.persistence.checkpoint import data_fingerprint
+    from easyfit.persistence.fingerprint import data_fingerprint
 
     local, remote = mnist
     listed = ef.data.ImageFolder(remote + "/train")

@@ -1,0 +1,103 @@
+"""The fingerprint of a training source: what identifies the data a backup was taken on,
+cheaply (no file is read), so that a fit resuming from that backup on other data is refused
+(``ResumePoint.check_data``) instead of going on from a position that means other samples."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..data import object_store
+
+__all__ = ["data_fingerprint", "fingerprint_changes"]
+
+#: Rows of an array source hashed for its fingerprint (evenly spaced; never the whole array).
+_SAMPLED_ROWS = 64
+
+
+def _hash(*parts: Any) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else repr(part).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def data_fingerprint(source: Any) -> dict[str, Any]:
+    """What identifies a training source, cheaply (no file is read): its kind, the number of
+    samples, the class names, and a hash of its files' paths (relative to the folder they
+    share) and sizes, or for arrays of their shapes, dtypes and a few evenly spaced rows; a
+    ``Subset`` (``validation_split``) adds the indices it keeps. Recorded in backups, compared
+    when a fit resumes (``ResumePoint.check_data``)."""
+    base, indices = source, None
+    while hasattr(base, "indices") and hasattr(base, "source"):  # a Subset of a source
+        indices = np.asarray(base.indices) if indices is None else np.asarray(base.indices)[indices]
+        base = base.source
+    found: dict[str, Any] = {
+        "kind": type(base).__name__,
+        "samples": int(len(source)),
+        "class_names": list(source.class_names) if source.class_names is not None else None,
+    }
+    files = getattr(base, "files", None)
+    if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
+        remote = object_store.is_url(files[0])  # s3://: sizes from the bucket's listing
+        paths = files if remote else [os.path.abspath(f) for f in files]
+        top = os.path.commonpath(paths)
+        top = top if (len(set(paths)) > 1 if remote else os.path.isdir(top)) else os.path.dirname(top)
+        size = object_store.size if remote else _size
+        found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
+    elif hasattr(base, "x") and hasattr(base, "y"):
+        leaves = jax.tree_util.tree_leaves((base.x, base.y))
+        rows: list[Any] = [
+            np.unique(np.linspace(0, len(a) - 1, _SAMPLED_ROWS).astype(np.int64)) if len(a) else []
+            for a in leaves
+        ]
+        found["arrays"] = _hash(
+            *((a.shape, a.dtype.str) for a in leaves),
+            *(np.ascontiguousarray(np.asarray(a)[r]).tobytes() for a, r in zip(leaves, rows, strict=False)),
+        )
+    if indices is not None:
+        found["subset"] = _hash(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
+    return found
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
+
+
+#: The fingerprint's keys, as a message names them.
+_WHAT = {
+    "kind": "the kind of source",
+    "samples": "the number of samples",
+    "class_names": "the class names",
+    "files": "the files (their names or sizes)",
+    "arrays": "the arrays (their shapes, dtypes or values)",
+    "subset": "the samples validation_split keeps",
+}
+
+
+def fingerprint_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """What differs between two fingerprints, in words (the kind, the number of samples and the
+    class names with their values, the hashes as changed), or None when nothing does.
+
+    Example:
+        >>> from easyfit.persistence.fingerprint import fingerprint_changes
+        >>> fingerprint_changes({"kind": "Arrays", "samples": 10}, {"kind": "Arrays", "samples": 12})
+        'the number of samples: 10 -> 12'
+    """
+    changed = [k for k in _WHAT if saved.get(k) != now.get(k)]
+    if not changed:
+        return None
+    shown = {"kind", "samples", "class_names"}  # the hashes say only that they changed
+    said = [
+        f"{_WHAT[k]}: {saved.get(k)} -> {now.get(k)}" if k in shown else f"{_WHAT[k]} changed"
+        for k in changed
+    ]
+    return "; ".join(said)
