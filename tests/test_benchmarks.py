@@ -125,3 +125,20 @@ def test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each(tmp_pa
     np.testing.assert_allclose(parquet["loss"], folder["loss"], rtol=1e-5)
     assert r["parquet_over_folder"] == round(parquet["images_per_s"] / folder["images_per_s"], 4)
     assert f"| parquet | {parquet['images_per_s']:,} |" in out
+
+
+def test_startup_timeline_records_the_start_up_functions_until_the_first_step(tmp_path):
+    import easyfit as ef
+
+    root = ef.datasets.sample_folder(str(tmp_path / "mnist"), limit=(60, 20))
+    out = tmp_path / "timeline.txt"
+    run("startup_timeline.py", str(out), root, "--batch-size", "20", "--classes", "10", "--child", "easyfit")
+    rows = [line.split(None, 4) for line in out.read_text().splitlines()]
+    names = {r[4].strip() for r in rows}
+    # every function it wraps still exists and ran (a rename in easyfit would leave it silent)
+    for name in ("DataInputs.fit_sources", "DataInputs.train_loader", "FedPipelines.__init__"):
+        assert name in names, name
+    assert {"StateMaker.abstract", "StateMaker.make", "Trainer._init_state", "first step"} <= names
+    assert any(n.startswith("jax ") for n in names)  # JAX's compilation events
+    for start, end, seconds, *_ in rows:
+        assert 0 <= float(start) <= float(end) and abs(float(end) - float(start) - float(seconds)) < 2e-3
