@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import flax
 import jax
 import numpy as np
 import optax
@@ -21,6 +22,7 @@ class Notes:
 
     def __init__(self):
         self.initialising = 0
+        self.inferring = 0  # traces with train=False outside the initialisation
 
 
 class Recorder(nn.Module):
@@ -32,6 +34,8 @@ class Recorder(nn.Module):
     def __call__(self, x, train: bool = False):
         if self.is_initializing():
             self.notes.initialising += 1
+        elif not train:
+            self.notes.inferring += 1
         return nn.Dense(10)(nn.relu(nn.Dense(8)(x.reshape((x.shape[0], -1)))))
 
 
@@ -81,6 +85,22 @@ def test_a_state_made_on_the_host_device_equals_the_default_devices_and_lands_th
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # exact
         # as a jit output: replicating it over processes is no cross-host transfer
         assert a.devices() == {jax.devices()[0]} and not a.committed
+
+
+@pytest.mark.parametrize("loss", [None, "sparse_categorical_crossentropy"])
+def test_the_label_and_class_weight_checks_take_the_output_shapes_the_initialisation_noted(root, loss):
+    notes = Notes()
+    trainer = ef.Trainer(Recorder(notes), loss=loss, seed=0)
+    trainer.fit(root + "/train", epochs=0, batch_size=32, verbose=0, class_weight={0: 2.0})
+    assert notes.initialising == 1
+    assert notes.inferring == 0  # no trace of the model for its output shapes
+    adapter = trainer._adapter
+    assert adapter.output_shapes(trainer.state.params, trainer.state.model_state, [28, 28, 1]) == (10,)
+    assert notes.inferring == 0
+    # another input shape was never initialised: traced for it (and refused by the Dense)
+    with pytest.raises(flax.errors.ScopeParamShapeError):
+        adapter.output_shapes(trainer.state.params, trainer.state.model_state, [14, 14, 1])
+    assert notes.inferring == 1
 
 
 def test_an_error_of_the_models_initialisation_is_raised_by_fit(root):

@@ -31,13 +31,18 @@ class ModelAdapter:
     kind: str  # "linen" | "nnx"
     module: Any  # the linen module, or the NNX graphdef
     train_flag: str | None = None
+    # one sample's output shapes by input shapes, noted by ``init``'s trace (a linen init runs
+    # the model as ``apply`` with ``train=False`` does): ``output_shapes`` need not trace again
+    _outputs: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def init(self, rng: jax.Array, x: jax.Array, nnx_state: Any = None) -> tuple[Any, Any]:
         if self.kind == "nnx":
             return nnx_state
         kwargs = self._flag(train=False)
         p_rng, d_rng = jax.random.split(rng)
-        variables = self.module.init({"params": p_rng, "dropout": d_rng}, x, **kwargs)
+        out, variables = self.module.init_with_output({"params": p_rng, "dropout": d_rng}, x, **kwargs)
+        if all(hasattr(o, "shape") for o in jax.tree_util.tree_leaves(out)):
+            self._outputs[_shapes_key(x)] = _sample_shapes(out)
         variables = dict(variables)
         params = variables.pop("params", {})
         return params, variables
@@ -71,14 +76,28 @@ class ModelAdapter:
         """One sample's output shape (a tuple, the batch axis left out) for inputs of
         ``input_shape`` (no computation); for several outputs, a dict or tuple of them."""
         x = example_input(input_shape, abstract=True)
+        known = self._outputs.get(_shapes_key(x))
+        if known is not None:
+            return known
         out = jax.eval_shape(lambda p, m, x: self.apply(p, m, x, False)[0], params, model_state, x)
-        return jax.tree_util.tree_map(lambda o: tuple(int(d) for d in o.shape[1:]), out)
+        return _sample_shapes(out)
 
     def _flag(self, train: bool) -> dict[str, bool]:
         if self.train_flag is None:
             return {}
         on = _TRAIN_FLAGS[self.train_flag]
         return {self.train_flag: on if train else not on}
+
+
+def _sample_shapes(outputs: Any) -> Any:
+    """One sample's shape (the batch axis left out) of each output."""
+    return jax.tree_util.tree_map(lambda o: tuple(int(d) for d in o.shape[1:]), outputs)
+
+
+def _shapes_key(x: Any) -> Any:
+    """A hashable description of the inputs' structure, shapes and dtypes."""
+    leaves, tree = jax.tree_util.tree_flatten(x)
+    return tree, tuple((tuple(a.shape), str(a.dtype)) for a in leaves)
 
 
 def input_spec(x: Any) -> tuple[Any, Any]:
