@@ -146,3 +146,78 @@ def test_a_fit_compiling_from_the_chunk_spec_trains_as_one_waiting_for_the_chunk
         assert notes.initialising == 1
         params[threaded] = flat_params(trainer.state.params)
     np.testing.assert_array_equal(params[True], params[False])  # bit for bit (CPU)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> str:
+    """RGB JPEGs of several sizes, in class folders."""
+    out = tmp_path_factory.mktemp("photos")
+    made = ef.datasets.synthetic_images(out, classes=2, per_class=(12, 2), size=(40, 90), workers=1)
+    return made + "/train"
+
+
+def _folder(root, photos, case):
+    aug = ef.data.Augment
+    return {
+        "inferred": lambda: ef.data.ImageFolder(root + "/train"),
+        "resized grayscale": lambda: ef.data.ImageFolder(root + "/train", image_size=(20, 24)),
+        "rgb normalised, cropped, flipped": lambda: ef.data.ImageFolder(
+            photos,
+            image_size=(32, 32),
+            normalize="imagenet",
+            augment=aug(random_resized_crop=(0.3, 1.0), flip=True),
+        ),
+        "rgb padded, rotated, brighter": lambda: ef.data.ImageFolder(
+            photos,
+            image_size=(24, 28),
+            augment=aug(crop_padding=2, rotation=10, brightness=0.2, contrast=0.2),
+        ),
+        "grayscale of rgb, center crop": lambda: ef.data.ImageFolder(
+            photos, image_size=(16, 16), color_mode="grayscale", normalize=(0.5, 0.2), eval_crop=0.875
+        ),
+    }[case]()
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "inferred",
+        "resized grayscale",
+        "rgb normalised, cropped, flipped",
+        "rgb padded, rotated, brighter",
+        "grayscale of rgb, center crop",
+    ],
+)
+def test_an_image_folders_declared_outputs_are_its_pipelines_so_the_spec_needs_no_run(
+    root, photos, case, training
+):
+    from easyfit.data.loader import Loader
+    from easyfit.parallel import Placement
+
+    source = _folder(root, photos, case)
+    assert source.output_spec() is not None
+    placement = Placement.create()
+    plan = ef.data.Plan(len(source), 8, seed=0, steps_per_execution=2, num_shards=placement.num_shards)
+    loader = Loader(source, plan, placement, threaded=True, pipelines_per_device=2, training=training)
+    try:
+        spec = loader._pipelines.chunk_spec()  # from the declaration: no run waited for
+        assert not loader._pipelines._first_ran.is_set()
+        assert _layout(spec) == _layout(loader.chunk_spec())
+        assert _layout(spec) == _layout(next(loader))  # the first run checked it too
+    finally:
+        loader.close()
+
+
+def test_a_transform_or_a_function_augment_leaves_the_outputs_to_the_first_run(root):
+    assert ef.data.ImageFolder(root + "/train", transform=lambda x: x).output_spec() is None
+    assert ef.data.ImageFolder(root + "/train", augment=lambda x: x).output_spec() is None
+
+
+def test_outputs_that_are_not_the_declared_ones_stop_the_fit_naming_both(root, monkeypatch):
+    source = ef.data.ImageFolder(root + "/train")
+    monkeypatch.setattr(source, "output_spec", lambda: [((28, 28, 3), np.uint8), ((), np.int32)])
+    trainer = ef.Trainer(Recorder(Notes()), optimizer="sgd", seed=0)
+    trainer._data.loader_options.update(threaded=True)
+    with pytest.raises(RuntimeError, match=r"\(28, 28, 1\) uint8.* not the \(28, 28, 3\) uint8"):
+        trainer.fit(source, epochs=1, batch_size=16, verbose=0, cache=False)

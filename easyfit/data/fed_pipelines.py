@@ -89,6 +89,15 @@ class _Feeder:
         return fed + tuple(draws)
 
 
+def _samples(outputs: tuple[Any, ...]) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """One sample's shape and dtype of each output of a pipeline run."""
+    return [(tuple(int(d) for d in a.shape[1:]), np.dtype(a.dtype)) for a in outputs]
+
+
+def _shown(samples: list[tuple[tuple[int, ...], np.dtype]]) -> str:
+    return ", ".join(f"{shape} {dtype}" for shape, dtype in samples)
+
+
 class FedPipelines:
     """Pipelines fed by easyfit's sampler (an :class:`IndexedSource`), starting at chunk
     ``start``. ``pool``: wait for and refeed each pipeline in its own thread."""
@@ -142,6 +151,8 @@ class FedPipelines:
             )
             for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))
         ]
+        declared = source.output_spec()
+        self._declared = None if declared is None else [(tuple(s), np.dtype(d)) for s, d in declared]
         self._first_run: tuple[Any, ...] | None = None  # pipeline 0's first outputs
         self._first_ran = threading.Event()  # set then, or when the first chunk failed
         self._pool = (
@@ -212,16 +223,22 @@ class FedPipelines:
             if index == 0 and not self._first_ran.is_set():
                 self._first_run = runs[0]
                 self._first_ran.set()
+                self._check_declared(runs[0])
         return self._runner.join(runs)
 
     def chunk_spec(self) -> dict[str, Any] | None:
-        """The chunks' ``jax.ShapeDtypeStruct`` leaves (shapes, dtypes, shardings), from the
-        first run of the first pipeline (each run's rows are those of every other: one sample's
-        shape and dtype per output); waits for that run. None when it failed."""
-        self._first_ran.wait()
-        first = self._first_run
-        if first is None:
-            return None
+        """The chunks' ``jax.ShapeDtypeStruct`` leaves (shapes, dtypes, shardings): from the
+        source's :meth:`~easyfit.data.sources.base.Source.output_spec` when it declares one (no
+        wait; the first run is checked against it), else from the first run of the first
+        pipeline (each run's rows are those of every other: one sample's shape and dtype per
+        output), waiting for that run. None when it failed."""
+        samples = self._declared
+        if samples is None:
+            self._first_ran.wait()
+            first = self._first_run
+            if first is None:
+                return None
+            samples = _samples(first)
         rows = self.plan.rows_per_shard * self.placement.num_shards
         data = self.placement.data
 
@@ -229,8 +246,18 @@ class FedPipelines:
             return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=data)
 
         _, mask = self._feeders[0].chunk(self._feeders[0].start)
-        outputs = [spec(tuple(a.shape[1:]), a.dtype) for a in first]
+        outputs = [spec(shape, dtype) for shape, dtype in samples]
         return {**self.source.assemble(outputs), "mask": spec(tuple(mask.shape[1:]), mask.dtype)}
+
+    def _check_declared(self, outputs: tuple[Any, ...]) -> None:
+        """Raises when the first run's outputs are not what the source declared (the model was
+        initialised and the first step traced for those)."""
+        if self._declared is not None and _samples(outputs) != self._declared:
+            raise RuntimeError(
+                f"{self.source.describe()}: the pipelines' outputs {_shown(_samples(outputs))} are not "
+                f"the {_shown(self._declared)} its output_spec() declares (an easyfit bug: please "
+                "report it)"
+            )
 
     def _suspects(self, iteration: int) -> list[int]:
         """The samples DALI may have been reading: this chunk's and those prefetched after it."""

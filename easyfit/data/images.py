@@ -275,6 +275,16 @@ class EncodedImages:
         """``(height, width, channels)`` of the images the model receives."""
         return self.image_recipe().shape
 
+    def decoded_spec(self) -> tuple[tuple[int, int, int], np.dtype] | None:
+        """``(image_shape, dtype)`` of the images :meth:`decode` gives, known without decoding:
+        uint8, or float16 when normalised; None when a ``transform`` or a plain-function
+        ``augment`` (which may change either) is applied."""
+        from .augment import Augment
+
+        if self.transform is not None or not (self.augment is None or isinstance(self.augment, Augment)):
+            return None
+        return self.image_shape, np.dtype(np.float16 if self.normalize is not None else np.uint8)
+
     @property
     def sample_nbytes(self) -> int:
         pixel = 2 if self.normalize is not None else 1  # float16 or uint8

@@ -156,6 +156,13 @@ class Source(abc.ABC):
         """Bytes of one decoded sample (inputs and label), if known without decoding."""
         return None
 
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        """One sample's ``(shape, dtype)`` of each DALI graph output (in :attr:`outputs`'
+        order), when the source knows them without running a pipeline: what lets a GPU fit
+        initialise the model and trace the first step while the pipelines' first run is read
+        (the loader checks that run against it). None: the first run tells."""
+        return None
+
     @property
     def random(self) -> bool:
         """Whether training batches get random augmentation (``augment=``): such a source is
@@ -345,6 +352,9 @@ class Subset(IndexedSource):
     @property
     def label_dtype(self) -> np.dtype:
         return self.source.label_dtype
+
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        return self.source.output_spec()
 
     @property
     def sample_nbytes(self) -> int | None:

@@ -401,6 +401,10 @@ class ImageFolder(EncodedImages, ClassFiles):
         images = self.decode(self.read(paths, lengths), device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
 
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        images = self.decoded_spec()
+        return None if images is None else [images, ((), self.labels.dtype)]
+
     @classmethod
     def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> ImageFolder:
         """An ImageFolder at ``path`` read as ``recipe`` says, its labels the indices of the
