@@ -142,3 +142,20 @@ def test_startup_timeline_records_the_start_up_functions_until_the_first_step(tm
     assert any(n.startswith("jax ") for n in names)  # JAX's compilation events
     for start, end, seconds, *_ in rows:
         assert 0 <= float(start) <= float(end) and abs(float(end) - float(start) - float(seconds)) < 2e-3
+
+
+def test_pipeline_build_times_each_set_up_of_the_recipes_pipelines(tmp_path):
+    import easyfit as ef
+
+    root = ef.datasets.synthetic_images(
+        tmp_path / "photos", classes=2, per_class=(16, 2), size=(40, 90), workers=1
+    )
+    out = tmp_path / "rows.json"
+    run("pipeline_build.py", root, "--image-size", "32", "--batch-size", "16", "--json", str(out))
+    rows = json.loads(out.read_text())
+    assert [r["setup"] for r in rows] == ["plain", "runtime_first", "trivial_first", "hw_decoder_off"]
+    for r in rows:
+        # one build per pipeline (and the copy pipeline first), each with its lock measure
+        assert len(r["builds_s"]) == len(r["lock_held_s"]) == (2 if r["setup"] == "trivial_first" else 1)
+        assert all(0 <= h <= b + 0.06 for h, b in zip(r["lock_held_s"], r["builds_s"], strict=True))
+        assert r["first_chunk_s"] > 0
