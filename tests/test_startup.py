@@ -159,7 +159,6 @@ def photos(tmp_path_factory) -> str:
 def _folder(root, photos, case):
     aug = ef.data.Augment
     return {
-        "inferred": lambda: ef.data.ImageFolder(root + "/train"),
         "resized grayscale": lambda: ef.data.ImageFolder(root + "/train", image_size=(20, 24)),
         "rgb normalised, cropped, flipped": lambda: ef.data.ImageFolder(
             photos,
@@ -182,7 +181,6 @@ def _folder(root, photos, case):
 @pytest.mark.parametrize(
     "case",
     [
-        "inferred",
         "resized grayscale",
         "rgb normalised, cropped, flipped",
         "rgb padded, rotated, brighter",
@@ -209,13 +207,16 @@ def test_an_image_folders_declared_outputs_are_its_pipelines_so_the_spec_needs_n
         loader.close()
 
 
-def test_a_transform_or_a_function_augment_leaves_the_outputs_to_the_first_run(root):
-    assert ef.data.ImageFolder(root + "/train", transform=lambda x: x).output_spec() is None
-    assert ef.data.ImageFolder(root + "/train", augment=lambda x: x).output_spec() is None
+def test_inferred_sizes_a_transform_or_a_function_augment_leave_the_outputs_to_the_first_run(root):
+    folder = root + "/train"
+    assert ef.data.ImageFolder(folder).output_spec() is None  # sizes as stored: the run tells
+    assert ef.data.ImageFolder(folder, image_size=(28, 28), transform=lambda x: x).output_spec() is None
+    assert ef.data.ImageFolder(folder, image_size=(28, 28), augment=lambda x: x).output_spec() is None
+    assert ef.data.ImageFolder(folder, image_size=(28, 28)).output_spec() is not None
 
 
 def test_outputs_that_are_not_the_declared_ones_stop_the_fit_naming_both(root, monkeypatch):
-    source = ef.data.ImageFolder(root + "/train")
+    source = ef.data.ImageFolder(root + "/train", image_size=(28, 28))
     monkeypatch.setattr(source, "output_spec", lambda: [((28, 28, 3), np.uint8), ((), np.int32)])
     trainer = ef.Trainer(Recorder(Notes()), optimizer="sgd", seed=0)
     trainer._data.loader_options.update(threaded=True)

@@ -276,12 +276,16 @@ class EncodedImages:
         return self.image_recipe().shape
 
     def decoded_spec(self) -> tuple[tuple[int, int, int], np.dtype] | None:
-        """``(image_shape, dtype)`` of the images :meth:`decode` gives, known without decoding:
-        uint8, or float16 when normalised; None when a ``transform`` or a plain-function
-        ``augment`` (which may change either) is applied."""
+        """``(image_shape, dtype)`` of the images :meth:`decode` gives, known without decoding
+        when every image is resized to ``image_size`` (and decoded to ``color_mode``'s
+        channels): uint8, or float16 when normalised. None for inferred sizes (an image of
+        another size among those not sampled is the data's fault, told by the pipelines' run),
+        and when a ``transform`` or a plain-function ``augment`` may change shape or dtype."""
         from .augment import Augment
 
-        if self.transform is not None or not (self.augment is None or isinstance(self.augment, Augment)):
+        if not self.resize or self.transform is not None:
+            return None
+        if not (self.augment is None or isinstance(self.augment, Augment)):
             return None
         return self.image_shape, np.dtype(np.float16 if self.normalize is not None else np.uint8)
 
