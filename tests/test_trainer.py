@@ -208,9 +208,9 @@ _PROGRAM = textwrap.dedent("""
             trainer.predict(root + "/val")
 
     marks = []
-    for seed in range(20):
+    for seed in range(30):  # JAX's caches and the allocator settle over the first 20
         once(seed)
-        if seed in (9, 19):
+        if seed in (19, 29):
             gc.collect()
             marks.append((rss_mib(), len(os.listdir("/proc/self/task"))))
     print(json.dumps(marks))
@@ -218,7 +218,7 @@ _PROGRAM = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_twenty_trainers_closed_leave_memory_and_threads_flat():
+def test_ten_trainers_closed_after_twenty_leave_memory_and_threads_flat():
     proc = subprocess.run(
         [sys.executable, "-c", _PROGRAM],
         capture_output=True,
@@ -227,9 +227,9 @@ def test_twenty_trainers_closed_leave_memory_and_threads_flat():
         env={**os.environ, "XLA_FLAGS": ""},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (rss_10, threads_10), (rss_20, threads_20) = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert rss_20 - rss_10 < 10 * 4.0, (rss_10, rss_20)
-    assert threads_20 <= threads_10, (threads_10, threads_20)
+    (rss_20, threads_20), (rss_30, threads_30) = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert rss_30 - rss_20 < 10 * 4.0, (rss_20, rss_30)  # under 4 MiB a trainer
+    assert threads_30 <= threads_20, (threads_20, threads_30)
 
 
 def test_close_releases_kept_loaders_and_the_trainer_works_on():
