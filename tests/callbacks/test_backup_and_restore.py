@@ -132,16 +132,20 @@ def test_ctrl_c_backs_up_runs_on_train_end_and_reraises(tmp_path, data, referenc
 
     def press_ctrl_c(batch, logs):
         if trainer.progress.epoch == 0 and batch == 1:
-            # to this (the main) thread: a signal sent to the process may be taken by another
-            # thread and handled only after fit has returned, on a loaded machine
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # to this, the main, thread: as a Ctrl-C
 
     callbacks = [
         BackupAndRestore(tmp_path / "b"),  # backs up at epoch ends, and on Ctrl-C
         LambdaCallback(on_train_batch_end=press_ctrl_c, on_train_end=lambda logs: ended.append(True)),
     ]
-    with pytest.raises(KeyboardInterrupt):
-        _fit(trainer, data, callbacks)
+    # Python's own Ctrl-C handler, as in a terminal: a process started in the background
+    # (pytest under `cmd &`) inherits SIGINT ignored, which easyfit leaves alone
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _fit(trainer, data, callbacks)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert ended == [True]
     assert int(trainer.state.step) == 2 * K  # stopped after the dispatch in progress
     point = BackupAndRestore(tmp_path / "b").restore_point()
