@@ -1,6 +1,6 @@
 """What the benchmarks that measure each run in a fresh interpreter share: the script runs
 itself again with extra arguments, from the environment the user gave, and reads the child's
-one JSON line; a child times its epochs with a callback.
+one JSON line; a child times its epochs with a callback, or watches the interpreter lock.
 
 Imported by its siblings as ``children`` (a script's own folder is first on ``sys.path``).
 """
@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: The environment as the user gave it: every run's process starts from it.
@@ -47,3 +49,20 @@ def epoch_timer(ef: Any) -> tuple[list[float], Any]:
         seconds.append(time.perf_counter() - clock[0])
 
     return seconds, ef.callbacks.LambdaCallback(on_epoch_begin=begin, on_epoch_end=end)
+
+
+def watch_lock(found: Callable[[float, float], None], least: float = 0.03) -> None:
+    """Starts a daemon thread that sleeps 1 ms at a time and calls ``found(start, end)``
+    (``time.time()`` values) for each stretch over ``least`` seconds in which it could not take
+    the interpreter lock back: native code held it all along (Python threads hand it over every
+    5 ms), so nothing else in the process ran Python meanwhile."""
+
+    def watch() -> None:
+        while True:
+            before = time.time()
+            time.sleep(0.001)
+            after = time.time()
+            if after - before > least:
+                found(before, after)
+
+    threading.Thread(target=watch, daemon=True, name="lock-watch").start()

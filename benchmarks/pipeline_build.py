@@ -19,24 +19,13 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from children import last_json, run_again  # noqa: E402
+from children import last_json, run_again, watch_lock  # noqa: E402
 
 SETUPS = ("plain", "runtime_first", "trivial_first", "hw_decoder_off")
-
-
-def _watch(gaps: list[tuple[float, float]]) -> None:
-    """Appends ``(start, seconds)`` of each stretch over 30 ms without the interpreter lock."""
-    while True:
-        before = time.perf_counter()
-        time.sleep(0.001)
-        after = time.perf_counter()
-        if after - before > 0.03:
-            gaps.append((before, after - before))
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -50,26 +39,26 @@ def child(args: argparse.Namespace) -> dict:
     from easyfit.data.loader import Loader
     from easyfit.parallel import Placement
 
-    gaps: list[tuple[float, float]] = []
-    threading.Thread(target=_watch, args=(gaps,), daemon=True).start()
+    gaps: list[tuple[float, float]] = []  # (start, seconds) the lock was held by native code
+    watch_lock(lambda start, end: gaps.append((start, end - start)))
     builds: list[tuple[float, float]] = []
     build = dali.Pipeline.build
 
     def timed(pipe):
-        start = time.perf_counter()
+        start = time.time()
         build(pipe)
         if not pipe._built_timed:  # DALI calls build again on every run: the first one only
             pipe._built_timed = True
-            builds.append((start, time.perf_counter() - start))
+            builds.append((start, time.time() - start))
 
     dali.Pipeline._built_timed = False
     dali.Pipeline.build = timed
     device = 0 if jax.default_backend() == "gpu" else None
     out: dict = {"setup": args.setup}
     if args.setup == "runtime_first":
-        start = time.perf_counter()
+        start = time.time()
         jax.block_until_ready(jax.random.PRNGKey(0))
-        out["runtime_s"] = round(time.perf_counter() - start, 3)
+        out["runtime_s"] = round(time.time() - start, 3)
     if args.setup == "trivial_first":
 
         @pipeline_def(batch_size=8, num_threads=2, device_id=device)
@@ -83,12 +72,12 @@ def child(args: argparse.Namespace) -> dict:
     source = recipe_source(argparse.Namespace(root=args.folder, hw_load=None, image_size=args.image_size))
     placement = Placement.create()
     plan = ef.data.Plan(len(source), args.batch_size, seed=0, num_shards=placement.num_shards)
-    start = time.perf_counter()
+    start = time.time()
     loader = Loader(source, plan, placement, training=True)
-    out["loader_s"] = round(time.perf_counter() - start, 3)
-    start = time.perf_counter()
+    out["loader_s"] = round(time.time() - start, 3)
+    start = time.time()
     next(loader)
-    out["first_chunk_s"] = round(time.perf_counter() - start, 3)
+    out["first_chunk_s"] = round(time.time() - start, 3)
     loader.close()
 
     def held(begin: float, seconds: float) -> float:  # the longest lockless stretch inside

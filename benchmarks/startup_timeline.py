@@ -8,9 +8,8 @@ Runs one child of ``startup.py`` (``--child easyfit`` or ``--child loop``) in th
 ``XDG_CACHE_HOME`` to an empty folder for a cold run. OUT.txt gets one line per event: start
 and end (seconds from this process's start), duration, thread and name.
 
-A ``gil held`` row is a stretch of at least 30 ms in which a thread that sleeps 1 ms at a time
-could not run Python: some native code held the interpreter lock all along (Python threads hand
-it over every 5 ms), so nothing else in the process ran Python meanwhile.
+A ``gil held`` row is a stretch of at least 30 ms in which nothing else in the process could
+run Python (``children.watch_lock``).
 """
 
 from __future__ import annotations
@@ -22,6 +21,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from children import watch_lock  # noqa: E402
 
 START = float(os.environ.setdefault("STARTUP_T0", repr(time.time())))
 ROWS: list[tuple[float, float, str, str]] = []
@@ -44,17 +46,6 @@ def timed(owner: Any, attr: str, label: str) -> None:
             record(label, start, time.time())
 
     setattr(owner, attr, wrapper)
-
-
-def watch_lock(stop: threading.Event, least: float = 0.03) -> None:
-    """Records the stretches over ``least`` seconds in which this thread could not take the
-    interpreter lock back after a 1 ms sleep."""
-    while not stop.is_set():
-        before = time.time()
-        time.sleep(0.001)
-        after = time.time()
-        if after - before > least:
-            record("gil held", before, after)
 
 
 def main() -> None:
@@ -86,8 +77,7 @@ def main() -> None:
     timed(state.StateMaker, "abstract", "StateMaker.abstract")
     timed(jax.stages.Lowered, "compile", "jax Lowered.compile")
     record("imports done", START, time.time())
-    threading.Thread(target=watch_lock, args=(threading.Event(),), daemon=True, name="lock-watch").start()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    watch_lock(lambda start, end: record("gil held", start, end))
     import startup
 
     report = startup._report

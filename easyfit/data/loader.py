@@ -287,10 +287,10 @@ class Loader:
         return self._peeked
 
     def chunk_spec(self) -> dict[str, Any] | None:
-        """The next chunk's ``jax.ShapeDtypeStruct`` leaves, from the first run of its first
-        pipeline (``FedPipelines.chunk_spec``): starts the background thread and waits for that
-        run only, not the whole chunk. None for a stream without that thread (CPU-only
-        machines) or a reader-driven source."""
+        """The next chunk's ``jax.ShapeDtypeStruct`` leaves (``FedPipelines.chunk_spec``): as the
+        source declares them, or from the first run of the first pipeline. Starts the background
+        thread and waits for that run at most, never the whole chunk. None for a stream without
+        that thread (CPU-only machines) or a reader-driven source."""
         if not self._threaded or self._peeked is not None or self.iteration != self._first:
             return None
         if self._thread is None:

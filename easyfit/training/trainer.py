@@ -446,8 +446,8 @@ class Trainer:
         start = dict(loader.position())  # read now: the stream moves on at once
         compiling: dict[int, threading.Thread] = {}
         try:  # a failure before training (bad labels or inputs) leaves nothing running
-            # the chunk's shapes as soon as the pipelines' first run tells them (GPUs): the model
-            # initialises and the first step compiles while the rest of the chunk is read
+            # the chunk's shapes as the source declares them or the pipelines' first run tells
+            # them (GPUs): the model initialises and the first step compiles while the chunk is read
             spec = loader.chunk_spec() if self.loss is not None or train.known_labels() is not None else None
             head: Any = next(loader) if spec is None else spec
             fns = self._functions(train, plan, head)
