@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
-from flax import nnx
 
 from ..errors import DataError
 
-__all__ = ["ModelAdapter", "adapt", "check_input_shape", "example_input", "input_spec", "write_back"]
+if TYPE_CHECKING:  # imported where an NNX model is met: a linen model's fit never needs it
+    from flax import nnx
+
+__all__ = ["ModelAdapter", "adapt", "check_input_shape", "example_input", "input_spec", "is_nnx", "write_back"]
 
 _TRAIN_FLAGS = {"train": True, "training": True, "is_training": True, "deterministic": False}
 
@@ -51,6 +54,8 @@ class ModelAdapter:
         self, params: Any, model_state: Any, x: jax.Array, train: bool, rng: jax.Array | None = None
     ) -> tuple[jax.Array, Any]:
         if self.kind == "nnx":
+            from flax import nnx
+
             # copy: Variables of this trace, which BatchNorm may update in place under jax.grad
             model = nnx.merge(self.module, params, model_state, copy=True)
             model.train() if train else model.eval()
@@ -205,8 +210,17 @@ def example_input(shape: Any, abstract: bool = False) -> Any:
 
 def _split(model: nnx.Module) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
     """``nnx.split(model, nnx.Param, ...)``: the graph, the parameters, every other variable."""
+    from flax import nnx
+
     # flax annotates a split by n filters as "at least two parts"; two filters give three
     return cast("tuple[nnx.GraphDef, nnx.State, nnx.State]", nnx.split(model, nnx.Param, ...))
+
+
+def is_nnx(model: Any) -> bool:
+    """Whether ``model`` is a ``flax.nnx.Module``. Such a model exists only once ``flax.nnx`` is
+    imported, which easyfit leaves to the code that made it (a tenth of easyfit's import)."""
+    module = sys.modules.get("flax.nnx")
+    return module is not None and isinstance(model, module.Module)
 
 
 def adapt(model: Any) -> tuple[ModelAdapter, Any]:
@@ -219,7 +233,7 @@ def adapt(model: Any) -> tuple[ModelAdapter, Any]:
     Raises:
         TypeError: ``model`` is neither.
     """
-    if isinstance(model, nnx.Module):
+    if is_nnx(model):
         graphdef, params, rest = _split(model)
         return ModelAdapter("nnx", graphdef), (params, rest)
     if isinstance(model, nn.Module):
@@ -235,10 +249,12 @@ def write_back(model: Any, state: Any) -> None:
     ``ema_momentum``, as Keras' ``use_ema`` leaves them). Copies: the next ``fit``
     donates the state's buffers. A linen module holds no weights: nothing to do.
     """
-    if not isinstance(model, nnx.Module) or state is None:
+    if not is_nnx(model) or state is None:
         return
     ema = getattr(state, "ema_params", None)  # the weights evaluation uses (ema_momentum=)
     variables = (state.params if ema is None else ema, state.model_state)
     if any(getattr(a, "is_deleted", lambda: False)() for a in jax.tree_util.tree_leaves(variables)):
         return  # a step failed after donating them: the module keeps what it last held
+    from flax import nnx
+
     nnx.update(model, *jax.tree_util.tree_map(jnp.copy, variables))

@@ -30,7 +30,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
 from .._env import arrange_determinism
 from ..callbacks import Callback, CallbackList, History
@@ -212,6 +211,8 @@ class Trainer:
         """The model. For NNX, the module with the trained state merged back in."""
         if self._adapter.kind == "nnx" and self.state is not None:
             variables = (inference_params(self.state), self.state.model_state)
+            from flax import nnx
+
             return nnx.merge(self._adapter.module, *jax.device_get(variables))
         return self._model
 
@@ -454,12 +455,15 @@ class Trainer:
             if verbose and self._loss_note:
                 print(f"easyfit: {self._loss_note}", flush=True)
             # the steps trained by the first chunk, by most and by an epoch's last one (fewer when
-            # the steps do not divide evenly): the first chunk's function compiled while the model
-            # initialises, the others after it, while the first chunks train (two compilations at
-            # once stalled on a GPU)
+            # the steps do not divide evenly): the first chunk's function traced and lowered here,
+            # then compiled while the model initialises (the compilation, the longest part of a
+            # cold start, begins without waiting for the initialisation's tracing), the others
+            # after it, while the first chunks train (two compilations at once stalled on a GPU)
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
             abstract, empty = self._abstract_state(head), self._empty(fns)
-            compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
+            compiling[first_count] = steps.compile_ahead(
+                fns.train(first_count), abstract, empty, head, lower_here=True
+            )
             if spec is not None:  # the state from the spec's shapes, then the chunk itself
                 self._ensure_state(spec, train, labels_too=False)
                 head = next(loader)
