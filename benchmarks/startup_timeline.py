@@ -63,7 +63,7 @@ def main() -> None:
     import nvidia.dali as dali
 
     from easyfit.data import fed_pipelines, images, inputs
-    from easyfit.training import state, trainer
+    from easyfit.training import state, steps, trainer
 
     timed(dali.Pipeline, "build", "dali Pipeline.build")
     for name in ("__init__", "_build", "produce", "chunk_spec"):
@@ -71,8 +71,18 @@ def main() -> None:
     timed(images, "peek_shapes", "images.peek_shapes")
     timed(inputs.DataInputs, "fit_sources", "DataInputs.fit_sources")
     timed(inputs.DataInputs, "train_loader", "DataInputs.train_loader")
-    for name in ("_abstract_state", "_ensure_state", "_init_state"):
+    for name in (
+        "__init__",
+        "fit",
+        "_functions",
+        "_abstract_state",
+        "_empty",
+        "_ensure_state",
+        "_init_state",
+    ):
         timed(trainer.Trainer, name, f"Trainer.{name}")
+    timed(steps, "compile_ahead", "steps.compile_ahead")
+    timed(fed_pipelines._Feeder, "__call__", "feed a run")
     timed(state.StateMaker, "make", "StateMaker.make")
     timed(state.StateMaker, "abstract", "StateMaker.abstract")
     timed(jax.stages.Lowered, "compile", "jax Lowered.compile")

@@ -79,7 +79,10 @@ class Placement:
         ``replicated``), as ``jax.ShapeDtypeStruct`` leaves: a target to compile or restore to."""
         return jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(
-                a.shape, a.dtype, sharding=self.replicated if replicated else a.sharding
+                a.shape,
+                a.dtype,
+                sharding=self.replicated if replicated else a.sharding,
+                weak_type=getattr(a, "weak_type", False),  # as jit keys its compilations
             ),
             tree,
         )

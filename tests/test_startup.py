@@ -4,6 +4,7 @@ the state is the one Flax and Optax make."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import flax
@@ -146,6 +147,51 @@ def test_a_fit_compiling_from_the_chunk_spec_trains_as_one_waiting_for_the_chunk
         assert notes.initialising == 1
         params[threaded] = flat_params(trainer.state.params)
     np.testing.assert_array_equal(params[True], params[False])  # bit for bit (CPU)
+
+
+class _Compiles(logging.Handler):
+    """The names of the functions JAX logs compiling (``jax_log_compiles``, in every thread)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Compiling "):
+            self.names.append(message.split(" ")[1])
+
+
+def test_the_first_step_runs_the_program_compiled_ahead_for_its_shapes(root):
+    """The first chunk's step compiles in a thread, for the abstract state and accumulators,
+    while the model initialises; the first call then finds that program: one compilation of it,
+    with the GPU machines' loader thread (shapes from the source's declaration) or without."""
+    handler = _Compiles()
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):  # the main thread's setting
+            jax.config.update("jax_log_compiles", True)  # and the compile thread's
+            for threaded in (False, True):
+                handler.names.clear()
+                trainer = ef.Trainer(
+                    Recorder(Notes()), optimizer="adam", metrics=["accuracy"], steps_per_execution=2
+                )
+                trainer._data.loader_options.update(threaded=threaded)
+                trainer.fit(root + "/train", epochs=1, batch_size=16, verbose=0, cache=False)  # 4 steps
+                assert handler.names.count("jit(run)") == 1, (threaded, handler.names)
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logger.removeHandler(handler)
+
+
+def test_abstract_leaves_keep_their_weak_type_as_jit_keys_on_it():
+    placement = ef.parallel.Placement.create()
+    tree = {"weak": jax.numpy.asarray(0.0), "strong": jax.numpy.zeros((), jax.numpy.float32)}
+    for replicated in (False, True):
+        out = placement.abstract(tree, replicated=replicated)
+        assert (out["weak"].weak_type, out["strong"].weak_type) == (True, False)
+        assert out["weak"].sharding == (placement.replicated if replicated else tree["weak"].sharding)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,15 @@ from ..errors import DataError
 if TYPE_CHECKING:  # imported where an NNX model is met: a linen model's fit never needs it
     from flax import nnx
 
-__all__ = ["ModelAdapter", "adapt", "check_input_shape", "example_input", "input_spec", "is_nnx", "write_back"]
+__all__ = [
+    "ModelAdapter",
+    "adapt",
+    "check_input_shape",
+    "example_input",
+    "input_spec",
+    "is_nnx",
+    "write_back",
+]
 
 _TRAIN_FLAGS = {"train": True, "training": True, "is_training": True, "deterministic": False}
 

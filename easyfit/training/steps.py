@@ -387,9 +387,7 @@ def trains(train_step: Callable, placement: Placement, k: int) -> Callable[[int]
     return functools.cache(functools.partial(compile_train, train_step, placement, k))
 
 
-def compile_ahead(
-    jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any, lower_here: bool = False
-) -> threading.Thread:
+def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> threading.Thread:
     """Compiles ``jitted`` (or each of a list, one after the other) for ``args`` (arrays or
     ``jax.ShapeDtypeStruct`` with shardings) in a background thread, into the cache its calls
     use; join the thread before the first call.
@@ -397,32 +395,13 @@ def compile_ahead(
     Lets the first step's compilation overlap the work before it (the model's initialisation,
     the input pipeline's start). A failure is left to the first call to report.
 
-    ``lower_here``: trace and lower in the calling thread first, so that only XLA's compilation
-    (or its retrieval from the persistent cache) runs beside what the caller does next. Tracing
-    and lowering are Python, holding the interpreter lock; XLA's compilation releases it. Two
-    threads tracing at once only share one core, while a compilation started sooner overlaps the
-    caller's own tracing (the model's initialisation) instead of queuing behind it.
-
     The thread is not a daemon: a process that ends while it compiles (say after catching an
     error that fit raised meanwhile) waits for it, since a compilation still running when
     JAX's exit handler releases the backend aborts the process.
     """
     functions = jitted if isinstance(jitted, list) else [jitted]
-    lowered: list[Any] = []
-    if lower_here:
-        for fn in functions:
-            try:
-                lowered.append(fn.lower(*args))
-            except Exception:  # noqa: BLE001 - the real call traces again and raises
-                pass
-        functions = []
 
     def work() -> None:
-        for low in lowered:
-            try:
-                low.compile()
-            except Exception:  # noqa: BLE001 - the real call compiles again and raises
-                pass
         for fn in functions:
             try:
                 fn.lower(*args).compile()

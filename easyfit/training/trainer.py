@@ -455,15 +455,12 @@ class Trainer:
             if verbose and self._loss_note:
                 print(f"easyfit: {self._loss_note}", flush=True)
             # the steps trained by the first chunk, by most and by an epoch's last one (fewer when
-            # the steps do not divide evenly): the first chunk's function traced and lowered here,
-            # then compiled while the model initialises (the compilation, the longest part of a
-            # cold start, begins without waiting for the initialisation's tracing), the others
-            # after it, while the first chunks train (two compilations at once stalled on a GPU)
+            # the steps do not divide evenly): the first chunk's function compiled while the model
+            # initialises, the others after it, while the first chunks train (two compilations at
+            # once stalled on a GPU)
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
-            abstract, empty = self._abstract_state(head), self._empty(fns)
-            compiling[first_count] = steps.compile_ahead(
-                fns.train(first_count), abstract, empty, head, lower_here=True
-            )
+            abstract, empty = self._abstract_state(head), self._empty_spec(fns)
+            compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
             if spec is not None:  # the state from the spec's shapes, then the chunk itself
                 self._ensure_state(spec, train, labels_too=False)
                 head = next(loader)
@@ -920,6 +917,11 @@ class Trainer:
 
     def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
         return self.placement.replicate(fns.metrics.empty())
+
+    def _empty_spec(self, fns: steps.Compiled) -> Any:
+        """What ``_empty`` makes, as shapes, dtypes and shardings: the first step compiles for it
+        with no transfer to the devices, which on a GPU waits for the pipelines' first run."""
+        return self.placement.abstract(jax.eval_shape(fns.metrics.empty), replicated=True)
 
     def _require_state(self) -> TrainState:
         if self.state is None:
