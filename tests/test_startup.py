@@ -5,6 +5,8 @@ the state is the one Flax and Optax make."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from typing import Any
 
 import flax
@@ -268,3 +270,25 @@ def test_outputs_that_are_not_the_declared_ones_stop_the_fit_naming_both(root, m
     trainer._data.loader_options.update(threaded=True)
     with pytest.raises(RuntimeError, match=r"\(28, 28, 1\) uint8.* not the \(28, 28, 3\) uint8"):
         trainer.fit(source, epochs=1, batch_size=16, verbose=0, cache=False)
+
+
+_IMPORT_BESIDE = """
+import sys, threading
+import easyfit as ef
+from flax import linen as nn
+
+assert "nvidia.dali" not in sys.modules  # easyfit's import leaves DALI for its first use
+ef.Trainer(nn.Dense(3), optimizer="sgd")  # its devices: JAX's runtime starts
+threads = [t for t in threading.enumerate() if t.name == "easyfit-import"]
+for t in threads:
+    t.join()
+from nvidia.dali import fn, pipeline_def  # whole modules, whichever thread made them
+print(len(threads), "nvidia.dali.fn" in sys.modules, callable(pipeline_def), hasattr(fn, "decoders"))
+"""
+
+
+def test_the_trainer_imports_dali_in_a_thread_while_the_runtime_starts():
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_BESIDE], capture_output=True, text=True, timeout=300, check=True
+    ).stdout.split()
+    assert out == ["1", "True", "True", "True"]
