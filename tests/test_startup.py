@@ -5,6 +5,7 @@ the state is the one Flax and Optax make."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from typing import Any
@@ -204,9 +205,21 @@ def photos(tmp_path_factory) -> str:
     return made + "/train"
 
 
-def _folder(root, photos, case):
+@pytest.fixture(scope="module")
+def photo_targets(photos, tmp_path_factory) -> str:
+    """A CSV of two float targets per photo, its paths relative to the photos' folder."""
+    csv = tmp_path_factory.mktemp("targets") / "targets.csv"
+    files = sorted(os.path.relpath(os.path.join(d, f), photos) for d, _, fs in os.walk(photos) for f in fs)
+    csv.write_text("file,a,b\n" + "".join(f"{f},{i},{2 * i}\n" for i, f in enumerate(files)))
+    return str(csv)
+
+
+def _folder(root, photos, case, csv=None):
     aug = ef.data.Augment
     return {
+        "csv of rgb, cropped": lambda: ef.data.ImageCSV(
+            csv, root=photos, image_size=(20, 20), augment=aug(random_resized_crop=(0.5, 1.0))
+        ),
         "resized grayscale": lambda: ef.data.ImageFolder(root + "/train", image_size=(20, 24)),
         "rgb normalised, cropped, flipped": lambda: ef.data.ImageFolder(
             photos,
@@ -233,15 +246,16 @@ def _folder(root, photos, case):
         "rgb normalised, cropped, flipped",
         "rgb padded, rotated, brighter",
         "grayscale of rgb, center crop",
+        "csv of rgb, cropped",
     ],
 )
-def test_an_image_folders_declared_outputs_are_its_pipelines_so_the_spec_needs_no_run(
-    root, photos, case, training
+def test_an_image_sources_declared_outputs_are_its_pipelines_so_the_spec_needs_no_run(
+    root, photos, photo_targets, case, training
 ):
     from easyfit.data.loader import Loader
     from easyfit.parallel import Placement
 
-    source = _folder(root, photos, case)
+    source = _folder(root, photos, case, photo_targets)
     assert source.output_spec() is not None
     placement = Placement.create()
     plan = ef.data.Plan(len(source), 8, seed=0, steps_per_execution=2, num_shards=placement.num_shards)

@@ -167,6 +167,10 @@ class ImageCSV(EncodedImages, Files):
     def known_labels(self) -> np.ndarray:
         return self.targets
 
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        images = self.decoded_spec()
+        return None if images is None else [images, (tuple(self.targets.shape[1:]), self.targets.dtype)]
+
     def sibling(self, path: str | os.PathLike) -> ImageCSV:
         other = ImageCSV(path, root=self._root, **self.image_settings())
         if other.target_names != self.target_names:
