@@ -1,6 +1,6 @@
 """Modules imported on their first use rather than with easyfit: a fit that saves nothing does
-not wait for them (Orbax's import is a tenth of easyfit's); and modules imported in a thread
-beside work that waits without holding the interpreter lock."""
+not wait for them (Orbax's import is a tenth of easyfit's); and modules imported while a
+thread does work that waits without holding the interpreter lock."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import importlib
 import importlib.util
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, TypeVar
 
-__all__ = ["import_beside", "lazy_module"]
+T = TypeVar("T")
+
+__all__ = ["import_while", "lazy_module"]
 
 
 def lazy_module(name: str) -> ModuleType:
@@ -34,33 +38,41 @@ def lazy_module(name: str) -> ModuleType:
     return module
 
 
-def import_beside(*names: str) -> threading.Thread | None:
-    """Imports the modules ``names`` in a background thread, started now and returned (None
-    when they are all imported already), while the caller goes on to something that waits
-    without holding the interpreter lock: on a GPU machine JAX's runtime takes about a second to
-    start, in which DALI's import (half a second of Python) can run. A failure is left to the
-    caller's own import to raise. A module the caller imports meanwhile waits for the thread's
-    import to finish (Python's per-module import locks): never a half-made module.
+def import_while(work: Callable[[], T], *names: str) -> T:
+    """``work()``, run in a background thread while this thread imports the modules ``names``
+    (those not imported yet); its result, or its exception raised here.
 
-    Not a daemon: an import cut short by the interpreter's exit could crash it.
+    For work that waits without holding the interpreter lock: on a GPU machine JAX's runtime
+    takes about a second to start (the Trainer's devices), in which DALI's import (half a second
+    of Python) can run. The import stays in the calling thread, and nothing else runs Python of
+    easyfit's until both are done: a package that imports itself circularly, as DALI does, breaks
+    when two threads import it at once (Python hands one of them a partially made module). A
+    failed import is left to the next ``import`` of the module to raise.
 
     Example:
-        >>> from easyfit._lazy import import_beside
-        >>> thread = import_beside("json", "csv")
-        >>> thread is None or thread.join() is None
-        True
+        >>> from easyfit._lazy import import_while
+        >>> import_while(lambda: 6 * 7, "json")
+        42
     """
-    missing = [name for name in names if name not in sys.modules]
-    if not missing:
-        return None
+    outcome: dict[str, Any] = {}
 
-    def work() -> None:
-        for name in missing:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - the caller's own import raises it
-                pass
+    def run() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller
+            outcome["error"] = e
 
-    thread = threading.Thread(target=work, name="easyfit-import")
+    thread = threading.Thread(target=run, name="easyfit-while-importing")
     thread.start()
-    return thread
+    try:
+        for name in names:
+            if name not in sys.modules:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # noqa: BLE001 - the module's next import raises it
+                    pass
+    finally:
+        thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 from .._env import arrange_determinism
-from .._lazy import import_beside
+from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
 from ..data.inputs import DataInputs
@@ -176,8 +176,10 @@ class Trainer:
         self.seed = int(seed)
         self.precision = get_precision(precision)
         self.steps_per_execution = steps_per_execution
-        import_beside("nvidia.dali.fn", "nvidia.dali.pipeline")  # while the runtime starts
-        self.placement = Placement.create(devices)
+        # DALI's import, which fit's first pipeline needs, while JAX's runtime starts
+        self.placement = import_while(
+            lambda: Placement.create(devices), "nvidia.dali.fn", "nvidia.dali.pipeline"
+        )
         loader_options = {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device}
 
         # what the trainer builds and keeps
