@@ -186,9 +186,10 @@ def test_each_step_function_compiles_once(mnist_arrays):
 
 
 # Each trainer fits one epoch (validation included, from the device cache), evaluates and
-# predicts, then is closed and dropped. After 10 (JAX's and DALI's one-time allocations), the
+# predicts, then is closed and dropped. After 20 (JAX's and DALI's one-time allocations, and
+# JAX's caches and the allocator settling: 41.8, 22.2, 14.7, 16.6 MiB per ten over fifty), the
 # next 10 may add at most 4 MiB of RSS each on average and no thread. Measured on CPU: about
-# +15 MiB for the 10 with close(), +50 to +100 MiB without it.
+# +15 MiB for ten with close(), +50 to +100 MiB without it.
 _PROGRAM = textwrap.dedent("""
     import gc, json, os, sys, tempfile
     import easyfit as ef
