@@ -14,12 +14,13 @@ not the one they were checked with, what their check finds. The paths travel wit
 requests: a child holds none of a large folder's, and starts at once.
 
 Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
-the next batches' without waiting; the answers are read by the next feed, which so finds
-them checked. The feed itself (:meth:`CheckPool.problem`) always stats its samples again and
-checks those that changed, so a file replaced in between (e.g. between epochs) is checked
-again before DALI reads it. The requests a child has not answered yet stay below half a
-pipe's capacity (else the oldest answer is waited for first), so that writing one never
-waits on a child that waits on its answers being read.
+the next batches' without waiting, spread over every child: the next feed reads the answers
+owed before its own stats, which queue behind them, so the latest checks sent are answered
+sooner split among all children. The feed itself (:meth:`CheckPool.problem`) always stats
+its samples again and checks those that changed, so a file replaced in between (e.g. between
+epochs) is checked again before DALI reads it. The requests a child has not answered yet stay
+below half a pipe's capacity (else the oldest answer is waited for first), so that writing one
+never waits on a child that waits on its answers being read.
 
 Fallbacks: where no child can start (or one dies), and for a source that names no check, the
 checks run in this process, one sample after the other, as the source's ``sample_problem``;
@@ -64,7 +65,7 @@ _RUN = (
     "importlib.import_module('_easyfit_validation.child').serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
 _VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
-_MIN_PER_CHILD = 32  # fewer samples per request are not worth another child's round trip
+_MIN_PER_CHILD = 32  # fewer samples per feed's request are not worth another child's round trip
 _PIPE_BYTES = 1 << 20  # asked for a child's input pipe (Linux; else the default 64 KiB)
 
 Problem = Callable[[int], "str | None"]
@@ -204,7 +205,7 @@ class CheckPool:
             self._asked[todo] = True
             try:
                 if len(todo):
-                    self._ask(todo)
+                    self._ask(todo, spread=True)
             except (OSError, EOFError, ValueError):  # a child is gone
                 self._fail()
 
@@ -241,9 +242,13 @@ class CheckPool:
         bad = [i for i in indices.tolist() if i in found]
         return (bad[0], found[bad[0]]) if bad else None
 
-    def _ask(self, indices: np.ndarray) -> None:
-        """Sends ``indices`` to the children, in contiguous parts, the least busy first."""
-        parts = min(len(self._children), max(1, len(indices) // _MIN_PER_CHILD))
+    def _ask(self, indices: np.ndarray, spread: bool = False) -> None:
+        """Sends ``indices`` to the children, in contiguous parts, the least busy first: to
+        every child when ``spread`` (checks ahead: the next feed waits for the latest of them
+        to be answered, as its stats queue behind them), else in parts of at least
+        :data:`_MIN_PER_CHILD`."""
+        least = 1 if spread else _MIN_PER_CHILD
+        parts = min(len(self._children), max(1, len(indices) // least))
         children = sorted(self._children, key=lambda c: sum(b for _, b in c.pending))
         limit = encoded.MAX_IMAGE_PIXELS
         for child, part in zip(children, np.array_split(indices, parts), strict=False):

@@ -122,6 +122,19 @@ def test_a_file_replaced_between_its_check_ahead_and_its_feed_is_checked_again(t
         pool.close()
 
 
+def test_the_checks_sent_ahead_are_spread_over_every_child(tmp_path):
+    # the next feed waits for the latest checks sent ahead (its stats queue behind them), so
+    # even a few samples go to all children at once; a feed's own requests keep 32 a child
+    files = _folder(tmp_path, 8)
+    pool = _pool(files, 4)
+    try:
+        pool.ahead(np.arange(8))
+        assert sorted(len(sent) for child in pool._children for sent, _ in child.pending) == [2, 2, 2, 2]
+        assert pool.problem(np.arange(8), lambda index: None) is None
+    finally:
+        pool.close()
+
+
 def test_the_children_check_against_this_process_max_image_pixels(tmp_path, monkeypatch):
     files = _folder(tmp_path, 4)  # 16x16 images
     pool = _pool(files)
