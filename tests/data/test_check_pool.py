@@ -16,7 +16,7 @@ import easyfit as ef
 from easyfit.data.check_pool import CheckPool
 from easyfit.data.sources.folder import path_table
 from easyfit.data.validation import encoded
-from easyfit.data.validation.samples import sample_stamp
+from easyfit.data.validation.samples import checked_sample, sample_stamp
 
 
 def _checkers() -> list[int]:
@@ -195,6 +195,33 @@ def test_a_rewritten_or_removed_file_changes_its_stamp_and_no_other(tmp_path):
     after = [sample_stamp([p]) for p in paths]
     assert after[0] == before[0] and after[1] != before[1] and after[2] == 0
     assert sample_stamp(paths[:2]) not in (0, after[0], after[1]) and sample_stamp(paths) == 0
+
+
+def test_a_sample_checked_ahead_keeps_the_stamp_its_stat_gives(tmp_path):
+    # a child stamps a sample it checks the first time from the file its check opened: the
+    # stamp must be what os.stat gives, or every later feed would check the sample again
+    files = _folder(tmp_path, 8)
+    pool = _pool(files, 2)
+    try:
+        pool.ahead(_in_order(files))
+        pool._collect({}, {})  # the answers to the checks ahead, as the next feed reads them
+        assert pool._stamps.tolist() == [sample_stamp([p]) for p in files]
+    finally:
+        pool.close()
+
+
+def test_a_checked_sample_is_stamped_as_sample_stamp_stamps_it(tmp_path):
+    from PIL import Image
+
+    image, mask, empty = (str(tmp_path / name) for name in ("a.jpg", "a.png", "b.jpg"))
+    (tmp_path / "a.jpg").write_bytes(_jpeg(0))
+    Image.fromarray(np.zeros((16, 16), np.uint8)).save(mask)
+    (tmp_path / "b.jpg").write_bytes(b"")
+    assert checked_sample("image", [image]) == (sample_stamp([image]), None)
+    assert checked_sample("file", [image]) == (sample_stamp([image]), None)
+    assert checked_sample("segmentation", [image, mask]) == (sample_stamp([image, mask]), None)
+    assert checked_sample("image", [empty]) == (0, "empty file")
+    assert checked_sample("image", [str(tmp_path / "gone.jpg")])[0] == 0
 
 
 def test_the_children_end_when_the_trainer_is_closed(tmp_path, mnist_dir):

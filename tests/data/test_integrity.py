@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import easyfit as ef
 from easyfit.data.images import sample_positions
 from easyfit.data.validation.encoded import encoded_problem
 from easyfit.data.validation.files import file_problem
+from easyfit.data.validation.jpeg import _HEADERS, _first_scan, jpeg_problem
 
 N = 100
 LATE = next(i for i in range(N) if i not in set(sample_positions(N)))  # not read up front
@@ -267,6 +269,27 @@ def test_an_image_broken_inside_is_named_before_dali_decodes_it(tmp_path, digits
         f.write(bad)
     with pytest.raises(ef.errors.DataError, match=f"^{files[LATE]}: {message}"):
         trainer.fit(ef.data.ImageFolder(tmp_path, color_mode="grayscale"), epochs=1, batch_size=N, verbose=0)
+
+
+@pytest.mark.parametrize("kind", [k for k in CORRUPTIONS if CORRUPTIONS[k][0] is _JPEG])
+def test_a_jpeg_is_checked_whole_after_one_of_the_same_header(digits, kind):
+    # the walk of a header to its first scan is remembered by its bytes: a file of the same
+    # header starts at its scan, and what is broken there or in its header is still found
+    (_, encode), corrupt, message = CORRUPTIONS[kind]
+    good = encode(digits[0][0])
+    assert jpeg_problem(good) is None and _first_scan(good) in _HEADERS
+    problem = jpeg_problem(corrupt(good))
+    assert problem is not None and re.match(message, problem), problem
+
+
+def test_a_scan_marker_inside_an_earlier_segment_does_not_stand_for_the_header(digits):
+    # FF DA in a comment before the real scan: the bytes up to it are no header to remember,
+    # so a file sharing them but with a table of zeros after the comment is still walked whole
+    good = _save(digits[0][0], "JPEG", quality=90, comment=b"\xff\xda\x00\x08abcdef")
+    assert good.find(b"\xff\xda") < _segment(good, 0xDB) < _segment(good, 0xDA)
+    assert jpeg_problem(good) is None and _first_scan(good) not in _HEADERS
+    problem = jpeg_problem(_put(good, _segment(good, 0xDB) + 5, bytes(64)))
+    assert problem is not None and problem.startswith("quantization table 0 holds a zero"), problem
 
 
 def _unusual(image: np.ndarray) -> dict[str, bytes]:

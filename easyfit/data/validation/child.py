@@ -7,10 +7,11 @@ Protocol (little-endian). Once: ``<I length>`` and the check's name (a key of
 n int64 expected stamps, and per column ``<I width>``, n int32 path lengths and the n paths
 as rows of ``width`` bytes (a slice of the source's path table: the paths travel with their
 request, so that a child holds none of a large folder's). A sample whose stamp
-(:func:`~.samples.sample_stamp`) equals the expected one is not checked; any other is. The
-answer: n int64 stamps, n status bytes (:data:`UNCHANGED`, :data:`FINE`, :data:`PROBLEM`,
-:data:`HERE`), then for each :data:`PROBLEM` ``<I length>`` and its UTF-8 text. The child
-ends at the end of its input.
+(:func:`~.samples.sample_stamp`) equals the expected one is not checked; any other is (one
+expected as 0, never checked, is stamped from the files its check opens: one ``os.stat`` fewer
+per file in a first epoch). The answer: n int64 stamps, n status bytes (:data:`UNCHANGED`,
+:data:`FINE`, :data:`PROBLEM`, :data:`HERE`), then for each :data:`PROBLEM` ``<I length>``
+and its UTF-8 text. The child ends at the end of its input.
 
 Standard library only: the child loads this package alone, under a private name, without
 importing easyfit (or numpy, or JAX), so that it starts at once.
@@ -25,7 +26,7 @@ import sys
 from typing import IO
 
 from . import encoded
-from .samples import sample_problem, sample_stamp
+from .samples import checked_sample, sample_problem, sample_stamp
 
 __all__ = ["FINE", "HERE", "PROBLEM", "UNCHANGED", "read_exactly", "serve"]
 
@@ -75,18 +76,26 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
         texts = []
         for j in range(n):
             paths = [column[j] for column in rows]
-            stamp = sample_stamp(paths)
-            stamps.append(stamp)
-            if stamp != 0 and stamp == expected[j]:
-                continue
+            expect, stamp = expected[j], 0
+            if expect or not check:  # else never checked: stamped as its check reads it
+                stamp = sample_stamp(paths)
+                if stamp != 0 and stamp == expect:
+                    stamps.append(stamp)
+                    continue
             if not check:
+                stamps.append(stamp)
                 status[j] = HERE
                 continue
             try:
-                problem = sample_problem(check, paths)
+                if stamp:  # changed since its check
+                    problem = sample_problem(check, paths)
+                else:
+                    stamp, problem = checked_sample(check, paths)
             except Exception:  # noqa: BLE001 - the parent checks it again, and raises
+                stamps.append(stamp or sample_stamp(paths))
                 status[j] = HERE
                 continue
+            stamps.append(stamp)
             status[j] = PROBLEM if problem else FINE
             if problem:
                 text = problem.encode("utf-8", "surrogateescape")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from .encoded import HEAD, TAIL, WHOLE
 from .urls import URL_SCHEMES
 
-__all__ = ["file_problem", "file_stamp"]
+__all__ = ["file_check", "file_problem", "file_stamp"]
 
 
 def file_problem(path: str, check: Callable[..., str | None] | None = None) -> str | None:
@@ -18,26 +18,33 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
     data)`` finds wrong with its first :data:`HEAD` and last :data:`TAIL` bytes, and all of
     them (``data``, else None) when it is at most :data:`WHOLE` bytes; None when all is well.
     An ``s3://`` object is read by ranged GETs."""
-    if path.startswith(URL_SCHEMES):  # an object: through object_store, imported only then
-        from ..object_store import object_problem
+    return file_check(path, check)[1]
 
-        return object_problem(path, check, HEAD, TAIL, WHOLE)
+
+def file_check(path: str, check: Callable[..., str | None] | None = None) -> tuple[int | None, str | None]:
+    """``(stamp, problem)``: :func:`file_problem`, and the :func:`file_stamp` of the file it
+    read (from the open file: no second ``os.stat``; None where it could not be opened)."""
+    if path.startswith(URL_SCHEMES):  # an object: through object_store, imported only then
+        from ..object_store import object_problem, stamp
+
+        return stamp(path), object_problem(path, check, HEAD, TAIL, WHOLE)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
-        return f"cannot be read ({e.strerror or e})"
+        return None, f"cannot be read ({e.strerror or e})"
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         if size == 0:
-            return "empty file"
+            return _stamp(st), "empty file"
         if check is None:
-            return None
+            return _stamp(st), None
         if size <= WHOLE:
             data = os.pread(fd, size, 0)
-            return check(data[:HEAD], data[-TAIL:], size, data)
-        return check(os.pread(fd, HEAD, 0), os.pread(fd, TAIL, size - TAIL), size, None)
+            return _stamp(st), check(data[:HEAD], data[-TAIL:], size, data)
+        return _stamp(st), check(os.pread(fd, HEAD, 0), os.pread(fd, TAIL, size - TAIL), size, None)
     except OSError as e:
-        return f"cannot be read ({e.strerror or e})"
+        return None, f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
 
@@ -52,7 +59,10 @@ def file_stamp(path: str) -> int | None:
 
         return stamp(path)
     try:
-        st = os.stat(path)
+        return _stamp(os.stat(path))
     except OSError:
         return None
+
+
+def _stamp(st: os.stat_result) -> int:
     return hash((st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns)) or 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 
 from ._bytes import ceil_div as _ceil
 from ._bytes import u16 as _u16
@@ -33,6 +34,21 @@ class _Frame:
         self.restart = 0
         self.scans = 0
 
+    def copy(self) -> _Frame:
+        frame = _Frame()
+        frame.__dict__.update(self.__dict__)
+        frame.components, frame.quant = dict(self.components), set(self.quant)
+        return frame
+
+
+#: The walks of recent files' headers (their bytes up to the end of the first scan header) to
+#: their first scan: the frame and the scan header they found. A file whose first bytes are
+#: one of these starts its walk at its first scan (files of one encoder, at one size and
+#: quality, share their headers); the oldest goes first past :data:`_HEADERS_KEPT`.
+_HEADERS: dict[bytes, tuple[_Frame, bytes]] = {}
+_HEADERS_KEPT = 64
+_HEADERS_LOCK = threading.Lock()
+
 
 def jpeg_problem(data: bytes) -> str | None:
     """What is broken in the structure of JPEG ``data``; None when it is sound.
@@ -48,7 +64,27 @@ def jpeg_problem(data: bytes) -> str | None:
         >>> jpeg_problem(broken)
         'JPEG segment FFE0 at byte 2 has length 65535, past the end of the file (...)'
     """
-    n, i, frame = len(data), 2, _Frame()
+    first = _first_scan(data)
+    seen = _HEADERS.get(first) if first else None
+    if seen is not None:
+        frame, header = seen[0].copy(), seen[1]
+        end = _scan_problem(data, len(first), frame, header)
+        return end if isinstance(end, str) else _walk(data, end, frame, b"")
+    return _walk(data, 2, _Frame(), first)
+
+
+def _first_scan(data: bytes) -> bytes:
+    """``data`` up to the end of the first scan header its bytes hold (``FF DA``, then its
+    length), or nothing: the key of :data:`_HEADERS`, which is the file's header only when its
+    walk finds that scan there (a marker's bytes may also appear inside an earlier segment)."""
+    at = data.find(b"\xff\xda")
+    return data[: at + 2 + _u16(data, at + 2)] if 0 < at < len(data) - 3 else b""
+
+
+def _walk(data: bytes, i: int, frame: _Frame, first: bytes) -> str | None:
+    """:func:`jpeg_problem` from the marker at ``i`` on, with what ``frame`` found before;
+    keeps the walk to the first scan in :data:`_HEADERS` when it ends at ``len(first)``."""
+    n = len(data)
     while True:
         if i >= n or data[i] != 0xFF:
             return f"JPEG data where a marker should be (byte {i})"
@@ -76,6 +112,11 @@ def jpeg_problem(data: bytes) -> str | None:
         if problem:
             return f"{problem} (JPEG segment FF{marker:02X} at byte {at})"
         if marker == 0xDA:
+            if frame.scans == 0 and i == len(first):  # the header is what the key holds
+                with _HEADERS_LOCK:
+                    _HEADERS[first] = (frame.copy(), body)
+                    if len(_HEADERS) > _HEADERS_KEPT:
+                        del _HEADERS[next(iter(_HEADERS))]
             end = _scan_problem(data, i, frame, body)
             if isinstance(end, str):
                 return end

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .encoded import HEAD, encoded_problem, header_size, image_kind
-from .files import file_problem, file_stamp
+from .files import file_check, file_stamp
 
-__all__ = ["SAMPLE_CHECKS", "image_size", "mask_problem", "sample_problem", "sample_stamp"]
+__all__ = ["SAMPLE_CHECKS", "checked_sample", "image_size", "mask_problem", "sample_problem", "sample_stamp"]
 
 _PNG_COLORS = {0: "grayscale", 2: "RGB", 3: "palette", 4: "grayscale+alpha", 6: "RGBA"}
 
@@ -54,33 +54,34 @@ def image_size(path: str) -> tuple[int, int] | None:
     return (size[1], size[0]) if size else None
 
 
-def _file(paths: Sequence[str]) -> str | None:
-    return file_problem(paths[0])
+def _file(paths: Sequence[str]) -> tuple[int | None, str | None]:
+    return file_check(paths[0])
 
 
-def _image(paths: Sequence[str]) -> str | None:
-    return file_problem(paths[0], encoded_problem)
+def _image(paths: Sequence[str]) -> tuple[int | None, str | None]:
+    return file_check(paths[0], encoded_problem)
 
 
-def _segmentation(paths: Sequence[str]) -> str | None:
+def _segmentation(paths: Sequence[str]) -> tuple[int | None, str | None]:
     image, mask = paths
-    problem = file_problem(image, encoded_problem)
+    stamp, problem = file_check(image, encoded_problem)
     if problem:
-        return problem
-    problem = file_problem(mask, mask_problem)
+        return None, problem
+    mask_stamp, problem = file_check(mask, mask_problem)
     if problem:
-        return f"its mask {mask}: {problem}"
+        return None, f"its mask {mask}: {problem}"
     size, mask_size = image_size(image), image_size(mask)
     if size is not None and mask_size is not None and size != mask_size:
         (h, w), (mh, mw) = size, mask_size
-        return f"{h}x{w} image, but its mask {mask} is {mh}x{mw}; a mask must be its image's size"
-    return None
+        return None, f"{h}x{w} image, but its mask {mask} is {mh}x{mw}; a mask must be its image's size"
+    return _joined([stamp, mask_stamp]), None
 
 
 #: The checks by name: ``"file"`` (readable and not empty), ``"image"`` (that, and its bytes
 #: an encoded image: ``encoded_problem``), ``"segmentation"`` (an image and its mask: an
-#: 8-bit grayscale PNG of the image's size).
-SAMPLE_CHECKS: dict[str, Callable[[Sequence[str]], str | None]] = {
+#: 8-bit grayscale PNG of the image's size). Each returns the sample's stamp as its files were
+#: read (see :func:`checked_sample`) and its problem.
+SAMPLE_CHECKS: dict[str, Callable[[Sequence[str]], tuple[int | None, str | None]]] = {
     "file": _file,
     "image": _image,
     "segmentation": _segmentation,
@@ -90,13 +91,25 @@ SAMPLE_CHECKS: dict[str, Callable[[Sequence[str]], str | None]] = {
 def sample_problem(check: str, paths: Sequence[str]) -> str | None:
     """What check ``check`` (a name of :data:`SAMPLE_CHECKS`) finds wrong with the sample of
     ``paths``, or None."""
-    return SAMPLE_CHECKS[check](paths)
+    return SAMPLE_CHECKS[check](paths)[1]
+
+
+def checked_sample(check: str, paths: Sequence[str]) -> tuple[int, str | None]:
+    """``(stamp, problem)``: :func:`sample_problem`, and the sample's :func:`sample_stamp` as
+    its files were when they were read (from the open files: a checker child stamps a sample it
+    checks without another ``os.stat`` of each file). The stamp is 0 where there is a problem."""
+    stamp, problem = SAMPLE_CHECKS[check](paths)
+    return (0, problem) if problem or stamp is None else (stamp, None)
 
 
 def sample_stamp(paths: Sequence[str]) -> int:
     """One number for the state of a sample's files (:func:`~.files.file_stamp` of each), never
     0 but where one of them cannot be stat'ed: a sample whose stamp changed is checked again."""
-    stamps = [file_stamp(p) for p in paths]
+    return _joined([file_stamp(p) for p in paths])
+
+
+def _joined(stamps: list[int | None]) -> int:
+    """One sample's stamp from its files': 0 where one is None."""
     if None in stamps:
         return 0
     if len(stamps) == 1:
