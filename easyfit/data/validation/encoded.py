@@ -4,6 +4,8 @@ against :data:`MAX_IMAGE_PIXELS`, and its structure (:mod:`easyfit.data.validati
 
 from __future__ import annotations
 
+import struct
+
 from .structure import structure_problem
 
 __all__ = [
@@ -48,12 +50,14 @@ def image_kind(head: bytes) -> str | None:
         >>> image_kind(b"\\x89PNG\\r\\n\\x1a\\n"), image_kind(b"hello")
         ('PNG', None)
     """
-    kind = next((k for sig, k in _SIGNATURES.items() if head.startswith(sig)), None)
-    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        kind = "WebP"
-    if kind is None and len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
-        kind = "PNM"
-    return kind
+    for signature, kind in _SIGNATURES.items():  # JPEG first: most files, at once
+        if head.startswith(signature):
+            return kind
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "WebP"
+    if len(head) > 1 and head[0:1] == b"P" and head[1:2] in b"1234567":
+        return "PNM"
+    return None
 
 
 def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = None) -> str | None:
@@ -159,13 +163,18 @@ _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}  # by PNG colour type (3: a palet
 
 def _jpeg_frame(head: bytes) -> int | None:
     """Where a JPEG's frame header (its SOFn marker) starts in ``head``, or None."""
-    i = 2
-    while i + 9 <= len(head) and head[i] == 0xFF:
-        marker = head[i + 1]
+    i, n = 2, len(head) - 9
+    while i <= n:
+        ff, marker, length = _MARKER.unpack_from(head, i)
+        if ff != 0xFF:
+            return None
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             return i
-        i += 2 + int.from_bytes(head[i + 2 : i + 4], "big")
+        i += 2 + length
     return None
+
+
+_MARKER = struct.Struct(">BBH")  # a JPEG marker (FF, its code) and its segment's length
 
 
 def image_problem(data: bytes, whole: bool = True) -> str | None:

@@ -35,9 +35,11 @@ class _Frame:
         self.scans = 0
 
     def copy(self) -> _Frame:
-        frame = _Frame()
-        frame.__dict__.update(self.__dict__)
-        frame.components, frame.quant = dict(self.components), set(self.quant)
+        """A frame that goes on from this one: a shallow copy, as the walk rebinds what it
+        changes after the frame header (``quant``, ``restart``, ``scans``) rather than change
+        it in place (``components`` is made once, by the frame header)."""
+        frame = _Frame.__new__(_Frame)
+        frame.__dict__ = self.__dict__.copy()
         return frame
 
 
@@ -195,7 +197,7 @@ def _dqt_problem(body: bytes, frame: _Frame) -> str | None:
             return "quantization table segment of a wrong length or table id"
         if 0 in (values if not wide else [values[k] << 8 | values[k + 1] for k in range(0, size, 2)]):
             return f"quantization table {table} holds a zero"
-        frame.quant.add(table)
+        frame.quant = frame.quant | {table}  # rebound: a kept frame's set stays as it is
         i += 1 + size
     return None
 
