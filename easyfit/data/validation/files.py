@@ -23,26 +23,27 @@ def file_problem(path: str, check: Callable[..., str | None] | None = None) -> s
 
 def file_check(path: str, check: Callable[..., str | None] | None = None) -> tuple[int | None, str | None]:
     """``(stamp, problem)``: :func:`file_problem`, and the :func:`file_stamp` of the file it
-    read (from the open file: no second ``os.stat``; None where it could not be opened)."""
+    read (from the open file: no second ``os.stat``; None where it could not be read)."""
     if path.startswith(URL_SCHEMES):  # an object: through object_store, imported only then
-        from ..object_store import object_problem, stamp
+        from ..object_store import object_problem
+        from ..object_store import stamp as object_stamp
 
-        return stamp(path), object_problem(path, check, HEAD, TAIL, WHOLE)
+        return object_stamp(path), object_problem(path, check, HEAD, TAIL, WHOLE)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError as e:
         return None, f"cannot be read ({e.strerror or e})"
     try:
         st = os.fstat(fd)
-        size = st.st_size
+        stamp, size = _stamp(st), st.st_size
         if size == 0:
-            return _stamp(st), "empty file"
+            return stamp, "empty file"
         if check is None:
-            return _stamp(st), None
+            return stamp, None
         if size <= WHOLE:
             data = os.pread(fd, size, 0)
-            return _stamp(st), check(data[:HEAD], data[-TAIL:], size, data)
-        return _stamp(st), check(os.pread(fd, HEAD, 0), os.pread(fd, TAIL, size - TAIL), size, None)
+            return stamp, check(data[:HEAD], data[-TAIL:], size, data)
+        return stamp, check(os.pread(fd, HEAD, 0), os.pread(fd, TAIL, size - TAIL), size, None)
     except OSError as e:
         return None, f"cannot be read ({e.strerror or e})"
     finally:
