@@ -7,8 +7,11 @@ why easyfit initialises states on the host (``easyfit.training.state.HOST_INIT_B
 
 Each set-up runs in a fresh interpreter (nothing compiled before it): the initialisation alone
 on the device and on the host; the train step alone; each initialisation while the train step
-compiles in a thread (started first). Then the host's initial values against the device's
-(bitwise equal leaves, largest difference). On a CPU-only machine host and device are the same.
+compiles in a thread (started first); the host's with the options easyfit compiles it with
+(``easyfit.training.state.CPU_INIT_OPTIONS``: LLVM's first optimisation level), alone and beside
+the train step. Then the host's initial values against the device's, and the host's with those
+options against its default (bitwise equal leaves, largest difference). On a CPU-only machine
+host and device are the same.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from children import USER_ENV, last_json, run_again  # noqa: E402
 
-SETUPS = ("init_device", "init_host", "train", "init_device_beside_train", "init_host_beside_train")
+SETUPS = (
+    "init_device",
+    "init_host",
+    "init_host_options",
+    "train",
+    "init_device_beside_train",
+    "init_host_beside_train",
+    "init_host_options_beside_train",
+)
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -33,6 +44,8 @@ def child(args: argparse.Namespace) -> dict:
     import numpy as np
     import optax
     from imagenet_recipe import example
+
+    from easyfit.training.state import CPU_INIT_OPTIONS
 
     ex = example()
     model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[args.model](10, args.width)
@@ -77,12 +90,12 @@ def child(args: argparse.Namespace) -> dict:
             round(time.perf_counter() - mid, 3),
         )
 
-    def init_on(device, prefix: str):
+    def init_on(device, prefix: str, options: dict | None = None):
         start = time.perf_counter()
         with jax.default_device(device):
             lowered = jax.jit(init).lower(rng, x1)
             mid = time.perf_counter()
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=options)
             end = time.perf_counter()
             values = jax.block_until_ready(compiled(rng, x1))
         out[f"{prefix}_lower_s"], out[f"{prefix}_compile_s"] = round(mid - start, 3), round(end - mid, 3)
@@ -94,10 +107,15 @@ def child(args: argparse.Namespace) -> dict:
     setup = args.setup
     if setup == "values":
         a, b = init_on(device, "init_device"), init_on(host, "init_host")
-        pairs = list(zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True))
-        out["leaves"] = len(pairs)
-        out["equal_leaves"] = sum(bool(np.array_equal(np.asarray(u), np.asarray(v))) for u, v in pairs)
-        out["max_abs_diff"] = max(float(np.max(np.abs(np.asarray(u) - np.asarray(v)))) for u, v in pairs)
+        c = init_on(host, "init_host_options", CPU_INIT_OPTIONS)
+        for name, (u, v) in {"device_host": (a, b), "host_options": (b, c)}.items():
+            pairs = list(zip(jax.tree_util.tree_leaves(u), jax.tree_util.tree_leaves(v), strict=True))
+            out[f"{name}_leaves"] = len(pairs)
+            same = [bool(np.array_equal(np.asarray(p), np.asarray(q))) for p, q in pairs]
+            out[f"{name}_equal_leaves"] = sum(same)
+            out[f"{name}_max_abs_diff"] = max(
+                float(np.max(np.abs(np.asarray(p, np.float64) - np.asarray(q, np.float64)))) for p, q in pairs
+            )
         return out
     beside = setup.endswith("_beside_train")
     thread = threading.Thread(target=compile_train) if beside or setup == "train" else None
@@ -106,7 +124,7 @@ def child(args: argparse.Namespace) -> dict:
     if beside:
         time.sleep(3)  # the train step is traced first, as fit does
     if setup.startswith("init_"):
-        init_on(host if "host" in setup else device, "init")
+        init_on(host if "host" in setup else device, "init", CPU_INIT_OPTIONS if "options" in setup else None)
     if thread is not None:
         thread.join()
     return out
@@ -139,10 +157,12 @@ def main() -> None:
         train = f"{r['train_lower_s']:.2f} / {r['train_compile_s']:.2f}" if "train_lower_s" in r else ""
         print(f"| {s} | {init} | {train} |")
     v = rows["values"]
-    print(
-        f"host against device: {v['equal_leaves']} of {v['leaves']} leaves equal, "
-        f"largest difference {v['max_abs_diff']:.3g}"
-    )
+    pairs = {"device_host": "host against device", "host_options": "host: options against default"}
+    for name, what in pairs.items():
+        print(
+            f"{what}: {v[f'{name}_equal_leaves']} of {v[f'{name}_leaves']} leaves equal, "
+            f"largest difference {v[f'{name}_max_abs_diff']:.3g}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows))
 

@@ -92,6 +92,43 @@ def test_a_state_made_on_the_host_device_equals_the_default_devices_and_lands_th
         assert a.devices() == {jax.devices()[0]} and not a.committed
 
 
+class Initialisers(nn.Module):
+    """linen's initialisers, a BatchNorm, an embedding and attention: random draws of every
+    kind an initialisation compiles."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        x = nn.BatchNorm(use_running_average=not train)(nn.Conv(6, (3, 3))(x)).reshape((x.shape[0], -1))
+        inits = nn.initializers
+        kernels = [inits.normal(0.3), inits.orthogonal(), inits.he_uniform(), inits.glorot_normal()]
+        h = sum(nn.Dense(12, kernel_init=k, bias_init=inits.uniform(0.2))(x) for k in kernels)
+        h = nn.LayerNorm()(h) + nn.Embed(50, 12)(np.zeros((1,), np.int32))
+        attention = nn.MultiHeadDotProductAttention(num_heads=3, qkv_features=12)
+        h = attention(h[:, None, :].repeat(4, 1)).mean(axis=1)
+        return nn.Dense(10, param_dtype=jax.numpy.bfloat16)(h)
+
+
+@pytest.mark.parametrize("model", [Recorder(Notes()), Initialisers()], ids=["dense", "initialisers"])
+def test_an_initialisation_compiled_for_the_cpu_gives_the_default_compilations_values(model):
+    from easyfit.training import state as state_module
+    from easyfit.training.models import adapt
+
+    tx = optax.adamw(1e-3)
+    maker = state_module.StateMaker(adapt(model)[0], tx, ema=True, host=jax.local_devices(backend="cpu")[0])
+    made = maker.make(7, (8, 8, 1))
+    assert maker._init_cpu._cache_size() == 1 and maker._init._cache_size() == 0  # the CPU's options
+    init_rng, _ = jax.random.split(jax.random.PRNGKey(7))
+    p_rng, d_rng = jax.random.split(init_rng)
+    zeros = np.zeros((1, 8, 8, 1), np.float32)
+    variables = jax.jit(lambda r1, r2, x: model.init({"params": r1, "dropout": r2}, x, train=False))(
+        p_rng, d_rng, zeros
+    )  # XLA's default options
+    params = variables["params"]
+    for got, want in [(made.params, params), (made.ema_params, params), (made.opt_state, tx.init(params))]:
+        np.testing.assert_array_equal(flat_params(got), flat_params(want))  # exact
+    assert bool(made.model_state) == ("batch_stats" in variables)
+
+
 @pytest.mark.parametrize("loss", [None, "sparse_categorical_crossentropy"])
 def test_the_label_and_class_weight_checks_take_the_output_shapes_the_initialisation_noted(root, loss):
     notes = Notes()
