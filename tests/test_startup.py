@@ -93,8 +93,8 @@ def test_a_state_made_on_the_host_device_equals_the_default_devices_and_lands_th
 
 
 class Initialisers(nn.Module):
-    """linen's initialisers, a BatchNorm, an embedding and attention: random draws of every
-    kind an initialisation compiles."""
+    """linen's initialisers, a BatchNorm and an embedding: random draws of every kind an
+    initialisation compiles (normal, truncated normal, uniform, orthogonal's QR)."""
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -103,8 +103,6 @@ class Initialisers(nn.Module):
         kernels = [inits.normal(0.3), inits.orthogonal(), inits.he_uniform(), inits.glorot_normal()]
         h = sum(nn.Dense(12, kernel_init=k, bias_init=inits.uniform(0.2))(x) for k in kernels)
         h = nn.LayerNorm()(h) + nn.Embed(50, 12)(np.zeros((1,), np.int32))
-        attention = nn.MultiHeadDotProductAttention(num_heads=3, qkv_features=12)
-        h = attention(h[:, None, :].repeat(4, 1)).mean(axis=1)
         return nn.Dense(10, param_dtype=jax.numpy.bfloat16)(h)
 
 
