@@ -3,6 +3,7 @@ process can run Python meanwhile: each ``Pipeline.build`` timed, with the longes
 which a thread sleeping 1 ms at a time could not take the interpreter lock back.
 
     python benchmarks/pipeline_build.py FOLDER [--image-size 224] [--batch-size 256] [--json ROWS_JSON]
+    python benchmarks/pipeline_build.py --graphs [--json ROWS_JSON]
 
 FOLDER holds ``train/<class>/*`` (``startup.py --recipe`` writes one). The recipe's training
 source (``imagenet_recipe.recipe_source``: random resized crops, flips, ImageNet
@@ -11,6 +12,13 @@ normalisation) is opened by easyfit's loader, one fresh interpreter per set-up: 
 (a DALI pipeline with no operator but a copy built before: DALI's own set-up on the device);
 ``hw_decoder_off`` (``easyfit.data.images.HW_DECODER_LOAD = 0``: no image for the hardware
 JPEG decoder). On a CPU-only machine the pipelines run on the CPU.
+
+``--graphs`` times instead three builds of bare DALI graphs of the random resized crop, each in
+a fresh interpreter (batch 85, 4 threads, as one of easyfit's three pipelines of a 256 batch on
+a 16-core GPU machine): ``peek_and_slice`` (``fn.peek_image_shape``, then
+``fn.decoders.image_slice`` with the window: what easyfit built before), ``decode_and_slice``
+(``fn.decoders.image``, then ``fn.slice`` with the window from the decoded shape: what it builds
+now), ``decode`` (the decoder alone) and ``peek`` (the peek alone).
 """
 
 from __future__ import annotations
@@ -26,6 +34,47 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from children import last_json, run_again, watch_lock  # noqa: E402
 
 SETUPS = ("plain", "runtime_first", "trivial_first", "hw_decoder_off")
+GRAPHS = ("peek_and_slice", "decode_and_slice", "decode", "peek")
+
+
+def graph_builds(graph: str) -> dict:
+    """Seconds of three builds of the bare DALI graph ``graph`` (see the module's text)."""
+    import jax
+    import nvidia.dali.math as dmath
+    from nvidia.dali import fn, pipeline_def, types
+
+    gpu = jax.default_backend() == "gpu"
+    where = "mixed" if gpu else "cpu"
+    hw = {"hw_decoder_load": 0.9} if gpu else {}
+
+    def window(shape):  # half the area at the image's aspect ratio, in the middle
+        shape = fn.cast(shape, dtype=types.DALIDataType.FLOAT)
+        rel_w = dmath.min(dmath.sqrt(0.5 * shape[0] / shape[1]), 1.0)
+        rel_h = dmath.min(dmath.sqrt(0.5 * shape[1] / shape[0]), 1.0)
+        return fn.stack(0.5 * (1.0 - rel_h), 0.5 * (1.0 - rel_w)), fn.stack(rel_h, rel_w)
+
+    @pipeline_def(batch_size=85, num_threads=4, device_id=0 if gpu else None, seed=1)  # type: ignore[call-overload]
+    def pipe():
+        encoded = fn.external_source(name="encoded", dtype=types.DALIDataType.UINT8, ndim=1)
+        if graph == "peek":
+            return fn.peek_image_shape(encoded)
+        if graph == "peek_and_slice":
+            start, size = window(fn.peek_image_shape(encoded))
+            images = fn.decoders.image_slice(encoded, start, size, axis_names="HW", device=where, **hw)
+        else:
+            images = fn.decoders.image(encoded, device=where, **hw)
+            if graph == "decode_and_slice":
+                start, size = window(images.shape())
+                images = fn.slice(images, start, size, axis_names="HW")
+        return fn.resize(images, size=[224, 224])
+
+    builds = []
+    for _ in range(3):
+        p = pipe()
+        start = time.time()
+        p.build()
+        builds.append(round(time.time() - start, 3))
+    return {"graph": graph, "builds_s": builds}
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -91,12 +140,27 @@ def child(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folder")
+    ap.add_argument("folder", nargs="?")
+    ap.add_argument("--graphs", action="store_true", help="time bare DALI graphs of the crop instead")
+    ap.add_argument("--graph", choices=GRAPHS, help=argparse.SUPPRESS)
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--json")
     ap.add_argument("--setup", choices=SETUPS, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.graph:
+        print(json.dumps(graph_builds(args.graph)), flush=True)
+        os._exit(0)
+    if args.graphs:
+        graphs = [last_json(run_again(__file__, "--graph", g), g) for g in GRAPHS]
+        print("| graph | builds s |\n| --- | --- |")
+        for r in graphs:
+            print(f"| {r['graph']} | {' / '.join(f'{b:.2f}' for b in r['builds_s'])} |")
+        if args.json:
+            Path(args.json).write_text(json.dumps(graphs, indent=1))
+        return
+    if args.folder is None:
+        ap.error("FOLDER is needed (or --graphs)")
     if args.setup:
         print(json.dumps(child(args)), flush=True)
         os._exit(0)  # nothing after the measurement

@@ -7,7 +7,7 @@ DIR is laid out like ImageNet: ``DIR/train/<wnid>/*.JPEG`` and ``DIR/val/<wnid>/
 is that of Flax's ImageNet example: ResNet-50 v1.5 with BatchNorm; SGD with Nesterov momentum
 0.9, a learning rate of 0.1 per 256 images, 5 epochs of linear warm-up then a cosine decay;
 weight decay 1e-4 on the kernels only; label smoothing 0.1; the passes in bfloat16. The input
-side runs in DALI: training images are decoded straight into a random crop (8 % to 100 % of the
+side runs in DALI: training images are decoded and cut to a random crop (8 % to 100 % of the
 area, aspect ratio 3/4 to 4/3), resized to 224x224, flipped at random and normalised with
 ImageNet's mean and standard deviation; validation images are resized (shorter side 256) and
 center-cropped to 224x224. ``--smoke`` writes a tiny folder of generated photos and trains a

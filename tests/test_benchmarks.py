@@ -159,3 +159,11 @@ def test_pipeline_build_times_each_set_up_of_the_recipes_pipelines(tmp_path):
         assert len(r["builds_s"]) == len(r["lock_held_s"]) == (2 if r["setup"] == "trivial_first" else 1)
         assert all(0 <= h <= b + 0.06 for h, b in zip(r["lock_held_s"], r["builds_s"], strict=True))
         assert r["first_chunk_s"] > 0
+
+
+def test_pipeline_build_times_three_builds_of_each_graph_of_the_crop(tmp_path):
+    out = tmp_path / "graphs.json"
+    run("pipeline_build.py", "--graphs", "--json", str(out))
+    rows = json.loads(out.read_text())
+    assert [r["graph"] for r in rows] == ["peek_and_slice", "decode_and_slice", "decode", "peek"]
+    assert all(len(r["builds_s"]) == 3 and min(r["builds_s"]) >= 0 for r in rows)

@@ -1,6 +1,6 @@
-"""The ImageNet recipe on the DALI side: random resized crops fused into decoding, validation's
-resize and center crop, normalisation in DALI, augmentation randomness per sample (so per
-pipeline and device) that resumes exactly. Real JPEGs of varied sizes, written here."""
+"""The ImageNet recipe on the DALI side: random resized crops cut from the decoded images,
+validation's resize and center crop, normalisation in DALI, augmentation randomness per sample
+(so per pipeline and device) that resumes exactly. Real JPEGs of varied sizes, written here."""
 
 from __future__ import annotations
 
@@ -73,6 +73,28 @@ def test_each_pipeline_draws_its_own_crops(tmp_path):
     assert len({row.tobytes() for row in two}) == 48
     # and the layout of pipelines does not change what a sample gets
     np.testing.assert_array_equal(_chunks(source, training=True, pipelines=1)[0], two)
+
+
+def test_a_random_resized_crop_is_cut_from_the_decoded_image_without_peeking_at_its_shape(tmp_path):
+    """The window's size comes from the decoded image's shape: no ``fn.peek_image_shape`` in
+    the training pipeline (it opens an image codec of its own: about a second of each first
+    pipeline build on a GPU). A crop of the whole area at a square image's own aspect ratio is
+    the whole image, resized as a plain resize does, pixel for pixel."""
+    root = ef.datasets.synthetic_images(
+        tmp_path / "square", classes=2, per_class=(6, 0), size=(48, 48), image_format="jpeg", workers=1
+    )
+    whole = ef.data.Augment(random_resized_crop=(1.0, 1.0), aspect_ratio=(1.0, 1.0), flip=False)
+    source = ef.data.ImageFolder(root + "/train", image_size=SIZE, augment=whole)
+    plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
+    loader = Loader(source, plan, Placement.create(), training=True)
+    try:
+        graph = loader._pipelines._pipes[0].serialize()
+        cropped = np.asarray(next(loader)["x"])
+    finally:
+        loader.close()
+    assert b"PeekImageShape" not in graph and b"Slice" in graph
+    plain = _chunks(ef.data.ImageFolder(root + "/train", image_size=SIZE), training=False)[0]
+    np.testing.assert_array_equal(cropped, plain)
 
 
 def test_evaluation_resizes_the_shorter_side_and_takes_the_center(photos):

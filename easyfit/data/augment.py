@@ -60,8 +60,8 @@ def apply_drawn(augment: Any, images: Any, draws: dict[str, Any]) -> Any:
 
 
 def refuse_random_crop(augment: Any, where: str) -> None:
-    """ValueError when ``augment`` crops at random: the crop is fused into decoding, so it
-    needs encoded images (JPEG, PNG, ...), not arrays."""
+    """ValueError when ``augment`` crops at random: the crop is part of decoding (its window
+    comes from the decoded image), so it needs encoded images (JPEG, PNG, ...), not arrays."""
     if getattr(augment, "random_resized_crop", None):
         raise ValueError(
             f"{where}: augment=Augment(random_resized_crop=...) applies to encoded "
@@ -84,9 +84,9 @@ class Augment:
         random_resized_crop: ``(min, max)`` fraction of the image's area to crop at random
             (torchvision's ``RandomResizedCrop(scale=...)``; ImageNet training uses
             ``(0.08, 1.0)``), with an aspect ratio drawn log-uniformly in ``aspect_ratio``; the
-            window is then resized to the source's ``image_size``. For encoded images it is
-            fused into decoding (DALI's ``fn.decoders.image_slice``; on GPUs nvJPEG decodes only
-            the window). Needs ``image_size``; evaluation then resizes the shorter side to
+            window is then resized to the source's ``image_size``. For encoded images it is part
+            of decoding: the image is decoded (on GPUs by nvJPEG) and the window sliced from it,
+            its size from the decoded shape. Needs ``image_size``; evaluation then resizes the shorter side to
             ``image_size / 0.875`` and takes the center (the source's ``eval_crop``).
         aspect_ratio: ``(min, max)`` width/height ratio of the random crop.
         crop_padding: pad each side by this many pixels (zeros), then crop back to the original

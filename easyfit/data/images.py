@@ -352,9 +352,9 @@ class EncodedImages:
     ) -> Any:
         """DALI graph: encoded bytes -> HWC images on ``device`` of ``image_size``.
 
-        With ``draws`` (training batches, see ``easyfit.data.Augment``): the random crop decoded
-        alone (``fn.decoders.image_slice``: nvJPEG decodes only the window) and resized, then the
-        other augmentations. Without, for a source with ``eval_crop``: the shorter side resized
+        With ``draws`` (training batches, see ``easyfit.data.Augment``): the image decoded, its
+        random crop sliced (the window from the decoded shape) and resized, then the other
+        augmentations. Without, for a source with ``eval_crop``: the shorter side resized
         to ``image_size / eval_crop`` and the center cropped; else a plain resize. Then
         ``transform``, then ``normalize`` (``fn.crop_mirror_normalize``, fused with the center
         crop and the flip, float16 out); uint8 otherwise.
@@ -379,10 +379,12 @@ class EncodedImages:
             {"interp_type": types.DALIInterpType.INTERP_NN, "antialias": False} if mask else {}
         )
         if augment is not None and draws is not None and augment.random_resized_crop:
-            start, size = Augment.window(draws, fn.peek_image_shape(encoded))
-            images = fn.decoders.image_slice(
-                encoded, start, size, axis_names="HW", device=where, output_type=kind, **gpu
-            )
+            # the window from the decoded images' shapes: fn.peek_image_shape would open an
+            # image codec of its own (on a GPU, about a second of each first build, the
+            # interpreter lock held: docs/performance.md)
+            images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
+            start, size = Augment.window(draws, images.shape())
+            images = fn.slice(images, start, size, axis_names="HW")
         else:
             images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
         if device == "gpu" and where == "cpu":
