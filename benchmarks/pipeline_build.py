@@ -40,18 +40,18 @@ GRAPHS = ("peek_and_slice", "decode_and_slice", "decode", "peek")
 def graph_builds(graph: str) -> dict:
     """Seconds of three builds of the bare DALI graph ``graph`` (see the module's text)."""
     import jax
-    import nvidia.dali.math as dmath
     from nvidia.dali import fn, pipeline_def, types
+
+    from easyfit.data.augment import Augment
 
     gpu = jax.default_backend() == "gpu"
     where = "mixed" if gpu else "cpu"
     hw = {"hw_decoder_load": 0.9} if gpu else {}
+    # half the area at the image's aspect ratio, in the middle: easyfit's window of fixed draws
+    fixed = {"area": 0.5, "log_ratio": 0.0, "crop_y": 0.5, "crop_x": 0.5}
 
-    def window(shape):  # half the area at the image's aspect ratio, in the middle
-        shape = fn.cast(shape, dtype=types.DALIDataType.FLOAT)
-        rel_w = dmath.min(dmath.sqrt(0.5 * shape[0] / shape[1]), 1.0)
-        rel_h = dmath.min(dmath.sqrt(0.5 * shape[1] / shape[0]), 1.0)
-        return fn.stack(0.5 * (1.0 - rel_h), 0.5 * (1.0 - rel_w)), fn.stack(rel_h, rel_w)
+    def window(shape):
+        return Augment.window({k: fn.constant(fdata=v, shape=[]) for k, v in fixed.items()}, shape)
 
     @pipeline_def(batch_size=85, num_threads=4, device_id=0 if gpu else None, seed=1)  # type: ignore[call-overload]
     def pipe():

@@ -84,9 +84,9 @@ class Augment:
         random_resized_crop: ``(min, max)`` fraction of the image's area to crop at random
             (torchvision's ``RandomResizedCrop(scale=...)``; ImageNet training uses
             ``(0.08, 1.0)``), with an aspect ratio drawn log-uniformly in ``aspect_ratio``; the
-            window is then resized to the source's ``image_size``. For encoded images it is part
-            of decoding: the image is decoded (on GPUs by nvJPEG) and the window sliced from it,
-            its size from the decoded shape. Needs ``image_size``; evaluation then resizes the shorter side to
+            window is then resized to the source's ``image_size``. For encoded images the window
+            is sliced from the decoded image (on GPUs decoded by nvJPEG), its size from the
+            decoded shape. Needs ``image_size``; evaluation then resizes the shorter side to
             ``image_size / 0.875`` and takes the center (the source's ``eval_crop``).
         aspect_ratio: ``(min, max)`` width/height ratio of the random crop.
         crop_padding: pad each side by this many pixels (zeros), then crop back to the original

@@ -378,15 +378,13 @@ class EncodedImages:
         nearest: dict[str, Any] = (
             {"interp_type": types.DALIInterpType.INTERP_NN, "antialias": False} if mask else {}
         )
+        images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
         if augment is not None and draws is not None and augment.random_resized_crop:
             # the window from the decoded images' shapes: fn.peek_image_shape would open an
             # image codec of its own (on a GPU, about a second of each first build, the
             # interpreter lock held: docs/performance.md)
-            images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
             start, size = Augment.window(draws, images.shape())
             images = fn.slice(images, start, size, axis_names="HW")
-        else:
-            images = fn.decoders.image(encoded, device=where, output_type=kind, **gpu)
         if device == "gpu" and where == "cpu":
             images = images.gpu()
         if augment is None and not mask:  # evaluation, prediction: the recipe alone
