@@ -167,3 +167,15 @@ def test_pipeline_build_times_three_builds_of_each_graph_of_the_crop(tmp_path):
     rows = json.loads(out.read_text())
     assert [r["graph"] for r in rows] == ["peek_and_slice", "decode_and_slice", "decode", "peek"]
     assert all(len(r["builds_s"]) == 3 and min(r["builds_s"]) >= 0 for r in rows)
+
+
+def test_epoch_checks_times_both_epochs_with_the_cpu_of_the_process_and_its_checkers(tmp_path):
+    out = tmp_path / "runs.json"
+    args = ("--files", "200", "--classes", "4", "--size", "8", "--batch-size", "20", "--repeat", "1")
+    printed = run("epoch_checks.py", str(tmp_path / "data"), *args, "--children", "1", "--json", str(out))
+    (epochs,) = json.loads(out.read_text())
+    assert [e["epoch"] for e in epochs] == [1, 2]
+    for e in epochs:
+        assert 0 < e["after_first_step"] <= e["seconds"] and 0 <= e["input_wait"] <= 1
+        assert 0 < e["feed"] and 0 < e["cpu_process"] and 0 <= e["cpu_children"] and 0 < e["busy_cores"]
+    assert "| CPU s, this process | CPU s, checker children | busy cores (machine) |" in printed

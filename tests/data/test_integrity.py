@@ -18,7 +18,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.images import sample_positions
-from easyfit.data.validation.encoded import encoded_problem
+from easyfit.data.validation.encoded import encoded_problem, header_size
 from easyfit.data.validation.files import file_problem
 from easyfit.data.validation.jpeg import _HEADERS, _first_scan, jpeg_problem
 
@@ -290,6 +290,27 @@ def test_a_scan_marker_inside_an_earlier_segment_does_not_stand_for_the_header(d
     assert jpeg_problem(good) is None and _first_scan(good) not in _HEADERS
     problem = jpeg_problem(_put(good, _segment(good, 0xDB) + 5, bytes(64)))
     assert problem is not None and problem.startswith("quantization table 0 holds a zero"), problem
+
+
+def test_a_progressive_jpeg_of_a_kept_header_is_walked_past_its_first_scan(digits):
+    # a baseline file of a kept header ends at its first scan; a progressive one goes on, and
+    # what is broken in a segment between its later scans is still found
+    good = _unusual(digits[0][0])["progressive.jpg"]
+    assert jpeg_problem(good) is None and jpeg_problem(good) is None  # the second from its header
+    first = _segment(good, 0xDA)
+    later = good.index(b"\xff\xc4", first + 2 + int.from_bytes(good[first + 2 : first + 4], "big"))
+    problem = jpeg_problem(_put(good, later + 2, b"\xff\xf0"))  # that table's length: past the end
+    assert problem is not None, "the broken table after the first scan was not found"
+    assert problem.startswith(f"JPEG segment FFC4 at byte {later} has length"), problem
+
+
+def test_a_jpeg_header_size_is_its_own_after_the_walk_of_another(digits):
+    # header_size takes a JPEG's size from the header walked last only for a file that starts
+    # with that header
+    square, wide = _save(digits[0][0], "JPEG"), _save(np.tile(digits[0][0], (1, 2)), "JPEG")
+    for data in (square, wide, square):
+        assert jpeg_problem(data) is None
+        assert (header_size("JPEG", square), header_size("JPEG", wide)) == ((28, 28), (56, 28))
 
 
 def _unusual(image: np.ndarray) -> dict[str, bytes]:

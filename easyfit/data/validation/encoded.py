@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 
+from .jpeg import kept_size
 from .structure import structure_problem
 
 __all__ = [
@@ -82,9 +83,9 @@ def encoded_problem(head: bytes, tail: bytes, size: int, data: bytes | None = No
     kind = image_kind(head)
     if kind is None:
         return f"not an image (starts with {head[:8]!r})"
-    if kind == "PNG" and _PNG_END not in tail:
+    if kind == "PNG" and tail.rfind(_PNG_END) < 0:
         return "truncated PNG (no IEND chunk at its end)"
-    if kind == "JPEG" and b"\xff\xd9" not in tail:
+    if kind == "JPEG" and tail.rfind(b"\xff\xd9") < 0:  # (from the end: found at once)
         return "truncated JPEG (no end-of-image marker)"
     if kind == "BMP" and len(head) >= 6 and int.from_bytes(head[2:6], "little") > size:
         return f"truncated BMP ({size} of {int.from_bytes(head[2:6], 'little')} bytes)"
@@ -131,6 +132,9 @@ def header_size(kind: str, head: bytes) -> tuple[int, int] | None:
         if chunk == b"VP8X":
             return (int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1)
     if kind == "JPEG":
+        known = kept_size(head)  # a header walked last: its frame's size, as found then
+        if known is not None:
+            return known
         i = _jpeg_frame(head)
         if i is not None:
             return int.from_bytes(head[i + 7 : i + 9], "big"), int.from_bytes(head[i + 5 : i + 7], "big")

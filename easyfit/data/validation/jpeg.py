@@ -14,7 +14,7 @@ import threading
 from ._bytes import ceil_div as _ceil
 from ._bytes import u16 as _u16
 
-__all__ = ["jpeg_problem"]
+__all__ = ["jpeg_problem", "kept_size"]
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _LOSSLESS = frozenset({0xC3, 0xC7, 0xCB, 0xCF})
@@ -50,6 +50,10 @@ class _Frame:
 _HEADERS: dict[bytes, tuple[_Frame, bytes]] = {}
 _HEADERS_KEPT = 64
 _HEADERS_LOCK = threading.Lock()
+#: The kept header met last, as ``(its bytes, frame, scan header)``: a file that starts with
+#: those bytes is known without finding its first scan and hashing the bytes up to it (most
+#: files of a folder share one header). Rebound whole, so that a reader sees one header.
+_last: tuple[bytes, _Frame, bytes] | None = None
 
 
 def jpeg_problem(data: bytes) -> str | None:
@@ -66,13 +70,43 @@ def jpeg_problem(data: bytes) -> str | None:
         >>> jpeg_problem(broken)
         'JPEG segment FFE0 at byte 2 has length 65535, past the end of the file (...)'
     """
+    kept = _kept(data)
+    if kept is None:
+        return _walk(data, 2, _Frame(), _first_scan(data))
+    first, frame, header = kept
+    end = _scan_problem(data, len(first), frame, header)
+    if isinstance(end, str):
+        return end
+    if data.startswith(b"\xff\xd9", end):  # one scan, then the end (a baseline JPEG)
+        return None
+    frame = frame.copy()  # the walk goes on (a progressive JPEG): its own frame
+    frame.scans = 1
+    return _walk(data, end, frame, b"")
+
+
+def kept_size(head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` of a JPEG whose first bytes ``head`` are the header met last by
+    :func:`jpeg_problem` (its frame's size, as its walk found it), else None: what
+    ``encoded.header_size`` would find, without walking the segments again."""
+    last = _last
+    if last is None or not head.startswith(last[0]):
+        return None
+    height, width = last[1].size
+    return width, height
+
+
+def _kept(data: bytes) -> tuple[bytes, _Frame, bytes] | None:
+    """``(header bytes, frame, scan header)`` of the kept walk ``data`` starts with, or None."""
+    global _last
+    last = _last
+    if last is not None and data.startswith(last[0]):
+        return last
     first = _first_scan(data)
     seen = _HEADERS.get(first) if first else None
-    if seen is not None:
-        frame, header = seen[0].copy(), seen[1]
-        end = _scan_problem(data, len(first), frame, header)
-        return end if isinstance(end, str) else _walk(data, end, frame, b"")
-    return _walk(data, 2, _Frame(), first)
+    if seen is None:
+        return None
+    _last = (first, *seen)
+    return _last
 
 
 def _first_scan(data: bytes) -> bytes:
@@ -115,14 +149,22 @@ def _walk(data: bytes, i: int, frame: _Frame, first: bytes) -> str | None:
             return f"{problem} (JPEG segment FF{marker:02X} at byte {at})"
         if marker == 0xDA:
             if frame.scans == 0 and i == len(first):  # the header is what the key holds
-                with _HEADERS_LOCK:
-                    _HEADERS[first] = (frame.copy(), body)
-                    if len(_HEADERS) > _HEADERS_KEPT:
-                        del _HEADERS[next(iter(_HEADERS))]
+                _keep(first, frame.copy(), body)
+            frame.scans += 1
             end = _scan_problem(data, i, frame, body)
             if isinstance(end, str):
                 return end
             i = end
+
+
+def _keep(first: bytes, frame: _Frame, header: bytes) -> None:
+    """Keeps the walk of a header to its first scan (see :data:`_HEADERS`)."""
+    global _last
+    with _HEADERS_LOCK:
+        _HEADERS[first] = (frame, header)
+        if len(_HEADERS) > _HEADERS_KEPT:
+            del _HEADERS[next(iter(_HEADERS))]
+    _last = (first, frame, header)
 
 
 def _segment_problem(marker: int, body: bytes, frame: _Frame) -> str | None:
@@ -222,8 +264,7 @@ def _sos_problem(body: bytes, frame: _Frame) -> str | None:
 def _scan_problem(data: bytes, i: int, frame: _Frame, header: bytes) -> int | str:
     """The offset of the marker ending the entropy-coded data that starts at ``i``, or what is
     wrong in it: a marker other than a restart marker, restart markers out of sequence, or not
-    as many as the restart interval implies."""
-    frame.scans += 1
+    as many as the restart interval implies. ``frame`` is only read."""
     restarts = 0
     for m in _IN_SCAN.finditer(data, i):
         p = m.start()
