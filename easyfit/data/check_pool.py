@@ -14,13 +14,15 @@ not the one they were checked with, what their check finds. The paths travel wit
 requests: a child holds none of a large folder's, and starts at once.
 
 Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
-the next batches' without waiting, spread over every child: the next feed reads the answers
-owed before its own stats, which queue behind them, so the latest checks sent are answered
-sooner split among all children. The feed itself (:meth:`CheckPool.problem`) always stats
-its samples again and checks those that changed, so a file replaced in between (e.g. between
-epochs) is checked again before DALI reads it. The requests a child has not answered yet stay
-below half a pipe's capacity (else the oldest answer is waited for first), so that writing one
-never waits on a child that waits on its answers being read.
+the next batches' without waiting, spread over every child. The feed (:meth:`CheckPool.problem`)
+reads the answers to the requests that hold its samples (a child answers in order: and those
+sent to it before them), never the later ones. A sample checked ahead up to
+:data:`FRESH_SECONDS` before its feed is fed on that check's stamp; every other sample (e.g.
+at every later epoch) is stat'ed again by a child, and checked again where its files changed,
+so a file replaced between epochs is checked before DALI reads it. (A stat of the feed would
+queue behind the latest checks ahead, and the feed wait for them.) The requests a child has
+not answered yet stay below half a pipe's capacity (else the oldest answer is waited for
+first), so that writing one never waits on a child that waits on its answers being read.
 
 Fallbacks: where no child can start (or one dies), and for a source that names no check, the
 checks run in this process, one sample after the other, as the source's ``sample_problem``;
@@ -37,6 +39,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 
@@ -48,7 +51,7 @@ from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
 
-__all__ = ["CHILDREN", "CheckPool", "default_children"]
+__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children"]
 
 #: Checker children per pool; None: :func:`default_children`. 0: check in this process.
 CHILDREN: int | None = None
@@ -65,6 +68,11 @@ _RUN = (
     "importlib.import_module('_easyfit_validation.child').serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
 _VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
+#: Seconds for which a check ahead stands for its sample's stat at its feed (a file replaced
+#: in between is fed unchecked, as one replaced between its feed and DALI's read of it is):
+#: the checks ahead are sent a few runs before the feed, and the feed would wait for a stat
+#: queued behind the latest of them. Later, and at every feed after it, the sample is stat'ed.
+FRESH_SECONDS = 1.0
 _MIN_PER_CHILD = 32  # fewer samples per feed's request are not worth another child's round trip
 _PIPE_BYTES = 1 << 20  # asked for a child's input pipe (Linux; else the default 64 KiB)
 
@@ -89,6 +97,8 @@ class _Child:
             stderr=subprocess.DEVNULL,
         )
         self.pending: collections.deque[tuple[np.ndarray, int]] = collections.deque()  # (indices, bytes)
+        self.sent = 0  # requests sent so far (the next one's number)
+        self.answered = 0  # answers read so far: request k is answered once this passes k
         self.room_bytes = _half_pipe(self.proc.stdin)
         self._send(header)
 
@@ -104,14 +114,17 @@ class _Child:
         or the child has nothing left to answer (it is reading)."""
         return not self.pending or sum(b for _, b in self.pending) + size <= self.room_bytes
 
-    def ask(self, indices: np.ndarray, request: bytes) -> None:
-        """Sends ``request``, of the samples ``indices`` (see :meth:`room`)."""
+    def ask(self, indices: np.ndarray, request: bytes) -> int:
+        """Sends ``request``, of the samples ``indices`` (see :meth:`room`): its number."""
         self._send(request)
         self.pending.append((indices, len(request)))
+        self.sent += 1
+        return self.sent - 1
 
     def answer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
         """``(indices, stamps, status, problems)`` of the oldest pending request, once answered."""
         indices, _ = self.pending.popleft()
+        self.answered += 1
         assert self.proc.stdout is not None
         n = len(indices)
         data = read_exactly(self.proc.stdout, 9 * n)
@@ -146,6 +159,9 @@ class CheckPool:
         n = len(self._tables[0][1])
         self._stamps = np.zeros(n, np.int64)  # as checked; 0: not checked
         self._asked = np.zeros(n, bool)  # sent ahead, not answered yet
+        self._owner = np.zeros(n, np.int32)  # where sent ahead: the child (its place in _children)
+        self._request = np.zeros(n, np.int64)  # ... and the number of its request there
+        self._sent_at = np.full(n, -np.inf)  # when last sent ahead (time.monotonic()), until fed
         self._check = check
         self._count = default_children() if children is None else children
         self._lock = threading.Lock()
@@ -203,6 +219,7 @@ class CheckPool:
             todo = np.unique(np.asarray(indices, np.int64))
             todo = todo[(self._stamps[todo] == 0) & ~self._asked[todo]]
             self._asked[todo] = True
+            self._sent_at[todo] = time.monotonic()
             try:
                 if len(todo):
                     self._ask(todo, spread=True)
@@ -213,7 +230,10 @@ class CheckPool:
         """Checks, and waits for, the samples of ``indices`` that need it (never checked,
         changed since their check, or that cannot be stat'ed): ``(index, problem)`` of the
         first, in the order of ``indices``, that has one; None when all are fine.
-        ``problem_of(index)``: the sample's check in this process."""
+        ``problem_of(index)``: the sample's check in this process.
+
+        A sample checked ahead (:meth:`ahead`) up to :data:`FRESH_SECONDS` before is taken on
+        that check's stamp; every other is stat'ed again."""
         indices = np.asarray(indices, np.int64)
         found: dict[int, str] = {}
         with self._lock:
@@ -221,37 +241,43 @@ class CheckPool:
             here: dict[int, int] = {}  # index: stamp, to check in this process
             if self._children:
                 try:
-                    self._collect(found, {})  # the answers to ahead()
-                    self._ask(indices)
-                    self._collect(found, here)
+                    self._collect_ahead(indices, found)
+                    fresh = self._stamps[indices] != 0
+                    fresh &= self._sent_at[indices] >= time.monotonic() - FRESH_SECONDS
+                    self._sent_at[indices] = -np.inf
+                    due = indices[~fresh]
+                    if len(due):
+                        self._collect_own(self._ask(due), found, here)
                 except (OSError, EOFError, ValueError):  # a child is gone
                     self._fail()
                     found.clear()
             if not self._children:
                 stamps = [self._stamp_here(i) for i in indices.tolist()]
                 here = {i: s for i, s in zip(indices.tolist(), stamps) if s == 0 or s != self._stamps[i]}
-            due = list(here)
+            due_here = list(here)
             if self._remote is not None:  # GETs: waited on together
-                problems = object_store.check_all(problem_of, due)
+                problems = object_store.check_all(problem_of, due_here)
             else:
-                problems = [problem_of(i) for i in due]
-            for i, problem in zip(due, problems, strict=True):
+                problems = [problem_of(i) for i in due_here]
+            for i, problem in zip(due_here, problems, strict=True):
                 if problem:
                     found[i] = problem
                 self._stamps[i] = 0 if problem else here[i]  # 0 where it cannot be stat'ed
         bad = [i for i in indices.tolist() if i in found]
         return (bad[0], found[bad[0]]) if bad else None
 
-    def _ask(self, indices: np.ndarray, spread: bool = False) -> None:
+    def _ask(self, indices: np.ndarray, spread: bool = False) -> dict[int, int]:
         """Sends ``indices`` to the children, in contiguous parts, the least busy first: to
-        every child when ``spread`` (checks ahead: the next feed waits for the latest of them
-        to be answered, as its stats queue behind them), else in parts of at least
-        :data:`_MIN_PER_CHILD`."""
+        every child when ``spread`` (checks ahead: each goes in a part as small as it can, so
+        that all are done soon), else in parts of at least :data:`_MIN_PER_CHILD`. Returns the
+        number of the request sent to each child (by its place in ``_children``)."""
         least = 1 if spread else _MIN_PER_CHILD
         parts = min(len(self._children), max(1, len(indices) // least))
-        children = sorted(self._children, key=lambda c: sum(b for _, b in c.pending))
+        order = sorted(range(len(self._children)), key=lambda c: sum(b for _, b in self._children[c].pending))
         limit = encoded.MAX_IMAGE_PIXELS
-        for child, part in zip(children, np.array_split(indices, parts), strict=False):
+        sent = {}
+        for c, part in zip(order, np.array_split(indices, parts), strict=False):
+            child = self._children[c]
             head = struct.pack("<QqI", len(part), -1 if limit is None else limit, len(self._tables))
             request = [head, self._stamps[part].astype("<i8").tobytes()]
             for table, lengths in self._tables:
@@ -260,12 +286,31 @@ class CheckPool:
             data = b"".join(request)
             while not child.room(len(data)):
                 self._record(*child.answer(), {}, None)
-            child.ask(part, data)
+            sent[c] = child.ask(part, data)
+            self._owner[part], self._request[part] = c, sent[c]
+        return sent
 
-    def _collect(self, found: dict[int, str], here: dict[int, int] | None) -> None:
-        for child in self._children:
-            while child.pending:
-                self._record(*child.answer(), found, here)
+    def _collect_ahead(self, indices: np.ndarray, found: dict[int, str]) -> None:
+        """Reads the answers to the checks ahead that hold samples of ``indices`` (and those
+        sent before them to the same child, which answers in order), and no later ones."""
+        waiting = self._asked[indices]
+        if not waiting.any():
+            return
+        owners, requests = self._owner[indices[waiting]], self._request[indices[waiting]]
+        for c in np.unique(owners):
+            child: _Child = self._children[int(c)]
+            last = int(requests[owners == c].max())
+            while child.answered <= last:
+                self._record(*child.answer(), found, {})
+
+    def _collect_own(self, sent: dict[int, int], found: dict[int, str], here: dict[int, int]) -> None:
+        """Reads the answers up to the requests ``sent`` (:meth:`_ask`); the samples of those
+        to check in this process go to ``here``."""
+        for c, last in sent.items():
+            child = self._children[c]
+            while child.answered < last:
+                self._record(*child.answer(), found, {})
+            self._record(*child.answer(), found, here)
 
     def _record(
         self,
@@ -298,6 +343,7 @@ class CheckPool:
         with self._lock:
             _stop(self._children)
             self._children.clear()
+            self._asked[:] = False  # their answers are lost: those samples stay unchecked
 
 
 def _half_pipe(stream: object) -> int:

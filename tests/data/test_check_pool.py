@@ -7,12 +7,14 @@ import io
 import os
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 import easyfit as ef
+from easyfit.data import check_pool
 from easyfit.data.check_pool import CheckPool
 from easyfit.data.sources.folder import path_table
 from easyfit.data.validation import encoded
@@ -108,18 +110,72 @@ def test_a_file_replaced_after_its_check_is_checked_again(tmp_path, children):
         pool.close()
 
 
-def test_a_file_replaced_between_its_check_ahead_and_its_feed_is_checked_again(tmp_path):
+def test_a_file_replaced_between_its_check_ahead_and_a_later_feed_is_checked_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(check_pool, "FRESH_SECONDS", 0.0)  # every check ahead is too old to stand
     files = _folder(tmp_path, 8)
     pool = _pool(files)
     try:
         assert pool.children >= 1
         pool.ahead(_in_order(files))  # checked in the children, the file still whole
+        pool._collect_ahead(_in_order(files), {})
         with open(files[2], "wb") as f:
             f.write(b"")
         found = pool.problem(_in_order(files), lambda index: None)
         assert found == (2, "empty file")
     finally:
         pool.close()
+
+
+def test_a_sample_checked_just_ahead_is_fed_on_that_check_and_stat_ed_at_later_feeds(tmp_path, monkeypatch):
+    # the feed of a sample checked ahead moments before takes that check's stamp (no stat
+    # queued behind the latest checks ahead); the next feed stats it, and finds the change
+    monkeypatch.setattr(check_pool, "FRESH_SECONDS", 60.0)
+    files = _folder(tmp_path, 8)
+    pool = _pool(files)
+    try:
+        pool.ahead(_in_order(files))
+        pool._collect_ahead(_in_order(files), {})  # the children have read the files
+        with open(files[2], "wb") as f:
+            f.write(b"")
+        assert pool.problem(_in_order(files), lambda index: None) is None
+        assert pool.problem(_in_order(files), lambda index: None) == (2, "empty file")
+    finally:
+        pool.close()
+
+
+def test_a_feed_does_not_wait_for_the_checks_sent_ahead_after_its_own(tmp_path, monkeypatch):
+    # the second batch sent ahead holds a FIFO, whose check blocks in the child until a writer
+    # opens it: the first batch's feed reads its own answers, before that one, and returns
+    monkeypatch.setattr(check_pool, "FRESH_SECONDS", 60.0)
+    files = _folder(tmp_path, 8)
+    fifo = str(tmp_path / "fifo.jpg")
+    os.mkfifo(fifo)
+    pool = CheckPool([path_table([*files, fifo])], "image", 1)
+    result: list[object] = []
+    try:
+        pool.ahead(np.arange(4))
+        pool.ahead(np.arange(4, 9))
+        feed = threading.Thread(target=lambda: result.append(pool.problem(np.arange(4), lambda i: None)))
+        feed.start()
+        feed.join(timeout=30)
+        assert not feed.is_alive() and result == [None]
+    finally:
+        _open_for_its_reader(fifo)
+        feed.join(timeout=60)
+        pool.close()
+
+
+def _open_for_its_reader(fifo: str, seconds: float = 60) -> None:
+    """Opens and closes ``fifo`` for writing once a reader has it open (its open returns)."""
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError:  # no reader yet
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.02)
 
 
 def test_the_checks_sent_ahead_are_spread_over_every_child(tmp_path):
@@ -204,7 +260,7 @@ def test_a_sample_checked_ahead_keeps_the_stamp_its_stat_gives(tmp_path):
     pool = _pool(files, 2)
     try:
         pool.ahead(_in_order(files))
-        pool._collect({}, {})  # the answers to the checks ahead, as the next feed reads them
+        pool._collect_ahead(_in_order(files), {})  # the answers to the checks ahead, as a feed reads them
         assert pool._stamps.tolist() == [sample_stamp([p]) for p in files]
     finally:
         pool.close()
