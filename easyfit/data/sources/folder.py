@@ -254,8 +254,9 @@ class Files(IndexedSource):
     def feed_paths(self, indices: np.ndarray) -> list[np.ndarray]:
         """``[table, lengths]`` rows of ``indices`` for each column of paths, once each sample is
         checked (DataError naming the file): the first time it is fed, and again whenever one
-        of its files changed since (every file of the batch stat'ed by the checker processes):
-        a file replaced after start-up, e.g. between epochs, never reaches DALI unchecked."""
+        of its files changed since (the batch's files stat'ed by the checker processes, but
+        those checked ahead within ``check_pool.FRESH_SECONDS``): a file replaced after
+        start-up, e.g. between epochs, never reaches DALI unchecked."""
         found = self._pool().problem(indices, self.sample_problem)
         if found is not None:
             index, problem = found
