@@ -15,8 +15,8 @@ requests: a child holds none of a large folder's, and starts at once.
 
 Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
 the next batches' without waiting, spread over every child. The feed (:meth:`CheckPool.problem`)
-reads the answers to the requests that hold its samples (a child answers in order: and those
-sent to it before them), never the later ones. A sample checked ahead up to
+reads the answers to the requests that hold its samples, and those sent to the same child
+before them (a child answers in order), never later ones. A sample checked ahead up to
 :data:`FRESH_SECONDS` before its feed is fed on that check's stamp; every other sample (e.g.
 at every later epoch) is stat'ed again by a child, and checked again where its files changed,
 so a file replaced between epochs is checked before DALI reads it. (A stat of the feed would
@@ -287,7 +287,8 @@ class CheckPool:
             while not child.room(len(data)):
                 self._record(*child.answer(), {}, None)
             sent[c] = child.ask(part, data)
-            self._owner[part], self._request[part] = c, sent[c]
+            if spread:  # where a feed finds the answers to its checks ahead
+                self._owner[part], self._request[part] = c, sent[c]
         return sent
 
     def _collect_ahead(self, indices: np.ndarray, found: dict[int, str]) -> None:
