@@ -305,6 +305,38 @@ def test_an_image_sources_declared_outputs_are_its_pipelines_so_the_spec_needs_n
         loader.close()
 
 
+def test_a_threaded_loader_builds_its_pipelines_in_its_thread_when_the_first_chunk_is_made(root, monkeypatch):
+    """Opening the stream builds nothing: fit initialises the model and traces its first step
+    from the declared spec while the loader's thread builds the pipelines (GPU machines)."""
+    from nvidia.dali import Pipeline
+
+    from easyfit.data.loader import Loader
+    from easyfit.parallel import Placement
+
+    built: list[str] = []  # the thread of each pipeline's first build call (later calls return)
+    seen: set[int] = set()
+    build = Pipeline.build
+
+    def recorded(self):
+        if id(self) not in seen:
+            seen.add(id(self))
+            built.append(threading.current_thread().name)
+        return build(self)
+
+    monkeypatch.setattr(Pipeline, "build", recorded)
+    source = ef.data.ImageFolder(root + "/train", image_size=(28, 28))
+    placement = Placement.create()
+    plan = ef.data.Plan(len(source), 8, seed=0, steps_per_execution=2, num_shards=placement.num_shards)
+    loader = Loader(source, plan, placement, threaded=True, pipelines_per_device=2)
+    try:
+        assert built == []
+        assert loader.chunk_spec() is not None  # declared: it waits for no build
+        next(loader)
+        assert built == ["easyfit-loader"] * 2
+    finally:
+        loader.close()
+
+
 def test_inferred_sizes_a_transform_or_a_function_augment_leave_the_outputs_to_the_first_run(root):
     folder = root + "/train"
     assert ef.data.ImageFolder(folder).output_spec() is None  # sizes as stored: the run tells

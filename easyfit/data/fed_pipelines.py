@@ -141,25 +141,37 @@ class FedPipelines:
         threads = num_threads or default_num_threads(placement.platform, len(specs))
         augment = draws_of(source, training)
         self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in specs]
-        self._pipes = [
-            self._build(
-                f,
-                len(f.parts[0]),
-                threads,
-                d.local_hardware_id if d is not None else None,
-                pipeline_seed(plan.seed, jax.process_index(), k),
-            )
-            for k, (f, (_, d)) in enumerate(zip(self._feeders, specs))
-        ]
+        self._threads = threads
+        self._pipes: list[Any] = []  # built by the first chunk's production (:meth:`_built`)
+        self._closed = False
         declared = source.output_spec()
         self._declared = None if declared is None else [(tuple(s), np.dtype(d)) for s, d in declared]
         self._first_run: tuple[Any, ...] | None = None  # pipeline 0's first outputs
         self._first_ran = threading.Event()  # set then, or when the first chunk failed
         self._pool = (
-            concurrent.futures.ThreadPoolExecutor(len(self._pipes), "easyfit-pipeline")
-            if pool and len(self._pipes) > 1
+            concurrent.futures.ThreadPoolExecutor(len(specs), "easyfit-pipeline")
+            if pool and len(specs) > 1
             else None
         )
+
+    def _built(self) -> list[Any]:
+        """The pipelines, built when the first chunk is produced rather than when the stream
+        opens: on a GPU that is in the loader's thread, where a build (seconds: DALI's decoders
+        probe the hardware) runs while the model initialises and its first step compiles."""
+        if self._closed:
+            raise RuntimeError(f"{self.source.describe()}: its pipelines were closed")
+        if not self._pipes:
+            self._pipes = [
+                self._build(
+                    f,
+                    len(f.parts[0]),
+                    self._threads,
+                    d.local_hardware_id if d is not None else None,
+                    pipeline_seed(self.plan.seed, jax.process_index(), k),
+                )
+                for k, (f, d) in enumerate(zip(self._feeders, self._devices, strict=True))
+            ]
+        return self._pipes
 
     def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None, seed: int) -> Any:
         from nvidia.dali import fn, pipeline_def
@@ -198,10 +210,11 @@ class FedPipelines:
         """Chunk ``iteration`` of the stream (``peek``: nothing to keep, any chunk can be
         produced again from the plan)."""
         try:
+            count = len(self._built())
             if self._pool is not None:
-                outputs = list(self._pool.map(lambda i: self._share(i, iteration), range(len(self._pipes))))
+                outputs = list(self._pool.map(lambda i: self._share(i, iteration), range(count)))
             else:
-                outputs = [self._share(i, iteration) for i in range(len(self._pipes))]
+                outputs = [self._share(i, iteration) for i in range(count)]
         finally:
             self._first_ran.set()  # a chunk failed: chunk_spec waits no more
         _, mask = self._feeders[0].chunk(iteration)
@@ -275,4 +288,5 @@ class FedPipelines:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        self._closed = True
         self._pipes.clear()
