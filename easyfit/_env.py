@@ -91,6 +91,15 @@ def compilation_cache() -> tuple[str | None, str]:
     return folder, "set by you (JAX_COMPILATION_CACHE_DIR or jax_compilation_cache_dir)"
 
 
+def states_folder() -> str | None:
+    """Where easyfit keeps initial training states (``easyfit.training.initial_states``), or
+    None when they are not kept: on with the compilation cache (``EASYFIT_COMPILATION_CACHE``
+    and JAX's ``jax_enable_compilation_cache``), in easyfit's folder even where the user put
+    JAX's cache elsewhere."""
+    on = bool(_jax_option("jax_enable_compilation_cache")) and _switched_on()
+    return user_cache_dir("states") if on else None
+
+
 def arrange_compilation_cache() -> str | None:
     """Turns JAX's persistent compilation cache on in the per-user cache folder.
 

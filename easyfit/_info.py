@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from ._env import _FLAG, CONNECTIONS, compilation_cache
+from ._env import _FLAG, CONNECTIONS, compilation_cache, states_folder
 
 __all__ = ["Environment", "collect", "problems", "report"]
 
@@ -60,6 +60,7 @@ class Environment:
         gpu_present: an NVIDIA GPU device node exists on this machine.
         compilation_cache: JAX's persistent compilation cache: its folder and whose choice it
             is, or why it is off.
+        initial_states: the folder easyfit keeps initial training states in, or why none.
         s3_endpoint: the S3 endpoint the AWS variables name (``AWS_ENDPOINT_URL_S3`` or
             ``AWS_ENDPOINT_URL``; "" for AWS itself): where ``s3://`` data is read from.
     """
@@ -78,6 +79,7 @@ class Environment:
     connections: str = ""
     gpu_present: bool = False
     compilation_cache: str = ""
+    initial_states: str = ""
     s3_endpoint: str = ""
 
 
@@ -157,6 +159,7 @@ def collect() -> Environment:
         connections=os.environ.get(CONNECTIONS[0], ""),
         gpu_present=os.path.exists("/dev/nvidia0"),
         compilation_cache=f"{cache_folder} ({cache_why})" if cache_folder else cache_why,
+        initial_states=states_folder() or "off (with the compilation cache)",
         s3_endpoint=os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", ""),
     )
 
@@ -258,6 +261,7 @@ def report(env: Environment) -> str:
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
         ("jax_compilation_cache_dir", env.compilation_cache or "(not known)"),
+        ("initial states", env.initial_states or "(not known)"),
         ("s3://", _s3(env)),
     ]
     width = max(len(name) for name, _ in rows)

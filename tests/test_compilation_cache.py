@@ -1,5 +1,6 @@
 """JAX's persistent compilation cache: on by default in the per-user cache folder, read back by
-a second run, the user's own JAX setting kept, and an off switch."""
+a second run (with the initial state easyfit keeps beside it), the user's own JAX setting kept,
+and an off switch."""
 
 import os
 import subprocess
@@ -55,12 +56,16 @@ def test_a_fit_fills_the_per_user_cache_and_a_second_run_reads_it(tmp_path):
     data = str(tmp_path / "mnist")
     first = _python(_env(tmp_path), str(PROGRAMS / "cache_fit.py"), data)
     written = _files(folder)
-    assert first == {"folder": str(folder), "hits": 0}  # a cold cache
+    states = tmp_path / "xdg" / "easyfit" / "states"
+    assert first == {"folder": str(folder), "hits": 0, "state_read": False}  # a cold cache
     assert any(name.endswith("-cache") for name in written), written
+    assert len(_files(states)) == 1  # the initial state, kept
     second = _python(_env(tmp_path), str(PROGRAMS / "cache_fit.py"), data)
-    assert second["folder"] == str(folder)
-    assert second["hits"] >= sum(name.endswith("-cache") for name in written)  # every entry read
+    assert second["folder"] == str(folder) and second["state_read"]
+    # every entry read but the initialisation's program: its state is read instead
+    assert second["hits"] >= sum(name.endswith("-cache") for name in written) - 1
     assert _files(folder) == written  # nothing compiled again, so nothing new written
+    assert len(_files(states)) == 1
 
 
 def test_a_users_own_jax_cache_folder_and_threshold_are_kept(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 from flax import struct
 
+from . import initial_states
 from .models import example_input
 
 __all__ = ["CPU_INIT_OPTIONS", "HOST_INIT_BYTES", "StateMaker", "TrainState", "inference_params"]
@@ -127,11 +128,33 @@ class StateMaker:
         on_host = host is not None and linen and self._on_host(seed, shape, nnx_variables)
         where = host if on_host else None
         cpu = (where.platform if where is not None else jax.default_backend()) == "cpu"
+        init = self._init_cpu if cpu else self._init
         with _default_device(where):  # as abstract: the same trace
-            state = (self._init_cpu if cpu else self._init)(*self._args(seed, shape, nnx_variables, False))
+            args = self._args(seed, shape, nnx_variables, False)
+            # a linen model's state made on a CPU is kept, and read back by an unchanged re-run
+            kept = linen and cpu and initial_states.folder() is not None
+            key, state = self._kept(init, args, where or jax.local_devices()[0]) if kept else (None, None)
+            if state is None:
+                state = init(*args)
+                if key is not None:
+                    initial_states.write(key, [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)])
+            elif not on_host:  # read back: on the default device as a computed one, in its own buffers
+                state = jax.device_put(state, may_alias=False)
         if on_host:
             state = jax.device_put(jax.tree_util.tree_map(np.asarray, state))
         return state.replace(dynamic_scale=dynamic_scale)
+
+    def _kept(self, init: Any, args: tuple[Any, ...], device: jax.Device) -> tuple[str | None, Any]:
+        """``(key, state)``: the key of the state ``init(*args)`` gives on ``device`` (a CPU)
+        and that state as host arrays when one is kept (else None); no key for a state with
+        PRNG key arrays (not kept)."""
+        shapes = init.eval_shape(*args)  # jax.jit's trace cache: no new trace
+        leaves, treedef = jax.tree_util.tree_flatten(shapes)
+        if any(jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) for leaf in leaves):
+            return None, None
+        key = initial_states.state_key(init.trace(*args), args, device, CPU_INIT_OPTIONS)
+        kept = initial_states.read(key, leaves)
+        return key, None if kept is None else jax.tree_util.tree_unflatten(treedef, kept)
 
     def abstract(
         self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None

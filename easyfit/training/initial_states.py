@@ -1,0 +1,187 @@
+"""Initial training states kept on disk: a re-run of an unchanged script reads the state its
+seed gave last time instead of lowering, loading and running the initialisation again (about
+3 s of a warm start-up with a ResNet-50 on a GPU machine: docs/performance.md).
+
+A state initialised on a CPU device is a pure function of what this module hashes into its key:
+the initialisation's program as JAX traced it (its jaxpr, printed in full, and its constants),
+its arguments' values (the seed's keys, the example input), JAX's configuration, the versions
+of the libraries that trace and compile it, XLA's flags and options, and the CPU that runs it.
+Any change to the model, the optimizer, the seed or the software is a different key: a new
+entry, computed and kept. An entry is one ``.npy`` file of bytes: the state's leaves in order,
+each at an offset aligned to 64 bytes, then the CRC-32C of those bytes. It is written to a
+temporary name and renamed (another process sees it whole or not at all), and read only when
+its CRC matches and its size is the state's; anything else is a miss, never an error.
+
+On wherever easyfit's compilation cache is (``EASYFIT_COMPILATION_CACHE=0`` turns both off),
+in ``$XDG_CACHE_HOME/easyfit/states`` (``~/.cache/easyfit/states``); the least recently used
+entries go once the folder holds more than :data:`MAX_BYTES`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import tempfile
+from importlib import metadata
+from typing import Any
+
+import google_crc32c
+import jax
+import numpy as np
+
+from .._env import states_folder
+
+__all__ = ["MAX_BYTES", "folder", "read", "state_key", "write"]
+
+log = logging.getLogger("easyfit")
+
+#: The folder's cap in bytes: after an entry is written, the least recently used others are
+#: removed until the folder holds at most this much (a ResNet-50's state with its SGD momentum
+#: is 205 MB). A state larger than this is not kept.
+MAX_BYTES = 2 << 30
+
+_FORMAT = b"easyfit initial state 1"
+_SUFFIX = ".npy"
+_ALIGN = 64  # each leaf's offset in an entry: its view is aligned for any dtype
+_LIBRARIES = ("easyfit", "jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes")
+
+
+def folder() -> str | None:
+    """The folder of kept states, or None where easyfit's start-up caches are off."""
+    return states_folder()
+
+
+def state_key(
+    traced: jax.stages.Traced, args: tuple[Any, ...], device: jax.Device, options: dict[str, Any]
+) -> str:
+    """The key of the state ``traced`` (the jitted initialisation, traced for ``args``) gives
+    on ``device`` (a CPU device), compiled with XLA ``options``."""
+    h = hashlib.sha256(_FORMAT)
+
+    def add(*parts: Any) -> None:
+        for part in parts:
+            data = part if isinstance(part, bytes) else repr(part).encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+
+    closed = traced.jaxpr
+    add(str(closed))
+    for value in [*closed.consts, *jax.tree_util.tree_leaves(args)]:
+        if jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key):
+            value = jax.random.key_data(value)
+        array = np.asarray(value)
+        add(array.dtype.str, array.dtype.name, array.shape, np.ascontiguousarray(array).tobytes())
+    add(sorted(jax.config.values.items()), sorted(options.items()), os.environ.get("XLA_FLAGS", ""))
+    add([(name, _version(name)) for name in _LIBRARIES])
+    add(device.platform, device.device_kind, device.client.platform_version, _cpu())
+    return h.hexdigest()
+
+
+def read(key: str, abstract: list[jax.ShapeDtypeStruct]) -> list[np.ndarray] | None:
+    """The kept state of ``key`` as host arrays shaped as ``abstract`` (the state's leaves in
+    order), or None: none kept, or one not whole (its CRC-32C) or not of those shapes."""
+    where = folder()
+    if where is None:
+        return None
+    path = os.path.join(where, key + _SUFFIX)
+    try:
+        payload = np.load(path)
+        offsets, size = _layout(abstract)
+        if payload.dtype != np.uint8 or payload.shape != (size + 4,):
+            raise ValueError(f"{payload.shape} {payload.dtype} bytes where {size + 4} uint8 were expected")
+        if google_crc32c.value(payload[:size]) != int.from_bytes(payload[size:].tobytes(), "little"):
+            raise ValueError("its CRC-32C does not match its bytes")
+        os.utime(path)  # recently used
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, EOFError) as e:
+        log.info("easyfit: the kept initial state %s is not readable (%s): initialising anew", path, e)
+        return None
+    log.info("easyfit: initial state read from %s", path)
+    return [
+        payload[start : start + _nbytes(spec)].view(spec.dtype).reshape(spec.shape)
+        for start, spec in zip(offsets, abstract, strict=True)
+    ]
+
+
+def write(key: str, leaves: list[np.ndarray]) -> None:
+    """Keeps ``leaves`` (the state's, on the host) as the state of ``key``, then trims the
+    folder to :data:`MAX_BYTES`. A failure to write is logged, never raised: the fit goes on."""
+    where = folder()
+    offsets, size = _layout(leaves)
+    if where is None or size > MAX_BYTES:
+        return
+    payload = np.zeros(size + 4, np.uint8)
+    for start, leaf in zip(offsets, leaves, strict=True):
+        payload[start : start + leaf.nbytes] = np.ascontiguousarray(leaf).reshape(-1).view(np.uint8)
+    payload[size:] = np.frombuffer(google_crc32c.value(payload[:size]).to_bytes(4, "little"), np.uint8)
+    try:
+        os.makedirs(where, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=".writing-", suffix=_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, payload)
+            os.replace(tmp, os.path.join(where, key + _SUFFIX))  # whole or not at all
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        _trim(where, keep=key + _SUFFIX)
+    except OSError as e:
+        log.warning("easyfit: could not keep the initial state in %s (%s)", where, e)
+
+
+def _nbytes(spec: Any) -> int:
+    return int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+
+
+def _layout(leaves: list[Any]) -> tuple[list[int], int]:
+    """Each leaf's offset in an entry's bytes (aligned to :data:`_ALIGN`) and their end."""
+    offsets, end = [], 0
+    for leaf in leaves:
+        end = -(-end // _ALIGN) * _ALIGN
+        offsets.append(end)
+        end += _nbytes(leaf)
+    return offsets, end
+
+
+def _trim(where: str, keep: str) -> None:
+    """Removes the least recently used entries (never ``keep``) until the folder holds at most
+    :data:`MAX_BYTES`; entries another process removes meanwhile are skipped."""
+    entries = []
+    for entry in os.scandir(where):
+        if entry.name.endswith(_SUFFIX) and not entry.name.startswith("."):
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            entries.append((stat.st_mtime, stat.st_size, entry.path, entry.name))
+    total = sum(size for _, size, _, _ in entries)
+    for _, size, path, name in sorted(entries):
+        if total <= MAX_BYTES:
+            break
+        if name == keep:
+            continue
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        total -= size
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def _cpu() -> str:
+    """The host CPU's model and features (XLA compiles a CPU program for them)."""
+    wanted = ("model name", "flags", "Features", "CPU implementer", "CPU part")
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = sorted({line.strip() for line in f if line.split(":")[0].strip() in wanted})
+    except OSError:
+        lines = []
+    return "\n".join([platform.machine(), platform.processor(), *lines])

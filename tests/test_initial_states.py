@@ -1,0 +1,194 @@
+"""Initial states kept on disk (easyfit.training.initial_states): a re-run of an unchanged
+script reads the state its seed gave, bit for bit, and initialises nothing; anything that
+changes the state is a new entry; a damaged entry, the caches switched off or a folder that
+cannot be written cost only the reading."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+
+import easyfit as ef
+from easyfit.training import initial_states
+from easyfit.training.models import adapt
+from easyfit.training.state import StateMaker
+from tests.helpers import flat_params
+
+
+class Small(nn.Module):
+    features: int = 8
+    scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        dense = nn.Dense(self.features, kernel_init=nn.initializers.normal(self.scale))
+        x = dense(x.reshape((x.shape[0], -1)))
+        x = nn.BatchNorm(use_running_average=not train)(x)
+        return nn.Dense(10)(nn.relu(x))
+
+
+@pytest.fixture
+def kept(tmp_path, monkeypatch) -> str:
+    """The caches on, in a folder of this test's: where the states go."""
+    monkeypatch.setenv("EASYFIT_COMPILATION_CACHE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = initial_states.folder()
+    assert folder == str(tmp_path / "cache" / "easyfit" / "states")
+    return folder
+
+
+class _Compiles(logging.Handler):
+    """How many times JAX logs compiling the initialisation (``jax_log_compiles``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Compiling jit(_fresh)"):
+            self.count += 1
+
+
+def _make(model=None, tx=None, seed=0, ema=False) -> tuple[object, int]:
+    """A fresh StateMaker's state (a new jit: nothing of an earlier one is reused in this
+    process), and how many times the initialisation compiled for it."""
+    handler, logger = _Compiles(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            maker = StateMaker(adapt(model or Small())[0], tx or optax.sgd(0.1, momentum=0.9), ema=ema)
+            state = maker.make(seed, (4, 4, 1))
+    finally:
+        logger.removeHandler(handler)
+    return state, handler.count
+
+
+def _entries(folder: str) -> list[str]:
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def _leaves(state) -> list[np.ndarray]:
+    return [np.asarray(a) for a in jax.tree_util.tree_leaves(state)]
+
+
+def test_a_rerun_reads_the_kept_state_bit_for_bit_and_compiles_no_initialisation(kept):
+    first, compiled = _make(ema=True)
+    assert compiled == 1 and len(_entries(kept)) == 1
+    again, compiled = _make(ema=True)
+    assert compiled == 0  # read back: the initialisation is not lowered, compiled nor run
+    assert _entries(kept) == _entries(kept)[:1]
+    for a, b in zip(_leaves(first), _leaves(again), strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)  # exact
+    leaves = jax.tree_util.tree_leaves(again)
+    assert all(a.devices() == {jax.devices()[0]} and not a.committed for a in leaves)  # as computed
+    pointers = [a.unsafe_buffer_pointer() for a in leaves]
+    assert len(set(pointers)) == len(pointers)  # buffers of their own: the train step donates them
+
+
+def test_a_fit_from_a_kept_state_trains_as_one_from_a_computed_state(kept, tmp_path):
+    root = ef.datasets.sample_folder(str(tmp_path / "mnist"), limit=(64, 32))
+    params = []
+    for _ in range(2):  # the first computes and keeps the state, the second reads it
+        trainer = ef.Trainer(Small(), optimizer="adam", seed=3, ema_momentum=0.9)
+        trainer.fit(root + "/train", epochs=1, batch_size=16, verbose=0, cache=False)
+        params.append(flat_params(trainer.state.params))
+    assert len(_entries(kept)) == 1
+    np.testing.assert_array_equal(params[0], params[1])  # bit for bit (CPU)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["seed", "features", "initialiser's scale", "optimizer", "moving average"],
+)
+def test_what_changes_the_initial_state_is_a_new_entry_and_initialises_anew(kept, change):
+    base, _ = _make()
+    changed = {
+        "seed": dict(seed=1),
+        "features": dict(model=Small(features=9)),
+        "initialiser's scale": dict(model=Small(scale=0.5)),
+        "optimizer": dict(tx=optax.adam(1e-3)),
+        "moving average": dict(ema=True),
+    }[change]
+    state, compiled = _make(**changed)
+    assert compiled == 1 and len(_entries(kept)) == 2
+    fresh_maker = StateMaker(
+        adapt(changed.get("model", Small()))[0],
+        changed.get("tx", optax.sgd(0.1, momentum=0.9)),
+        ema=changed.get("ema", False),
+    )
+    with pytest.MonkeyPatch.context() as mp:  # the same state computed with the caches off
+        mp.setenv("EASYFIT_COMPILATION_CACHE", "0")
+        fresh = fresh_maker.make(changed.get("seed", 0), (4, 4, 1))
+    for a, b in zip(_leaves(state), _leaves(fresh), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_damaged_entry_is_initialised_anew_and_replaced(kept, caplog):
+    first, _ = _make()
+    (name,) = _entries(kept)
+    path = os.path.join(kept, name)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF  # one bit pattern flipped inside a leaf
+    open(path, "wb").write(bytes(data))
+    with caplog.at_level(logging.INFO, logger="easyfit"):
+        again, compiled = _make()
+    assert compiled == 1 and "CRC-32C does not match" in caplog.text and name in caplog.text
+    for a, b in zip(_leaves(first), _leaves(again), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert _make()[1] == 0  # the entry written anew is whole
+
+
+def test_an_entry_cut_short_is_initialised_anew(kept):
+    _make()
+    (name,) = _entries(kept)
+    path = os.path.join(kept, name)
+    os.truncate(path, os.path.getsize(path) - 100)
+    assert _make()[1] == 1
+
+
+def test_with_the_caches_off_no_state_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("EASYFIT_COMPILATION_CACHE", "0")
+    assert initial_states.folder() is None
+    assert _make()[1] == 1 and _make()[1] == 1
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_a_warning_and_the_state_is_made(tmp_path, monkeypatch, caplog):
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("EASYFIT_COMPILATION_CACHE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))
+    with caplog.at_level(logging.WARNING, logger="easyfit"):
+        state, compiled = _make()
+    assert compiled == 1 and "could not keep the initial state" in caplog.text
+    assert len(jax.tree_util.tree_leaves(state)) > 0
+
+
+def test_the_folder_keeps_the_latest_entries_within_its_cap(kept, monkeypatch):
+    leaves = [np.arange(1000, dtype=np.float32), np.ones((3, 5), np.int8), np.full((2,), 1.5, jnp.bfloat16)]
+    size = 4096 + 64 + 64 + 4 + 4 + 128  # one entry with its .npy header, about
+    monkeypatch.setattr(initial_states, "MAX_BYTES", 2 * size)
+    for i, key in enumerate(["a", "b", "c"]):
+        initial_states.write(key, leaves)
+        os.utime(os.path.join(kept, key + ".npy"), (1000 + i, 1000 + i))  # distinct ages
+    assert _entries(kept) == ["b.npy", "c.npy"]  # the least recently used went
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
+    assert initial_states.read("b", specs) is not None  # read: now the most recently used
+    initial_states.write("d", leaves)
+    assert _entries(kept) == ["b.npy", "d.npy"]
+    got = initial_states.read("d", specs)
+    for a, b in zip(got, leaves, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
+    assert initial_states.read("d", specs[::-1]) is None  # not of those shapes: a miss
+    monkeypatch.setattr(initial_states, "MAX_BYTES", 100)
+    initial_states.write("e", leaves)  # larger than the cap: not kept
+    assert "e.npy" not in _entries(kept)
