@@ -192,3 +192,14 @@ def test_the_folder_keeps_the_latest_entries_within_its_cap(kept, monkeypatch):
     monkeypatch.setattr(initial_states, "MAX_BYTES", 100)
     initial_states.write("e", leaves)  # larger than the cap: not kept
     assert "e.npy" not in _entries(kept)
+
+
+def test_what_a_writer_killed_midway_left_goes_at_the_next_write_and_a_live_one_stays(kept):
+    leaves = [np.arange(10, dtype=np.float32)]
+    initial_states.write("a", leaves)
+    stale, live = os.path.join(kept, ".writing-stale.npy"), os.path.join(kept, ".writing-live.npy")
+    for path in (stale, live):
+        open(path, "wb").write(b"half an entry")
+    os.utime(stale, (1000, 1000))  # long ago: no process writes it any more
+    initial_states.write("b", leaves)
+    assert _entries(kept) == [".writing-live.npy", "a.npy", "b.npy"]

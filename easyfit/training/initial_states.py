@@ -24,6 +24,7 @@ import logging
 import os
 import platform
 import tempfile
+import time
 from importlib import metadata
 from typing import Any
 
@@ -45,6 +46,8 @@ MAX_BYTES = 2 << 30
 _FORMAT = b"easyfit initial state 1"
 _SUFFIX = ".npy"
 _ALIGN = 64  # each leaf's offset in an entry: its view is aligned for any dtype
+_WRITING = ".writing-"  # an entry's temporary name, until it is whole
+_STALE_SECONDS = 3600.0  # a temporary file this old is no process's any more
 _LIBRARIES = ("easyfit", "jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes")
 
 
@@ -92,12 +95,15 @@ def read(key: str, abstract: list[jax.ShapeDtypeStruct]) -> list[np.ndarray] | N
             raise ValueError(f"{payload.shape} {payload.dtype} bytes where {size + 4} uint8 were expected")
         if google_crc32c.value(payload[:size]) != int.from_bytes(payload[size:].tobytes(), "little"):
             raise ValueError("its CRC-32C does not match its bytes")
-        os.utime(path)  # recently used
     except FileNotFoundError:
         return None
     except (OSError, ValueError, EOFError) as e:
-        log.info("easyfit: the kept initial state %s is not readable (%s): initialising anew", path, e)
+        log.warning("easyfit: the kept initial state %s is damaged (%s): initialising anew", path, e)
         return None
+    try:
+        os.utime(path)  # recently used: the last to go when the folder is trimmed
+    except OSError:  # another's entry, or removed meanwhile: read all the same
+        pass
     log.info("easyfit: initial state read from %s", path)
     return [
         payload[start : start + _nbytes(spec)].view(spec.dtype).reshape(spec.shape)
@@ -118,7 +124,7 @@ def write(key: str, leaves: list[np.ndarray]) -> None:
     payload[size:] = np.frombuffer(google_crc32c.value(payload[:size]).to_bytes(4, "little"), np.uint8)
     try:
         os.makedirs(where, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=where, prefix=".writing-", suffix=_SUFFIX)
+        fd, tmp = tempfile.mkstemp(dir=where, prefix=_WRITING, suffix=_SUFFIX)
         try:
             with os.fdopen(fd, "wb") as f:
                 np.save(f, payload)
@@ -147,14 +153,20 @@ def _layout(leaves: list[Any]) -> tuple[list[int], int]:
 
 def _trim(where: str, keep: str) -> None:
     """Removes the least recently used entries (never ``keep``) until the folder holds at most
-    :data:`MAX_BYTES`; entries another process removes meanwhile are skipped."""
+    :data:`MAX_BYTES`, and what a process killed while writing left (a temporary file older
+    than :data:`_STALE_SECONDS`); files another process removes meanwhile are skipped."""
     entries = []
+    now = time.time()
     for entry in os.scandir(where):
-        if entry.name.endswith(_SUFFIX) and not entry.name.startswith("."):
-            try:
-                stat = entry.stat()
-            except FileNotFoundError:
-                continue
+        if not entry.name.endswith(_SUFFIX):
+            continue
+        try:
+            stat = entry.stat()
+            if entry.name.startswith(_WRITING) and now - stat.st_mtime > _STALE_SECONDS:
+                os.remove(entry.path)
+        except FileNotFoundError:
+            continue
+        if not entry.name.startswith("."):
             entries.append((stat.st_mtime, stat.st_size, entry.path, entry.name))
     total = sum(size for _, size, _, _ in entries)
     for _, size, path, name in sorted(entries):

@@ -29,4 +29,5 @@ root = ef.datasets.sample_folder(sys.argv[1], limit=(200, 100))
 with ef.Trainer(SmallMLP(), optimizer="sgd", seed=0) as trainer:
     trainer.fit(root, epochs=1, batch_size=50, verbose=0)
 state_read = any(m.startswith("easyfit: initial state read from") for m in read)
-print(json.dumps({"folder": jax.config.jax_compilation_cache_dir, "hits": len(hits), "state_read": state_read}))
+folder = jax.config.jax_compilation_cache_dir
+print(json.dumps({"folder": folder, "hits": len(hits), "state_read": state_read}))
