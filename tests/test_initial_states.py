@@ -90,7 +90,7 @@ def test_a_rerun_reads_the_kept_state_bit_for_bit_and_compiles_no_initialisation
     leaves = jax.tree_util.tree_leaves(again)
     assert all(a.devices() == {jax.devices()[0]} and not a.committed for a in leaves)  # as computed
     pointers = [a.unsafe_buffer_pointer() for a in leaves]
-    assert len(set(pointers)) == len(pointers)  # buffers of their own: the train step donates them
+    assert len(set(pointers)) == len(pointers)  # no two leaves share a buffer: the step donates each
 
 
 def test_a_fit_from_a_kept_state_trains_as_one_from_a_computed_state(kept, tmp_path):

@@ -12,7 +12,7 @@ each at an offset aligned to 64 bytes, then the CRC-32C of those bytes. It is wr
 temporary name and renamed (another process sees it whole or not at all), and read only when
 its CRC matches and its size is the state's; anything else is a miss, never an error.
 
-On wherever easyfit's compilation cache is (``EASYFIT_COMPILATION_CACHE=0`` turns both off),
+On whenever easyfit's compilation cache is (``EASYFIT_COMPILATION_CACHE=0`` turns both off),
 in ``$XDG_CACHE_HOME/easyfit/states`` (``~/.cache/easyfit/states``); the least recently used
 entries go once the folder holds more than :data:`MAX_BYTES`.
 """
@@ -40,7 +40,7 @@ log = logging.getLogger("easyfit")
 
 #: The folder's cap in bytes: after an entry is written, the least recently used others are
 #: removed until the folder holds at most this much (a ResNet-50's state with its SGD momentum
-#: is 205 MB). A state larger than this is not kept.
+#: is about 200 MB). A state larger than this is not kept.
 MAX_BYTES = 2 << 30
 
 _FORMAT = b"easyfit initial state 1"
@@ -51,9 +51,7 @@ _STALE_SECONDS = 3600.0  # a temporary file this old is no process's any more
 _LIBRARIES = ("easyfit", "jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes")
 
 
-def folder() -> str | None:
-    """The folder of kept states, or None where easyfit's start-up caches are off."""
-    return states_folder()
+folder = states_folder  #: the folder of kept states, or None where easyfit's start-up caches are off
 
 
 def state_key(

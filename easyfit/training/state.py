@@ -138,8 +138,8 @@ class StateMaker:
                 state = init(*args)
                 if key is not None:
                     initial_states.write(key, [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)])
-            elif not on_host:  # read back: on the default device as a computed one, in its own buffers
-                state = jax.device_put(state, may_alias=False)
+            elif not on_host:  # read back: placed on the default device as a computed one
+                state = jax.device_put(state)
         if on_host:
             state = jax.device_put(jax.tree_util.tree_map(np.asarray, state))
         return state.replace(dynamic_scale=dynamic_scale)
