@@ -56,14 +56,16 @@ class _Compiles(logging.Handler):
             self.count += 1
 
 
-def _make(model=None, tx=None, seed=0, ema=False) -> tuple[object, int]:
+def _make(model=None, tx=None, seed=0, ema=False, host="auto") -> tuple[object, int]:
     """A fresh StateMaker's state (a new jit: nothing of an earlier one is reused in this
-    process), and how many times the initialisation compiled for it."""
+    process), and how many times the initialisation compiled for it. ``host``: StateMaker's
+    (a CPU device: the path of accelerator machines, where the state is made on the host)."""
     handler, logger = _Compiles(), logging.getLogger("jax")
     logger.addHandler(handler)
     try:
         with jax.log_compiles(True):
-            maker = StateMaker(adapt(model or Small())[0], tx or optax.sgd(0.1, momentum=0.9), ema=ema)
+            tx = tx or optax.sgd(0.1, momentum=0.9)
+            maker = StateMaker(adapt(model or Small())[0], tx, ema=ema, host=host)
             state = maker.make(seed, (4, 4, 1))
     finally:
         logger.removeHandler(handler)
@@ -78,10 +80,12 @@ def _leaves(state) -> list[np.ndarray]:
     return [np.asarray(a) for a in jax.tree_util.tree_leaves(state)]
 
 
-def test_a_rerun_reads_the_kept_state_bit_for_bit_and_compiles_no_initialisation(kept):
-    first, compiled = _make(ema=True)
+@pytest.mark.parametrize("on_host", [False, True])
+def test_a_rerun_reads_the_kept_state_bit_for_bit_and_compiles_no_initialisation(kept, on_host):
+    host = jax.local_devices(backend="cpu")[0] if on_host else "auto"
+    first, compiled = _make(ema=True, host=host)
     assert compiled == 1 and len(_entries(kept)) == 1
-    again, compiled = _make(ema=True)
+    again, compiled = _make(ema=True, host=host)
     assert compiled == 0  # read back: the initialisation is not lowered, compiled nor run
     assert _entries(kept) == _entries(kept)[:1]
     for a, b in zip(_leaves(first), _leaves(again), strict=True):
