@@ -261,7 +261,7 @@ def report(env: Environment) -> str:
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
         ("jax_compilation_cache_dir", env.compilation_cache or "(not known)"),
-        ("initial states", env.initial_states or "(not known)"),
+        ("initial_states", env.initial_states or "(not known)"),
         ("s3://", _s3(env)),
     ]
     width = max(len(name) for name, _ in rows)

@@ -88,8 +88,8 @@ def test_a_random_resized_crop_is_cut_from_the_decoded_image_without_peeking_at_
     plan = ef.data.Plan(source.num_samples, source.num_samples, shuffle=False)
     loader = Loader(source, plan, Placement.create(), training=True)
     try:
-        graph = loader._pipelines._pipes[0].serialize()
         cropped = np.asarray(next(loader)["x"])
+        graph = loader._pipelines._pipes[0].serialize()  # built by the first chunk
     finally:
         loader.close()
     assert b"PeekImageShape" not in graph and b"decoders__ImageSlice" not in graph
