@@ -1,6 +1,6 @@
 """Initial training states kept on disk: a re-run of an unchanged script reads the state its
-seed gave last time instead of lowering, loading and running the initialisation again (about
-3 s of a warm start-up with a ResNet-50 on a GPU machine: docs/performance.md).
+seed gave last time instead of lowering, loading and running the initialisation again (2-3 s
+of a warm start-up with a ResNet-50 on a GPU machine: docs/performance.md).
 
 A state initialised on a CPU device is a pure function of what this module hashes into its key:
 the initialisation's program as JAX traced it (its jaxpr, printed in full, and its constants),
