@@ -176,34 +176,64 @@ def test_a_folder_that_cannot_be_written_is_a_warning_and_the_state_is_made(tmp_
     assert len(jax.tree_util.tree_leaves(state)) > 0
 
 
+def _key(letter: str) -> str:
+    """A key as state_key names them (64 hexadecimal digits)."""
+    return letter * 64
+
+
 def test_the_folder_keeps_the_latest_entries_within_its_cap(kept, monkeypatch):
     leaves = [np.arange(1000, dtype=np.float32), np.ones((3, 5), np.int8), np.full((2,), 1.5, jnp.bfloat16)]
     size = 4096 + 64 + 64 + 4 + 4 + 128  # one entry with its .npy header, about
     monkeypatch.setattr(initial_states, "MAX_BYTES", 2 * size)
-    for i, key in enumerate(["a", "b", "c"]):
-        initial_states.write(key, leaves)
-        os.utime(os.path.join(kept, key + ".npy"), (1000 + i, 1000 + i))  # distinct ages
-    assert _entries(kept) == ["b.npy", "c.npy"]  # the least recently used went
+    for i, key in enumerate("abc"):
+        initial_states.write(_key(key), leaves)
+        os.utime(os.path.join(kept, _key(key) + ".npy"), (1000 + i, 1000 + i))  # distinct ages
+    assert _entries(kept) == [_key("b") + ".npy", _key("c") + ".npy"]  # the least recently used went
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in leaves]
-    assert initial_states.read("b", specs) is not None  # read: now the most recently used
-    initial_states.write("d", leaves)
-    assert _entries(kept) == ["b.npy", "d.npy"]
-    got = initial_states.read("d", specs)
+    assert initial_states.read(_key("b"), specs) is not None  # read: now the most recently used
+    initial_states.write(_key("d"), leaves)
+    assert _entries(kept) == [_key("b") + ".npy", _key("d") + ".npy"]
+    got = initial_states.read(_key("d"), specs)
     for a, b in zip(got, leaves, strict=True):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
-    assert initial_states.read("d", specs[::-1]) is None  # not of those shapes: a miss
+    assert initial_states.read(_key("d"), specs[::-1]) is None  # not of those shapes: a miss
     monkeypatch.setattr(initial_states, "MAX_BYTES", 100)
-    initial_states.write("e", leaves)  # larger than the cap: not kept
-    assert "e.npy" not in _entries(kept)
+    initial_states.write(_key("e"), leaves)  # larger than the cap: not kept
+    assert _key("e") + ".npy" not in _entries(kept)
 
 
 def test_what_a_writer_killed_midway_left_goes_at_the_next_write_and_a_live_one_stays(kept):
     leaves = [np.arange(10, dtype=np.float32)]
-    initial_states.write("a", leaves)
+    initial_states.write(_key("a"), leaves)
     stale, live = os.path.join(kept, ".writing-stale.npy"), os.path.join(kept, ".writing-live.npy")
     for path in (stale, live):
         open(path, "wb").write(b"half an entry")
     os.utime(stale, (1000, 1000))  # long ago: no process writes it any more
-    initial_states.write("b", leaves)
-    assert _entries(kept) == [".writing-live.npy", "a.npy", "b.npy"]
+    initial_states.write(_key("b"), leaves)
+    assert _entries(kept) == [".writing-live.npy", _key("a") + ".npy", _key("b") + ".npy"]
+
+
+def test_files_the_folder_holds_that_easyfit_did_not_name_are_never_touched(kept, monkeypatch):
+    """Canaries: whatever else is in the folder (an array someone saved there, a note, a file
+    named like a temporary one but not mkstemp's), old and large, survives trimming."""
+    os.makedirs(kept)
+    canaries = {
+        "mine.npy": np.arange(5000, dtype=np.float64).tobytes(),
+        "notes.txt": b"do not delete",
+        ".writing-by hand.npy": b"not a temporary name of ours",
+        _key("a") + ".npy.bak": b"a copy",
+    }
+    for name, data in canaries.items():
+        path = os.path.join(kept, name)
+        open(path, "wb").write(data)
+        os.utime(path, (1000, 1000))  # older than any entry and than _STALE_SECONDS
+    monkeypatch.setattr(initial_states, "MAX_BYTES", 100)  # every entry over the cap
+    leaves = [np.arange(10, dtype=np.float32)]
+    initial_states.write(_key("a"), leaves)
+    monkeypatch.setattr(initial_states, "MAX_BYTES", 1000)
+    initial_states.write(_key("b"), leaves)
+    initial_states.write(_key("c"), leaves)  # trims a or b: never a canary
+    for name, data in canaries.items():
+        assert open(os.path.join(kept, name), "rb").read() == data, name
+    assert _key("c") + ".npy" in _entries(kept)

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import tempfile
 import time
 from importlib import metadata
@@ -48,6 +49,8 @@ _SUFFIX = ".npy"
 _ALIGN = 64  # each leaf's offset in an entry: its view is aligned for any dtype
 _WRITING = ".writing-"  # an entry's temporary name, until it is whole
 _STALE_SECONDS = 3600.0  # a temporary file this old is no process's any more
+_ENTRY = re.compile(r"[0-9a-f]{64}\.npy")  # a key (state_key's SHA-256) and the suffix
+_TEMPORARY = re.compile(r"\.writing-[A-Za-z0-9_]+\.npy")  # tempfile.mkstemp's names
 _LIBRARIES = ("easyfit", "jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes")
 
 
@@ -156,15 +159,16 @@ def _trim(where: str, keep: str) -> None:
     entries = []
     now = time.time()
     for entry in os.scandir(where):
-        if not entry.name.endswith(_SUFFIX):
+        ours, writing = _ENTRY.fullmatch(entry.name), _TEMPORARY.fullmatch(entry.name)
+        if not (ours or writing):  # only what this module names: never another file here
             continue
         try:
             stat = entry.stat()
-            if entry.name.startswith(_WRITING) and now - stat.st_mtime > _STALE_SECONDS:
+            if writing and now - stat.st_mtime > _STALE_SECONDS:
                 os.remove(entry.path)
         except FileNotFoundError:
             continue
-        if not entry.name.startswith("."):
+        if ours:
             entries.append((stat.st_mtime, stat.st_size, entry.path, entry.name))
     total = sum(size for _, size, _, _ in entries)
     for _, size, path, name in sorted(entries):
