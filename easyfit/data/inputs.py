@@ -105,6 +105,13 @@ class DataInputs:
         val_path = None
         if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
             x, val_path = layout
+            if validation_split and validation_data is None and val_path is not None:
+                raise ValueError(
+                    f"validation_split={validation_split}: {os.fspath(layout[0])!r} has its own "
+                    f"validation data, {val_path!r}; drop validation_split to validate on it, or "
+                    f"pass the training folder alone (fit({os.fspath(layout[0])!r}, "
+                    f"validation_split={validation_split})) to hold a part of it out instead"
+                )
         train = self._resolve(x, y, like=None, sample_weight=sample_weight)
         if validation_split and validation_data is None:
             train, validation_data = split_validation(train, validation_split, self.seed)
@@ -181,7 +188,7 @@ class DataInputs:
         self,
         source: Source,
         batch_size: int,
-        shuffle: bool,
+        shuffle: bool | str,
         cached: bool = False,
         steps_per_epoch: int | None = None,
         training: bool = False,
@@ -236,7 +243,7 @@ class DataInputs:
         source: Source,
         batch_size: int,
         *,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         cache: bool | str = "auto",
         initial_epoch: int = 0,
         resume: _Resume | None = None,

@@ -104,7 +104,15 @@ class _Read(SourceKind):
     fills = "after one read by its DALI reader"
 
     def plan(self, plan: Plan, placement: Placement, cached: bool, pipelines: int | None = None) -> Plan:
-        return plan if cached else reader_plan(plan, placement, pipelines)
+        if cached:
+            return plan
+        if plan.shuffle == "batch":
+            raise ValueError(
+                "shuffle='batch': this source is read by DALI's reader in its own order, so "
+                "easyfit cannot permute each batch of it; use shuffle=True (the reader's "
+                "shuffle) or False, or cache=True (the cached data follows easyfit's order)"
+            )
+        return reader_plan(plan, placement, pipelines)
 
     def pipelines(self, source: Source, plan: Plan, placement: Placement, **options: Any) -> Any:
         del options["pipelines_per_device"], options["pool"]

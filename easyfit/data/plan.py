@@ -51,7 +51,9 @@ class Plan:
     Attributes:
         num_samples: samples in the dataset.
         batch_size: global batch size (all devices, all processes).
-        shuffle: a new permutation every data pass, or the source's own order.
+        shuffle: a new permutation every data pass (True), the source's own order (False),
+            or ``"batch"``: the batches of the source's order, each batch's samples permuted
+            afresh every pass (Keras' ``shuffle="batch"``).
         seed: seed of the permutations.
         steps_per_execution: steps per chunk.
         num_shards: devices the global batch is split over (in mesh order).
@@ -76,7 +78,7 @@ class Plan:
 
     num_samples: int
     batch_size: int
-    shuffle: bool = True
+    shuffle: bool | str = True
     seed: int = 0
     steps_per_execution: int = 1
     num_shards: int = 1
@@ -101,7 +103,17 @@ class Plan:
         return self.steps_per_execution * self.batch_size // self.num_shards
 
     def order(self, data_pass: int) -> np.ndarray:
-        """The order of the samples in pass ``data_pass``."""
+        """The order of the samples in pass ``data_pass``.
+
+        Example:
+            >>> from easyfit.data.plan import Plan
+            >>> order = Plan(num_samples=7, batch_size=3, shuffle="batch").order(0)
+            >>> [sorted(order[i : i + 3].tolist()) for i in range(0, 7, 3)]
+            [[0, 1, 2], [3, 4, 5], [6]]
+        """
+        if self.shuffle == "batch":  # each batch of the source's order permuted in place
+            keys = np.random.default_rng([self.seed, data_pass, 0xBA7C]).random(self.num_samples)
+            return np.lexsort((keys, np.arange(self.num_samples) // self.batch_size))
         if self.shuffle:
             return epoch_permutation(self.num_samples, self.seed, data_pass)
         return np.arange(self.num_samples)

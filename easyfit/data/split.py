@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 import numpy as np
 
 from .kinds import kind_of
+from .sources.arrays import Arrays
 from .sources.base import IndexedSource, Source, Subset
 
-__all__ = ["split_validation"]
+__all__ = ["held_out", "split_validation"]
+
+
+def held_out(source: Source, n: int, fraction: float) -> int:
+    """How many of ``n`` samples ``validation_split=fraction`` holds out, as Keras counts:
+    ``n - floor(n * (1 - fraction))`` for arrays (Keras' ``train_validation_split``), else
+    ``int(n * fraction)`` (``image_dataset_from_directory``'s count of files)."""
+    while isinstance(source, Subset):
+        source = source.source
+    if isinstance(source, Arrays):  # one array, or a dict or tuple of them
+        return n - math.floor(n * (1.0 - fraction))
+    return int(n * fraction)
 
 
 def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:
@@ -17,7 +30,10 @@ def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Su
 
     The split depends only on the number of samples, ``fraction`` and ``seed``: the same on
     every run, in every process and whatever the number of devices. Each part keeps the
-    source's order (the loader shuffles the training part every epoch).
+    source's order (the loader shuffles the training part every epoch). Its sizes are
+    Keras': of ``n`` files, ``int(n * fraction)`` are held out (``image_dataset_from_directory``);
+    of ``n`` array rows, ``n - floor(n * (1 - fraction))`` (``fit(validation_split=)``), so a
+    tiny fraction of arrays still validates on one row. Refused only when a side is empty.
 
     Args:
         source: an index-driven source (any but a reader-driven one such as an LMDB).
@@ -31,6 +47,8 @@ def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Su
         >>> train, val = split_validation(data, 0.1, seed=0)
         >>> len(train), len(val), set(train.indices) & set(val.indices)
         (18, 2, set())
+        >>> [len(part) for part in split_validation(data, 0.001)]  # Keras: one row still held out
+        [19, 1]
     """
     if not 0.0 < float(fraction) < 1.0:
         raise ValueError(f"validation_split={fraction!r}: expected a fraction in (0, 1)")
@@ -39,7 +57,7 @@ def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Su
         raise ValueError(refusal)
     source = cast(IndexedSource, source)
     n = source.num_samples
-    held = int(round(n * float(fraction)))
+    held = held_out(source, n, float(fraction))
     if held < 1 or held >= n:
         raise ValueError(
             f"validation_split={fraction}: of {n} samples that leaves {n - held} "

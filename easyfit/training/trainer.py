@@ -346,7 +346,7 @@ class Trainer:
         validation_split: float = 0.0,
         callbacks: Iterable[Callback] | Callback | None = None,
         verbose: int = 1,
-        shuffle: bool = True,
+        shuffle: bool | str = True,
         initial_epoch: int = 0,
         cache: bool | str = "auto",
         class_weight: Mapping[Any, float] | None = None,
@@ -370,14 +370,17 @@ class Trainer:
                 sample_weight_val)``; overrides the folder found beside ``train/`` and
                 ``validation_split``.
             validation_split: hold this fraction of the training data out for validation
-                (seeded by ``seed``: the same samples on every run and device count); it
-                replaces a folder found beside ``train/``.
+                (seeded by ``seed``: the same samples on every run and device count; as many
+                as Keras holds out). A folder that has its own ``val/`` beside ``train/`` is
+                refused with it (a ValueError says which to drop).
             callbacks: ``easyfit.callbacks.Callback`` instances (any iterable, read once, or
                 one Callback), called in this order, then a History (unless one is given: fit
                 returns it) and the progress bar.
             verbose: 0 silent, 1 progress bar (a line per epoch when stdout is not a terminal),
                 2 a line per epoch.
-            shuffle: a fresh permutation of the whole dataset every epoch.
+            shuffle: True: a fresh permutation of the whole dataset every epoch; False: the
+                data's own order; ``"batch"``: as Keras, the batches of the data's own order,
+                each batch's samples permuted afresh every epoch.
             initial_epoch: the epoch to start from (resuming).
             cache: ``"auto"`` keeps the decoded dataset in device memory when it fits and no
                 random augmentation is asked for (recorded while the first epoch streams; a
@@ -418,6 +421,9 @@ class Trainer:
         check_int("initial_epoch", initial_epoch, 0)
         check_int("steps_per_epoch", steps_per_epoch, 1, none=True)
         check_int("validation_steps", validation_steps, 1, none=True)
+        if not isinstance(shuffle, (bool, np.bool_)) and shuffle != "batch":
+            raise ValueError(f"shuffle={shuffle!r}: expected True, False or 'batch'")
+        shuffle = shuffle if shuffle == "batch" else bool(shuffle)
         verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
         self._class_weight = class_weights(class_weight)
         if self.state is None:  # the runtime starts while the input is listed and opened

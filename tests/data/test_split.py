@@ -40,9 +40,15 @@ def test_fit_validates_on_the_held_out_arrays(trainer, xy):
     assert again["accuracy"] == history.history["val_accuracy"][0]
 
 
-def test_a_split_root_uses_the_split_instead_of_its_val_folder(trainer, format_roots):
+def test_a_root_with_its_own_val_folder_refuses_validation_split(trainer, format_roots):
+    """Found trying easyfit as a new user: ``validation_split`` used to drop ``root/val``
+    silently and validate on a part of ``train/``. Now it names both and which to drop."""
     root = format_roots["webdataset"]
-    history = trainer.fit(root, validation_split=0.1, epochs=1, batch_size=100, verbose=0)
+    with pytest.raises(ValueError, match=r"validation_split=0\.1: .*train.* has its own validation data"):
+        trainer.fit(root, validation_split=0.1, epochs=1, batch_size=100, verbose=0)
+    history = trainer.fit(
+        os.path.join(root, "train"), validation_split=0.1, epochs=1, batch_size=100, verbose=0
+    )
     train = ef.data.WebDataset(os.path.join(root, "train"))
     _, val = split_validation(train, 0.1, seed=trainer.seed)
     again = trainer.evaluate(val, batch_size=100)
@@ -71,7 +77,40 @@ def test_reader_driven_sources_refuse_it(trainer, format_roots):
         trainer.fit(lmdb, validation_split=0.1, verbose=0)
 
 
-@pytest.mark.parametrize("fraction", [1.5, -0.1, 0.0001])
-def test_fractions_that_leave_nothing(fraction, xy):
+@pytest.mark.parametrize("fraction", [1.5, -0.1, 0.0])
+def test_fractions_out_of_range(fraction, xy):
     with pytest.raises(ValueError, match=f"validation_split={fraction}"):
         split_validation(ef.data.Arrays(*xy), fraction)
+
+
+@pytest.mark.parametrize(
+    ("n", "fraction", "held"),
+    [(10, 0.25, 3), (100, 0.001, 1), (1000, 0.1, 100), (7, 0.5, 4)],
+)
+def test_arrays_hold_out_as_many_as_keras(n, fraction, held):
+    """keras: data_adapter_utils_test.py::test_train_validation_split (Keras'
+    ``train_validation_split`` trains on ``floor(n * (1 - f))`` rows, validates on the rest)."""
+    train, val = split_validation(ef.data.Arrays(np.zeros((n, 1)), np.zeros(n, np.int32)), fraction)
+    assert (len(train), len(val)) == (n - held, held)
+
+
+def test_arrays_that_one_side_would_leave_empty_are_refused():
+    with pytest.raises(ValueError, match="validation_split=0.99999: of 10 samples that leaves 0 "):
+        split_validation(ef.data.Arrays(np.zeros((10, 1)), np.zeros(10, np.int32)), 0.99999)
+
+
+def test_folders_hold_out_int_n_times_f_as_keras(tmp_path):
+    """keras: image_dataset_utils_test.py::test_image_dataset_from_directory_validation_split
+    (Keras' ``get_training_or_validation_split`` holds out ``int(n * f)`` files: 3 of 15 at 0.25,
+    where a rounding count held out 4)."""
+    from PIL import Image
+
+    for c in range(3):
+        os.makedirs(tmp_path / f"class_{c}")
+        for i in range(5):
+            Image.new("RGB", (4, 4), (c * 40, i * 20, 0)).save(tmp_path / f"class_{c}" / f"{i}.png")
+    folder = ef.data.ImageFolder(str(tmp_path))
+    train, val = split_validation(folder, 0.25)
+    assert (len(train), len(val)) == (12, 3)
+    with pytest.raises(ValueError, match="leaves 15 for training and 0 for validation"):
+        split_validation(folder, 0.05)
