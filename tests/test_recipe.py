@@ -209,8 +209,8 @@ recipe = json.load(open(export + "/model.json"))["recipe"]["images"]
 def prepare(file):
     h, w = recipe["image_size"]
     image = Image.open(file).convert("L" if recipe["channels"] == 1 else "RGB")
-    if recipe["resize_shorter"]:  # evaluation's center crop
-        scale = recipe["resize_shorter"] / min(image.size)
+    if recipe["cover"]:  # evaluation's center crop
+        scale = max(recipe["cover"][0] / image.height, recipe["cover"][1] / image.width)
         image = image.resize((round(image.width * scale), round(image.height * scale)), Image.BILINEAR)
         left, top = (image.width - w + 1) // 2, (image.height - h + 1) // 2
         image = image.crop((left, top, left + w, top + h))

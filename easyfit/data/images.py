@@ -8,6 +8,7 @@ DALI nodes of encoded bytes into HWC uint8 images of that size and color mode.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -189,6 +190,7 @@ class EncodedImages:
     augment: Callable[[Any], Any] | None
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     eval_crop: float | None = None
+    aspect: str = "stretch"
     scale: float | None = 1.0 / 255.0
 
     def _init_images(
@@ -201,14 +203,25 @@ class EncodedImages:
         where: str,
         normalize: Any = None,
         eval_crop: float | None = None,
+        crop_to_aspect_ratio: bool = False,
+        pad_to_aspect_ratio: bool = False,
     ) -> None:
         """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs).
 
         ``normalize``: ``"imagenet"`` or ``(mean, std)`` on the [0, 1] scale: images leave DALI
-        normalised, as float16. ``eval_crop``: evaluation resizes the shorter side to
-        ``image_size / eval_crop`` and takes the center; default :data:`EVAL_CROP` when
-        ``augment`` crops at random, else None (a plain resize to ``image_size``).
+        normalised, as float16. ``eval_crop``: evaluation resizes the image, keeping its aspect
+        ratio, to cover ``image_size / eval_crop`` and takes the center; default
+        :data:`EVAL_CROP` when ``augment`` crops at random, else None (a plain resize to
+        ``image_size``). ``crop_to_aspect_ratio`` and ``pad_to_aspect_ratio``: Keras' (see
+        :attr:`ImageRecipe.aspect <easyfit.data.recipe.ImageRecipe>`), in training and
+        evaluation alike.
         """
+        if color_mode == "rgba":
+            raise ValueError(
+                "color_mode='rgba': DALI decodes images as grayscale or RGB, so easyfit does not "
+                "read an alpha channel; give 'rgb', or images with alpha as arrays of shape "
+                "(n, h, w, 4) or a NumpyFolder (see 'Image folders' in docs/keras.md)"
+            )
         if color_mode not in (None, "grayscale", "rgb"):
             raise ValueError(f"color_mode={color_mode!r}: expected 'grayscale', 'rgb' or None")
         if decoder not in ("auto", "mixed", "cpu"):
@@ -245,6 +258,9 @@ class EncodedImages:
         if eval_crop is not None and not (0 < eval_crop <= 1 and self.resize):
             raise ValueError(f"eval_crop={eval_crop!r}: expected a fraction in (0, 1], with image_size given")
         self.eval_crop = eval_crop
+        self.aspect = _aspect(
+            crop_to_aspect_ratio, pad_to_aspect_ratio, self.resize, self.random_crop, eval_crop
+        )
 
     @property
     def random_crop(self) -> bool:
@@ -304,11 +320,14 @@ class EncodedImages:
             "transform": self.transform,
             "normalize": self.normalize,
             "eval_crop": self.eval_crop,
+            **({f"{self.aspect}_to_aspect_ratio": True} if self.aspect != "stretch" else {}),
         }
 
     def image_recipe(self) -> ImageRecipe:
         """How evaluation prepares this source's decoded images (``easyfit.data.recipe``)."""
-        return ImageRecipe(self.image_size, self.resize, self.color_mode, self.normalize, self.eval_crop)
+        return ImageRecipe(
+            self.image_size, self.resize, self.color_mode, self.normalize, self.eval_crop, self.aspect
+        )
 
     def recipe(self) -> dict[str, Any]:
         """The source's recipe (``Source.recipe``) with its images' (``"images"``)."""
@@ -373,7 +392,12 @@ class EncodedImages:
         gray = mask or self.color_mode == "grayscale"
         kind = types.DALIImageType.GRAY if gray else types.DALIImageType.RGB
         augment = self.augment if draws is not None and isinstance(self.augment, Augment) else None
-        center = self.eval_crop is not None and augment is None
+        geometry = self.image_recipe()
+        if augment is not None:  # training: eval_crop is evaluation's; a random crop's window is sliced
+            geometry = dataclasses.replace(
+                geometry, eval_crop=None, aspect="stretch" if augment.random_resized_crop else geometry.aspect
+            )
+        center = geometry.cover is not None
         gpu: dict[str, Any] = {"hw_decoder_load": HW_DECODER_LOAD} if where == "mixed" else {}
         nearest: dict[str, Any] = (
             {"interp_type": types.DALIInterpType.INTERP_NN, "antialias": False} if mask else {}
@@ -389,11 +413,7 @@ class EncodedImages:
             images = images.gpu()
         if augment is None and not mask:  # evaluation, prediction: the recipe alone
             return self.image_recipe().prepare(images, self.transform)
-        if center and self.eval_crop is not None:
-            shorter = round(max(self.image_size) / self.eval_crop)
-            images = fn.resize(images, resize_shorter=shorter, dtype=types.DALIDataType.UINT8, **nearest)
-        elif self.resize:
-            images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8, **nearest)
+        images = geometry.resized(images, **nearest)
         if self.transform is not None and not mask:
             images = self.transform(images)
         fused_flip = self.normalize is not None  # the image's flip is fused into its normalisation
@@ -420,6 +440,28 @@ class EncodedImages:
         elif fused_flip and flips:  # a mask flips last, as its image in the normalisation
             images = fn.flip(images, horizontal=mirror)
         return images
+
+
+def _aspect(crop: bool, pad: bool, resize: bool, random_crop: bool, eval_crop: float | None) -> str:
+    """The :attr:`ImageRecipe.aspect <easyfit.data.recipe.ImageRecipe>` that Keras' two
+    arguments ask for, or ValueError for a combination that cannot hold."""
+    if not (crop or pad):
+        return "stretch"
+    name = "crop_to_aspect_ratio" if crop else "pad_to_aspect_ratio"
+    if crop and pad:
+        raise ValueError("crop_to_aspect_ratio and pad_to_aspect_ratio: give one of them, not both")
+    if not resize:
+        raise ValueError(f"{name}=True: needs image_size=(height, width), the aspect ratio to keep")
+    if random_crop:
+        raise ValueError(
+            f"{name}=True with Augment(random_resized_crop=...): the random crop's window decides "
+            "the aspect ratio; leave one of them out"
+        )
+    if pad and eval_crop is not None:
+        raise ValueError(
+            f"pad_to_aspect_ratio=True with eval_crop={eval_crop}: a padded image has no center to crop"
+        )
+    return "crop" if crop else "pad"
 
 
 def read_file(path: str) -> bytes:

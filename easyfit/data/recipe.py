@@ -45,8 +45,14 @@ class ImageRecipe:
         normalize: ``(mean, std)`` per channel on the [0, 1] scale (the pixels then reach the
             model as float16 ``(x / 255 - mean) / std``), or None (uint8, scaled by 1/255 in
             the step).
-        eval_crop: the shorter side is resized to ``round(max(image_size) / eval_crop)`` and the
-            center ``image_size`` taken; None: a plain resize to ``image_size``.
+        eval_crop: the image is resized, keeping its aspect ratio, to the least size that covers
+            ``image_size / eval_crop`` (for a square ``image_size``: its shorter side to
+            ``round(size / eval_crop)``) and the center ``image_size`` taken; None: no crop.
+        aspect: how an image of another aspect ratio than ``image_size`` is resized:
+            ``"stretch"`` (to ``image_size``, distorted), ``"crop"`` (Keras'
+            ``crop_to_aspect_ratio``: resized to cover ``image_size``, the center taken) or
+            ``"pad"`` (Keras' ``pad_to_aspect_ratio``: resized to fit in ``image_size``, padded
+            with zeros around the center).
     """
 
     image_size: tuple[int, int]
@@ -54,6 +60,7 @@ class ImageRecipe:
     color_mode: str
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     eval_crop: float | None = None
+    aspect: str = "stretch"
 
     @property
     def channels(self) -> int:
@@ -70,9 +77,21 @@ class ImageRecipe:
         return None if self.normalize is not None else 1.0 / 255.0
 
     @property
+    def cover(self) -> tuple[int, int] | None:
+        """``(height, width)`` an image is resized to cover, keeping its aspect ratio, before
+        the center ``image_size`` is taken; None without a center crop."""
+        if self.eval_crop is None and self.aspect != "crop":
+            return None
+        fraction = self.eval_crop or 1.0
+        h, w = self.image_size
+        return round(h / fraction), round(w / fraction)
+
+    @property
     def resize_shorter(self) -> int | None:
-        """The shorter side before the center crop, or None without one."""
-        return None if self.eval_crop is None else round(max(self.image_size) / self.eval_crop)
+        """The shorter side before the center crop of a square ``image_size`` (the longer one
+        in proportion), or None (no center crop, or a non-square one: see :attr:`cover`)."""
+        cover = self.cover
+        return cover[0] if cover is not None and cover[0] == cover[1] else None
 
     def to_json(self) -> dict[str, Any]:
         mean, std = self.normalize or (None, None)
@@ -85,6 +104,8 @@ class ImageRecipe:
             "std": None if std is None else list(std),
             "eval_crop": self.eval_crop,
             "resize_shorter": self.resize_shorter,
+            "cover": None if self.cover is None else list(self.cover),
+            "aspect": self.aspect,
             "scale": self.scale,
         }
 
@@ -94,24 +115,43 @@ class ImageRecipe:
         normalize = None if mean is None or std is None else (tuple(mean), tuple(std))
         h, w = data["image_size"]
         return cls(
-            (int(h), int(w)), bool(data["resize"]), str(data["color_mode"]), normalize, data.get("eval_crop")
+            (int(h), int(w)),
+            bool(data["resize"]),
+            str(data["color_mode"]),
+            normalize,
+            data.get("eval_crop"),
+            str(data.get("aspect", "stretch")),  # recipes written before it: stretched
         )
 
     def settings(self) -> dict[str, Any]:
         """The keyword arguments of an image source that give this recipe."""
-        return {
+        settings: dict[str, Any] = {
             "image_size": self.image_size if self.resize else None,
             "color_mode": self.color_mode,
             "normalize": self.normalize,
             "eval_crop": self.eval_crop,
         }
+        if self.aspect != "stretch":  # only the sources that take it are given it
+            settings[f"{self.aspect}_to_aspect_ratio"] = True
+        return settings
 
     def steps(self) -> str:
         """What a server must do to an image before the exported function (in words)."""
         h, w = self.image_size
         mode = "grayscale (1 channel)" if self.channels == 1 else "RGB (3 channels)"
-        if self.eval_crop is not None:
+        if self.resize_shorter is not None:
             geometry = f"resize the shorter side to {self.resize_shorter} (bilinear), take the center {h}x{w}"
+        elif self.cover is not None:
+            ch, cw = self.cover
+            geometry = (
+                f"resize keeping the aspect ratio to the least size that covers {ch}x{cw} "
+                f"(bilinear), take the center {h}x{w}"
+            )
+        elif self.aspect == "pad":
+            geometry = (
+                f"resize keeping the aspect ratio to the largest size within {h}x{w} (bilinear), "
+                f"pad with zeros around the center to {h}x{w}"
+            )
         elif self.resize:
             geometry = f"resize to {h}x{w} (bilinear)"
         else:
@@ -124,11 +164,8 @@ class ImageRecipe:
         there is one, else uint8."""
         from nvidia.dali import fn, types
 
-        center = self.eval_crop is not None
-        if center:
-            images = fn.resize(images, resize_shorter=self.resize_shorter, dtype=types.DALIDataType.UINT8)
-        elif self.resize:
-            images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8)
+        center = self.cover is not None
+        images = self.resized(images)
         if transform is not None:
             images = transform(images)
         if self.normalize is not None:
@@ -144,6 +181,26 @@ class ImageRecipe:
             )
         if center:
             return fn.crop(images, crop=list(self.image_size))
+        return images
+
+    def resized(self, images: Any, **options: Any) -> Any:
+        """DALI graph: decoded HWC uint8 images resized as this recipe says (``options``: more
+        arguments of ``fn.resize``, such as nearest-neighbour sampling for masks). With a center
+        crop (:attr:`cover`) the images are left larger than ``image_size``: the caller takes
+        the center (alone, or fused into a normalisation)."""
+        from nvidia.dali import fn, types
+
+        u8 = types.DALIDataType.UINT8
+        cover = self.cover
+        if cover is not None and cover[0] == cover[1]:
+            return fn.resize(images, resize_shorter=cover[0], dtype=u8, **options)
+        if cover is not None:
+            return fn.resize(images, size=list(cover), mode="not_smaller", dtype=u8, **options)
+        if self.aspect == "pad":
+            images = fn.resize(images, size=list(self.image_size), mode="not_larger", dtype=u8, **options)
+            return fn.crop(images, crop=list(self.image_size), out_of_bounds_policy="pad", fill_values=0)
+        if self.resize:
+            return fn.resize(images, size=list(self.image_size), dtype=u8, **options)
         return images
 
     def check_array(self, shape: tuple[int, ...], name: str = "x") -> None:

@@ -360,7 +360,14 @@ class ImageFolder(EncodedImages, ClassFiles):
         eval_crop: evaluation and prediction resize the shorter side to
             ``image_size / eval_crop`` and take the center ``image_size`` (ImageNet's 224 of
             256: 0.875, the default when ``augment`` crops at random; sibling folders such as
-            ``val/`` inherit it). None otherwise: a plain resize to ``image_size``.
+            ``val/`` inherit it). None otherwise: a plain resize to ``image_size``. The image
+            is resized keeping its aspect ratio to the least size that covers
+            ``image_size / eval_crop``, so a non-square ``image_size`` crops as a square one.
+        crop_to_aspect_ratio: as Keras: resize each image, keeping its aspect ratio, to cover
+            ``image_size`` and take the center, in training and evaluation alike, instead of
+            stretching it to ``image_size``.
+        pad_to_aspect_ratio: as Keras: resize each image, keeping its aspect ratio, to fit in
+            ``image_size`` and pad it with black around the center.
 
     Example:
         >>> import easyfit as ef
@@ -383,6 +390,8 @@ class ImageFolder(EncodedImages, ClassFiles):
         augment: Callable[[Any], Any] | None = None,
         normalize: Any = None,
         eval_crop: float | None = None,
+        crop_to_aspect_ratio: bool = False,
+        pad_to_aspect_ratio: bool = False,
     ):
         self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
         self.augment = augment
@@ -395,6 +404,8 @@ class ImageFolder(EncodedImages, ClassFiles):
             self.root,
             normalize,
             eval_crop,
+            crop_to_aspect_ratio,
+            pad_to_aspect_ratio,
         )
 
     def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
