@@ -8,7 +8,6 @@ import os
 import shutil
 
 import numpy as np
-import optax
 import pytest
 
 import easyfit as ef
@@ -21,7 +20,6 @@ from tests.helpers.formats import (
     write_tfrecord,
     write_webdataset,
 )
-from tests.helpers.models import TinyMLP
 
 N = 24
 CHANGED = "changed since the fit started"
@@ -39,19 +37,27 @@ def _reordered(sample):
     return images[::-1], labels[::-1]
 
 
+def _stream_until_refused(source, rewrite) -> None:
+    """A loader of ``source`` (real DALI pipelines, shuffled passes) reads a pass, then
+    ``rewrite()`` rewrites its file, then it reads on until it raises (past the chunks it
+    read ahead)."""
+    loader = ef.data.Loader(source, ef.data.Plan(N, 4, shuffle=True, seed=0), ef.parallel.Placement.create())
+    try:
+        for _ in range(N // 4):
+            next(loader)
+        rewrite()
+        for _ in range(3 * N):
+            next(loader)
+    finally:
+        loader.close()
+
+
 @pytest.mark.filterwarnings("ignore:.*row groups are read again and again")
-def test_a_parquet_shard_rewritten_between_epochs_stops_the_fit_naming_it(tmp_path, sample):
+def test_a_parquet_shard_rewritten_between_epochs_is_refused_naming_it(tmp_path, sample):
     path = write_parquet(tmp_path / "s.parquet", *sample, row_group_size=8)
     source = ef.data.Parquet(path, cache_bytes=1)  # one row group held: the others read again
-
-    class Reexport(ef.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if epoch == 0:
-                write_parquet(path, *_reordered(sample), row_group_size=8)
-
-    trainer = ef.Trainer(TinyMLP(), optimizer=optax.sgd(0.1), seed=0)
     with pytest.raises(ef.errors.DataError, match=rf"^{path}: {CHANGED} \(its labels and row groups"):
-        trainer.fit(source, epochs=4, batch_size=4, cache=False, verbose=0, callbacks=[Reexport()])
+        _stream_until_refused(source, lambda: write_parquet(path, *_reordered(sample), row_group_size=8))
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "tfrecord", "recordio"])
@@ -78,20 +84,14 @@ def test_a_record_file_rewritten_since_it_was_indexed_is_refused_by_name(tmp_pat
 
 
 def test_an_lmdb_replaced_under_its_reader_is_refused_before_the_next_chunk(tmp_path, sample):
-    images, labels = sample
-    path = write_lmdb(tmp_path / "db", images, labels)
-    source = ef.data.Caffe2LMDB(path)
-    plan = ef.data.Plan(N, 4, shuffle=False, seed=0)
-    loader = ef.data.Loader(source, plan, ef.parallel.Placement.create())
-    try:
-        next(loader)
-        other = write_lmdb(tmp_path / "other", *_reordered(sample))  # renamed over it, as a copy
+    path = write_lmdb(tmp_path / "db", *sample)
+
+    def replace() -> None:  # a new database renamed over it, as a copy does
+        other = write_lmdb(tmp_path / "other", *_reordered(sample))
         os.replace(os.path.join(other, "data.mdb"), os.path.join(path, "data.mdb"))
-        with pytest.raises(ef.errors.DataError, match=rf"^{path}/data.mdb: {CHANGED} \(its records"):
-            for _ in range(3 * N):  # past the chunks read ahead
-                next(loader)
-    finally:
-        loader.close()
+
+    with pytest.raises(ef.errors.DataError, match=rf"^{path}/data.mdb: {CHANGED} \(its records"):
+        _stream_until_refused(ef.data.Caffe2LMDB(path), replace)
 
 
 def test_a_resumed_fit_tells_a_rewrite_that_moved_records_or_labels(tmp_path, sample):
