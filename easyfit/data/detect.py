@@ -27,8 +27,9 @@ _BY_SUFFIX: tuple[tuple[tuple[str, ...], type[Source]], ...] = (
 )
 
 
-#: What Hugging Face ``datasets``' ``save_to_disk`` writes beside its Arrow files.
-_SAVED_DATASET = ("dataset_info.json", "state.json", "dataset_dict.json")
+#: What Hugging Face ``datasets``' ``save_to_disk`` writes for a ``DatasetDict``, beside a folder
+#: per split (each of Arrow files, ``dataset_info.json`` and ``state.json``).
+_SAVED_DATASET_DICT = "dataset_dict.json"
 
 
 def _arrow_files(path: str, names: list[str] | None = None) -> DataError | None:
@@ -37,7 +38,7 @@ def _arrow_files(path: str, names: list[str] | None = None) -> DataError | None:
     if names is None:
         found = path.lower().endswith(".arrow")
     else:
-        found = any(n.endswith(".arrow") for n in names) or any(n in _SAVED_DATASET for n in names)
+        found = any(n.endswith(".arrow") for n in names) or _SAVED_DATASET_DICT in names
     if not found:
         return None
     return DataError(
