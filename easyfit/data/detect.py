@@ -27,6 +27,28 @@ _BY_SUFFIX: tuple[tuple[tuple[str, ...], type[Source]], ...] = (
 )
 
 
+#: What Hugging Face ``datasets``' ``save_to_disk`` writes for a ``DatasetDict``, beside a folder
+#: per split (each of Arrow files, ``dataset_info.json`` and ``state.json``).
+_SAVED_DATASET_DICT = "dataset_dict.json"
+
+
+def _arrow_files(path: str, names: list[str] | None = None) -> DataError | None:
+    """The error for a folder (or file) of Arrow files, as Hugging Face ``datasets``'
+    ``save_to_disk`` writes (``data-00000-of-00001.arrow``, ``state.json``), or None."""
+    if names is None:
+        found = path.lower().endswith(".arrow")
+    else:
+        found = any(n.endswith(".arrow") for n in names) or _SAVED_DATASET_DICT in names
+    if not found:
+        return None
+    return DataError(
+        f"{path}: these are Arrow files (Hugging Face datasets' save_to_disk), which easyfit "
+        "does not read; write them as Parquet with to_parquet "
+        "(datasets.load_from_disk(path).to_parquet('data/train.parquet'), read as "
+        "ef.data.Parquet), or load them and pass arrays: fit(x, y)"
+    )
+
+
 def _class_folder_kind(root: str) -> type[Source]:
     """ImageFolder or NumpyFolder, from the first data file found in the class folders."""
     for entry in sorted(entries(root, "dir"), key=lambda e: e.name):
@@ -81,6 +103,9 @@ def detect(path: str | os.PathLike) -> type[Source]:
     * class folders of ``.npy`` files: :class:`~easyfit.data.NumpyFolder`;
     * class folders of images: :class:`~easyfit.data.ImageFolder`.
 
+    A folder of Arrow files (Hugging Face ``datasets``' ``save_to_disk``) is refused with a
+    DataError that says how to write it as Parquet.
+
     A single file is recognised by its suffix (a ``.csv`` file: :class:`~easyfit.data.ImageCSV`),
     and so is a glob pattern of ``.parquet`` files (``"hf/data/train-*.parquet"``).
 
@@ -100,6 +125,9 @@ def detect(path: str | os.PathLike) -> type[Source]:
         for suffixes, kind in by_suffix:
             if path.lower().endswith(suffixes):
                 return kind
+        arrow = _arrow_files(path)
+        if arrow is not None:
+            raise arrow
         raise DataError(
             f"{path}: a file easyfit cannot read; expected a directory, or a .rec, .tar, .tfrecord, "
             ".parquet or .csv file"
@@ -121,4 +149,7 @@ def detect(path: str | os.PathLike) -> type[Source]:
     data = os.path.join(path, "data")
     if os.path.isdir(data) and any(e.name.lower().endswith(".parquet") for e in entries(data)):
         return Parquet  # Hugging Face's layout
+    arrow = _arrow_files(path, names)
+    if arrow is not None:
+        raise arrow
     return SegmentationFolder if is_segmentation_folder(path) else _class_folder_kind(path)

@@ -324,6 +324,7 @@ class ReaderPipelines:
         :meth:`position`."""
         if iteration != self.next:
             raise RuntimeError(f"reader pipelines are at chunk {self.next}, not {iteration}")
+        self.source.check_unchanged()  # its files as the source read them at start-up, or refused
         self._checkpoints = {iteration: self._checkpoint()} if peek and jax.process_count() == 1 else {}
         units = self._units(iteration)
         outputs = [self._chunk_of(p, units) for p in self._pipes]

@@ -30,8 +30,11 @@ def _hash(*parts: Any) -> str:
 def data_fingerprint(source: Any) -> dict[str, Any]:
     """What identifies a training source, cheaply (no file is read): its kind, the number of
     samples, the class names, and a hash of its files' paths (relative to the folder they
-    share) and sizes, or for arrays of their shapes, dtypes and a few evenly spaced rows; a
-    ``Subset`` (``validation_split``) adds the indices it keeps. Recorded in backups, compared
+    share) and sizes (and for record files, what their index read: each record's byte range or
+    row group and label, in memory already), or for arrays of their shapes, dtypes and a few
+    evenly spaced rows; a ``Subset`` (``validation_split``) adds the indices it keeps. A file
+    rewritten with the same size, records and labels (only its images' bytes changed) is not
+    told apart: that takes reading it. Recorded in backups, compared
     when a fit resumes (``ResumePoint.check_data``)."""
     base, indices = source, None
     while hasattr(base, "indices") and hasattr(base, "source"):  # a Subset of a source
@@ -50,6 +53,9 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
         top = top if (len(set(paths)) > 1 if remote else os.path.isdir(top)) else os.path.dirname(top)
         size = object_store.size if remote else _size
         found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
+        layout = getattr(base, "records_layout", None)
+        if callable(layout):  # record files: a rewrite of the same size moves records or labels
+            found["records"] = _hash(*(np.ascontiguousarray(a).tobytes() for a in layout()))
     elif hasattr(base, "x") and hasattr(base, "y"):
         leaves = jax.tree_util.tree_leaves((base.x, base.y))
         rows: list[Any] = [
@@ -80,7 +86,10 @@ _WHAT = {
     "files": "the files (their names or sizes)",
     "arrays": "the arrays (their shapes, dtypes or values)",
     "subset": "the samples validation_split keeps",
+    "records": "the records read from the files (their byte ranges, row groups or labels)",
 }
+#: Keys that backups written before they were fingerprinted lack: compared only when saved.
+_LATER = {"records"}
 
 
 def fingerprint_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
@@ -92,7 +101,7 @@ def fingerprint_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> str
         >>> fingerprint_changes({"kind": "Arrays", "samples": 10}, {"kind": "Arrays", "samples": 12})
         'the number of samples: 10 -> 12'
     """
-    changed = [k for k in _WHAT if saved.get(k) != now.get(k)]
+    changed = [k for k in _WHAT if saved.get(k) != now.get(k) and (k in saved or k not in _LATER)]
     if not changed:
         return None
     shown = {"kind", "samples", "class_names"}  # the hashes say only that they changed

@@ -16,6 +16,7 @@ import optax
 import pytest
 
 import easyfit as ef
+from easyfit.data.sources.parquet import hf_splits
 from tests.helpers import Crash, crash_at, flat_params
 from tests.helpers.formats import encode, write_hf_splits, write_parquet
 from tests.helpers.models import SmallMLP
@@ -61,6 +62,58 @@ def test_a_hugging_face_root_is_detected_and_split_into_train_and_validation(hf_
     assert source.class_names == [str(d) for d in range(10)]  # the sorted string labels
     with pytest.raises(ef.errors.DataError, match=r"holds the splits train, validation .*train-\*\.parquet"):
         ef.data.Parquet(hf_root)  # which split: the caller says
+
+
+def test_shards_not_named_by_split_are_one_dataset_and_split_names_still_split(tmp_path):
+    """``shard0.parquet``... are shards of one dataset (not three splits, a third of the data
+    each); ``train.parquet`` and Hugging Face's ``<split>-0000k-of-0000n`` name splits."""
+    images, _ = _shard(tmp_path, n=12)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for k in range(3):
+        write_parquet(plain / f"shard{k}.parquet", images[4 * k : 4 * k + 4], [k] * 4, row_group_size=4)
+    assert ef.data.split_layout(plain) is None and ef.data.detect(plain) is ef.data.Parquet
+    source = ef.data.to_source(str(plain))
+    assert len(source) == 12 and source.known_labels().tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    named = tmp_path / "named"
+    named.mkdir()
+    for split in ("train", "test"):
+        write_parquet(named / f"{split}.parquet", images, [0, 1] * 6, row_group_size=4)
+    assert ef.data.split_layout(named) == (str(named / "train.parquet"), str(named / "test.parquet"))
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    for k in range(2):
+        write_parquet(hf / f"shard-0000{k}-of-00002.parquet", images, [0, 1] * 6, row_group_size=4)
+    assert hf_splits(hf) == {"shard": str(hf / "shard-*.parquet")}
+    assert len(ef.data.to_source(str(hf))) == 24
+
+
+def test_a_hugging_face_save_to_disk_folder_is_named_for_what_it_is(tmp_path):
+    """``datasets``' ``save_to_disk`` writes Arrow IPC streams and two json files (a
+    ``DatasetDict``: a folder per split and ``dataset_dict.json``), not Parquet."""
+    import json
+
+    import pyarrow as pa
+
+    images, _ = _shard(tmp_path, n=4)
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": pa.array([0, 1, 0, 1])})
+    root = tmp_path / "saved"
+    train = root / "train"
+    train.mkdir(parents=True)
+    with pa.ipc.new_stream(str(train / "data-00000-of-00001.arrow"), table.schema) as writer:
+        writer.write_table(table)
+    (train / "dataset_info.json").write_text(json.dumps({"features": {}}))
+    (train / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
+    )
+    (root / "dataset_dict.json").write_text(json.dumps({"splits": ["train"]}))
+    says = r": these are Arrow files \(Hugging Face datasets' save_to_disk\).*to_parquet.*pass arrays"
+    for path in (train, root, train / "data-00000-of-00001.arrow"):
+        with pytest.raises(ef.errors.DataError, match=rf"^{path}{says}"):
+            ef.data.detect(path)
+    trainer = ef.Trainer(SmallMLP(), seed=0)
+    with pytest.raises(ef.errors.DataError, match=rf"^{train}{says}"):  # root/train: its split
+        trainer.fit(str(root), epochs=1, verbose=0)
 
 
 def test_shuffled_batches_are_exactly_the_arrays_batches(tmp_path, arrays):
@@ -142,10 +195,10 @@ def test_a_truncated_shard_is_named(tmp_path):
 def test_a_damaged_row_group_names_the_file_the_row_group_and_its_rows(tmp_path):
     _, path = _shard(tmp_path)
     chunk = pq.ParquetFile(path).metadata.row_group(2).column(0)  # the image column of rows 20-29
-    source = ef.data.Parquet(path, image_size=(8, 8), color_mode="grayscale")  # labels read, no image
     with open(path, "r+b") as f:  # its data page's header smashed
         f.seek(chunk.data_page_offset)
         f.write(b"\xff" * 16)
+    source = ef.data.Parquet(path, image_size=(8, 8), color_mode="grayscale")  # labels read, no image
     source.feed(np.arange(10))  # row group 0: read as ever
     with pytest.raises(ef.errors.DataError, match=rf"^{path}: row group 2 \(rows 20-29\) cannot be read"):
         source.feed(np.array([3, 25]))
@@ -183,14 +236,14 @@ def test_an_image_that_is_not_one_names_the_file_the_row_group_and_the_row(tmp_p
         source.feed(np.arange(30, 40))
 
 
-def test_a_row_group_read_again_from_a_rewritten_shard_is_checked_again(tmp_path):
+def test_a_row_group_read_again_from_a_rewritten_shard_is_refused_by_name(tmp_path):
     images, path = _shard(tmp_path)
     source = ef.data.Parquet(path, cache_bytes=1, image_size=(8, 8), color_mode="grayscale")
     source.feed(np.arange(10))  # row group 0 read and checked...
     source.feed(np.arange(10, 20))  # ...and dropped for row group 1
     images[3] = images[3][:-20]  # cut short: no end-of-image chunk
     write_parquet(path, images, np.arange(40) % 3, row_group_size=10)
-    with pytest.raises(ef.errors.DataError, match=rf"^{path}: row group 0, row 3: truncated PNG"):
+    with pytest.raises(ef.errors.DataError, match=rf"^{path}: changed since the fit started"):
         source.feed(np.arange(10))
 
 

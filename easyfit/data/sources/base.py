@@ -28,10 +28,13 @@ import numpy as np
 
 from ...errors import DataError
 from ..recipe import VERSION as RECIPE_VERSION
+from ..validation.files import file_stamp
+from ..validation.urls import URL_SCHEMES
 
 __all__ = [
     "READER",
     "IndexedSource",
+    "ReadAtStart",
     "ReaderSource",
     "Source",
     "Subset",
@@ -119,6 +122,50 @@ def outside_classes(label: int, num_classes: int) -> str:
         f"label {label} is outside the model's {num_classes} outputs; class indices must be in "
         f"0..{num_classes - 1}"
     )
+
+
+def content_stamp(path: str) -> tuple[int, ...] | int | None:
+    """What tells that the bytes of file ``path`` changed, with one ``os.stat`` and no read:
+    its size, modification time (ns), inode and device (a rewrite, or a new file renamed over
+    it; not a ``chmod``); a listed object's size and ETag; None when it cannot be stat'ed."""
+    if path.startswith(URL_SCHEMES):
+        return file_stamp(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
+class ReadAtStart:
+    """The :func:`content_stamp` of a source's files when it read what it keeps of them (labels,
+    byte ranges, row groups, the records it checked) as it was built: a file read again later
+    must still hold those bytes, or what was read of it no longer describes it.
+
+    Args:
+        files: the files, stamped now (before the source reads them).
+        what: what the source keeps of them, for the message (``"labels and row groups"``).
+    """
+
+    def __init__(self, files: Sequence[str], what: str):
+        self.files, self.what = list(files), what
+        self._stamps = [content_stamp(f) for f in self.files]
+
+    def check(self, f: int) -> None:
+        """DataError naming ``files[f]`` when it changed since it was stamped (one ``os.stat``)."""
+        if content_stamp(self.files[f]) != self._stamps[f]:
+            raise DataError(
+                f"{self.files[f]}: changed since the fit started (its {self.what} were read then, "
+                "when the source was built, and no longer describe it); a record file must not be "
+                "rewritten while a fit reads it. Write the new version under another name and fit "
+                "on that, or start the fit again (a new Trainer, or after trainer.close()) to read "
+                "it anew"
+            )
+
+    def check_all(self) -> None:
+        """:meth:`check` of every file."""
+        for f in range(len(self.files)):
+            self.check(f)
 
 
 class Source(abc.ABC):
@@ -320,6 +367,11 @@ class ReaderSource(Source):
         The reader must take ``shard_id``, ``num_shards``, ``random_shuffle=shuffle`` and
         ``pad_last_batch=True``, and support DALI's pipeline checkpointing.
         """
+
+    def check_unchanged(self) -> None:
+        """DataError naming a file read when the source was built that changed since (its
+        DALI reader would read bytes that were never checked); called before each chunk is
+        read, one ``os.stat`` a file. Default: nothing."""
 
 
 class Subset(IndexedSource):

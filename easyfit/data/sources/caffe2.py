@@ -12,7 +12,7 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..images import SAMPLED, EncodedImages
 from ..protos import caffe2_messages
-from .base import READER, ReaderSource, int32_labels
+from .base import READER, ReadAtStart, ReaderSource, int32_labels
 from .lmdb_walk import walk_lmdb
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
@@ -47,7 +47,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     files (:mod:`easyfit.data.validation`) raises DataError naming the database and the
     first such record in key order (``<path>: record k (in key order): <what is wrong>``). The
     same pass gives every label of encoded records (:meth:`known_labels`). Raw (``BYTE``)
-    images are not checked: DALI does not decode them.
+    images are not checked: DALI does not decode them. A ``data.mdb`` written since that pass
+    (its size or modification time changed) is refused by name before the next chunk is read.
 
     The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
     ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
@@ -79,6 +80,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         if not is_lmdb(self.path):
             raise DataError(f"{self.path}: not an LMDB (no data.mdb)")
         self.augment = augment
+        mdb = os.path.join(self.path, "data.mdb")
+        self._read_at_start = ReadAtStart([mdb], "records (checked, counted and labelled)")
         self._num, every_label = walk_lmdb(self.path)  # every record read and checked
         records = [(self.locate(k), image, label) for k, (image, label) in enumerate(self._records(SAMPLED))]
         self.encoded = records[0][1].ndim == 1
@@ -141,6 +144,12 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         """Every label in key order, read when the source was built (encoded records)."""
         return self._labels
 
+    def records_layout(self) -> tuple[np.ndarray, ...]:
+        """What the walk read: the number of records and (encoded records) every label; a
+        resumed fit's data fingerprint compares it with the backup's."""
+        known = () if self._labels is None else (self._labels,)
+        return (np.asarray([self._num], np.int64), *known)
+
     def _init_raw(self, records, image_size, color_mode, transform) -> None:
         shapes = [r[1].shape if r[1].ndim == 3 else (*r[1].shape, 1) for r in records]
         stored = "grayscale" if shapes[0][2] == 1 else "rgb"
@@ -197,6 +206,10 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                 images = apply_drawn(self.augment, images, draws)
         labels = fn.reshape(labels, shape=[])
         return images, (labels.gpu() if device == "gpu" else labels)
+
+    def check_unchanged(self) -> None:
+        """DataError when ``data.mdb`` changed since its records were walked and checked."""
+        self._read_at_start.check_all()
 
     def locate(self, index: int) -> str:
         return f"{self.path}: record {index} (in key order)"

@@ -27,14 +27,16 @@ import numpy as np
 from ...errors import DataError
 from ..images import EncodedImages, first_line, sample_positions
 from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
-from ..validation.files import file_stamp
-from .base import IndexedSource, int32_labels
+from .base import IndexedSource, ReadAtStart, int32_labels
 from .folder import entries
 
 __all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
 
-#: A Hugging Face shard's name: ``<split>-00000-of-00004[-<hash>].parquet`` (or ``<split>.parquet``).
-_HF_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)(?:-\d+-of-\d+(?:-[0-9a-f]+)?)?\.parquet$")
+#: A Hugging Face shard's name: ``<split>-00000-of-00004[-<hash>].parquet`` (or ``<split>.parquet``,
+#: for a split of :data:`_SPLIT_NAMES` only: ``shard0.parquet`` is a shard, not a split).
+_HF_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)(?P<of>-\d+-of-\d+(?:-[0-9a-f]+)?)?\.parquet$")
+#: The names a file ``<split>.parquet`` is taken for a split by (as ``resolve.VALIDATION_NAMES``).
+_SPLIT_NAMES = ("train", "val", "validation", "test", "testing")
 #: Row groups read for the sample that infers the images' color mode and size.
 _SAMPLED_GROUPS = 8
 
@@ -62,7 +64,10 @@ def _parquet_files(folder: str) -> list[str]:
 def hf_splits(root: str | os.PathLike) -> dict[str, str]:
     """The splits of a folder in Hugging Face's layout: ``{split: glob pattern}`` for the
     ``root/data/<split>-*.parquet`` shards (or ``root/<split>-*.parquet``); empty when ``root``
-    holds no Parquet shards so named.
+    holds no Parquet shards so named. A shard names its split by Hugging Face's
+    ``<split>-00000-of-00004`` naming, or is ``<split>.parquet`` for a split named ``train``,
+    ``val``, ``validation``, ``test`` or ``testing``; a folder of other names
+    (``shard0.parquet``, ``shard1.parquet``) holds shards of one dataset.
 
     Example:
         >>> import os
@@ -80,8 +85,8 @@ def hf_splits(root: str | os.PathLike) -> dict[str, str]:
         splits: dict[str, str] = {}
         for f in _parquet_files(folder):
             m = _HF_SHARD.match(os.path.basename(f))
-            if m is None:
-                return {}  # Parquet files, but not named by split
+            if m is None or not (m["of"] or m["split"].lower() in _SPLIT_NAMES):
+                return {}  # Parquet files, but not named by split: shards of one dataset
             split = m["split"]
             exact = os.path.join(folder, f"{split}.parquet")
             splits[split] = (
@@ -173,11 +178,15 @@ class Parquet(EncodedImages, IndexedSource):
     sorted as image folders' are, unless ``class_names`` gives them).
 
     The labels are read when the source is built; the images a row group at a time as batches
-    need them, kept in memory up to ``cache_bytes``. Rows are addressed one by one, so this
-    source is index-driven (same batches whatever the number of devices; ``validation_split``
-    works), and "shuffled" means what it means for every such source: a new permutation of all
-    the rows every pass. A batch of a shuffled pass needs rows of many row groups, so when the
-    images do not fit ``cache_bytes`` row groups are read again and again (a warning says so).
+    need them, kept in memory up to ``cache_bytes``. A file rewritten since the labels were read
+    (its size or modification time changed) is refused by name when a row group of it is read
+    again: its rows may no longer be the rows those labels were read from.
+
+    Rows are addressed one by one, so this source is index-driven (same batches whatever the
+    number of devices; ``validation_split`` works), and "shuffled" means what it means for
+    every such source: a new permutation of all the rows every pass. A batch of a shuffled
+    pass needs rows of many row groups, so when the images do not fit ``cache_bytes`` row
+    groups are read again and again (a warning says so).
 
     The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
     ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
@@ -224,6 +233,7 @@ class Parquet(EncodedImages, IndexedSource):
         kinds: set[str] = set()
         hf_names: list[str] | None = None
         self.image_bytes = 0  # the images' bytes, uncompressed: what caching them all takes
+        self._read_at_start = ReadAtStart(self.files, "labels and row groups")
         for f in self.files:
             pf = self._open(pq, f)
             try:
@@ -282,8 +292,7 @@ class Parquet(EncodedImages, IndexedSource):
                         f"{len(names)} classes {named_by} (a split published without labels, "
                         "such as a Hugging Face test split, holds -1)"
                     )
-        self._checked = np.zeros(n, bool)  # checked once, as first fed...
-        self._group_stamps: list[int | None] = [None] * len(counts)  # ...from bytes read at that stamp
+        self._checked = np.zeros(n, bool)  # checked once, as first fed (the file unchanged since)
         self._cache: collections.OrderedDict[int, _Group] = collections.OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
@@ -420,12 +429,13 @@ class Parquet(EncodedImages, IndexedSource):
 
         f, local = int(self._file_of[g]), int(self._local[g])
         path = self.files[f]
-        stamp = file_stamp(path)
-        if stamp is None or stamp != self._group_stamps[g]:  # new bytes: checked as fed
-            self._checked[self._start[g] : self._start[g + 1]] = False
-            self._group_stamps[g] = stamp
         pf = self._open(_pyarrow(), path)
         rows = int(self._start[g + 1] - self._start[g])
+        try:
+            self._read_at_start.check(f)  # the file opened is the one labels were read from, or refused
+        except DataError:
+            pf.close()
+            raise
         try:
             chunks = pf.read_row_group(local, columns=[self.image_column]).column(0)
             column = chunks.chunk(0) if chunks.num_chunks == 1 else chunks.combine_chunks()
@@ -488,6 +498,11 @@ class Parquet(EncodedImages, IndexedSource):
 
     def known_labels(self) -> np.ndarray:
         return self._labels
+
+    def records_layout(self) -> tuple[np.ndarray, ...]:
+        """What was read of the files: each row group's file and rows, each row's label; a
+        resumed fit's data fingerprint compares it with the backup's."""
+        return (self._file_of, self._start, self._labels)
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         indices = np.asarray(indices, np.int64)

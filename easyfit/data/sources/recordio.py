@@ -133,6 +133,7 @@ class RecordIO(RecordFiles):
     ):
         root = os.fspath(path)
         self.files = list_files(root, (".rec",), "RecordIO")
+        self._stamp_files("record offsets and labels")
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         headers: list[tuple[Any, ...]] = []
         for k, rec in enumerate(self.files):

@@ -21,8 +21,7 @@ from ...errors import DataError
 from .. import object_store
 from ..images import EncodedImages, sample_positions
 from ..validation.encoded import image_problem
-from ..validation.files import file_stamp
-from .base import IndexedSource, int32_labels, outside_classes
+from .base import IndexedSource, ReadAtStart, int32_labels, outside_classes
 from .folder import folder_files
 
 __all__ = ["RecordFiles", "list_files"]
@@ -45,14 +44,23 @@ def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
 class RecordFiles(EncodedImages, IndexedSource):
     """Base of sources whose samples are byte ranges of ``files``.
 
-    Subclasses fill ``files``, ``_file`` (file index per sample), ``_offset`` and ``_length``
-    (byte range per sample), then call ``_init_records``; and implement :meth:`parse`.
+    Subclasses fill ``files`` and call ``_stamp_files`` before they read them, fill ``_file``
+    (file index per sample), ``_offset`` and ``_length`` (byte range per sample), then call
+    ``_init_records``; and implement :meth:`parse`.
+
+    The byte ranges (and the labels, where the index holds them) describe the files as they
+    were read then: a file that changed since (one ``os.stat`` a file and feed) is refused by
+    name, never read at ranges that no longer hold its records.
     """
 
     files: list[str]
     _file: np.ndarray
     _offset: np.ndarray
     _length: np.ndarray
+
+    def _stamp_files(self, what: str = "record offsets") -> None:
+        """Stamps ``files`` before they are indexed (see :class:`~.base.ReadAtStart`)."""
+        self._read_at_start = ReadAtStart(self.files, what)
 
     def _set_ranges(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
         """Sets ``_file``, ``_offset``, ``_length`` from ``(file, offset, length)`` per file."""
@@ -83,8 +91,7 @@ class RecordFiles(EncodedImages, IndexedSource):
         self._early_fed = np.zeros(len(self._offset), bool)
         self._labels_lock = threading.Lock()
         self.augment = augment
-        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once...
-        self._file_stamps = [file_stamp(f) for f in self.files]  # ...while its file is unchanged
+        self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once
         picks = sample_positions(len(self._offset))
         parsed = [self.parse(int(i), self.read(int(i))) for i in picks]
         if labels is None:
@@ -125,6 +132,12 @@ class RecordFiles(EncodedImages, IndexedSource):
                 self._fds[f] = fd
             return fd
 
+    def records_layout(self) -> tuple[np.ndarray, ...]:
+        """What the index read of the files: each record's file, byte range and (when the index
+        holds them) label; a resumed fit's data fingerprint compares it with the backup's."""
+        known = () if self._labels is None else (self._labels,)
+        return (self._file, self._offset, self._length, *known)
+
     @property
     def num_samples(self) -> int:
         return len(self._offset)
@@ -142,7 +155,8 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         images, labels = [], []
-        self._recheck_changed(indices)
+        for f in np.unique(self._file[indices]).tolist():  # the files as indexed, or refused
+            self._read_at_start.check(f)
         remote = object_store.is_url(self.files[0])  # GETs: waited on together
         raws = object_store.check_all(self.read, indices.tolist()) if remote else None
         for j, i in enumerate(indices):
@@ -156,15 +170,6 @@ class RecordFiles(EncodedImages, IndexedSource):
         if self._labels is not None:
             return images, self._labels[indices]
         return images, self._parsed_labels(indices, labels)
-
-    def _recheck_changed(self, indices: np.ndarray) -> None:
-        """Records of a file that changed since they were checked (one ``os.stat`` per file
-        and feed) get their whole structure checked again as they are fed."""
-        for f in np.unique(self._file[indices]).tolist():
-            stamp = file_stamp(self.files[f])
-            if stamp is None or stamp != self._file_stamps[f]:
-                self._checked[self._file == f] = False
-                self._file_stamps[f] = stamp
 
     def _parsed_labels(self, indices: np.ndarray, labels: list[Any]) -> np.ndarray:
         """The labels parsed from records ``indices``, every one checked (vectorised): class
@@ -204,10 +209,12 @@ class RecordFiles(EncodedImages, IndexedSource):
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def sample_problem(self, index: int) -> str | None:
+        self._read_at_start.check(int(self._file[index]))
         image, _ = self.parse(index, self.read(index))
         return image_problem(image)
 
     def encoded_image(self, index: int) -> bytes | None:
+        self._read_at_start.check(int(self._file[index]))
         return self.parse(index, self.read(index))[0]
 
     def locate(self, index: int) -> str:

@@ -151,6 +151,7 @@ class TFRecord(RecordFiles):
         root = os.fspath(path)
         self.image_key, self.label_key = image_key, label_key
         self.files = list_files(root, TFRECORD_SUFFIXES, "TFRecord")
+        self._stamp_files()
         parts = []
         for k, path_k in enumerate(self.files):
             try:

@@ -25,21 +25,31 @@ def _split(name: str) -> tuple[str, str]:
     return os.path.join(head, stem), ext.lower()
 
 
-def _not_regular(m: tarfile.TarInfo) -> str:
-    """Why a sample's member that is no regular file cannot be read (its bytes are not in the
-    tar: a link points elsewhere), and the fix."""
+def _not_plain(m: tarfile.TarInfo) -> str | None:
+    """Why member ``m`` cannot be read as a contiguous byte range of the tar, and the fix; None
+    for a plain file (and a directory, which holds no bytes: skipped). A link's bytes are
+    elsewhere; a sparse file's are stored without its holes, so its range is not its content."""
+    if m.isfile() and not m.issparse():  # a regular (or contiguous) file, stored whole
+        return None
+    if m.isdir():
+        return None
     kind = (
-        f"a symbolic link to {m.linkname!r}"
+        "a sparse file (stored without its holes, as tar -S writes it)"
+        if m.issparse()
+        else f"a symbolic link to {m.linkname!r}"
         if m.issym()
         else f"a hard link to {m.linkname!r}"
         if m.islnk()
-        else "a directory"
-        if m.isdir()
-        else "a device node or FIFO"
+        else "a device node"
+        if m.ischr() or m.isblk()
+        else "a FIFO"
+        if m.isfifo()
+        else f"a member of type {m.type!r}"
     )
     return (
-        f"member {m.name} is {kind}, not a regular file, so its sample cannot be read; write the "
-        "shard with the files themselves (tar --dereference --hard-dereference)"
+        f"member {m.name} is {kind}, not a plain file, so its bytes cannot be read where the tar "
+        "stores them; write the shard with plain files (tar without -S, with --dereference "
+        "--hard-dereference; or Python's tarfile, or webdataset's ShardWriter)"
     )
 
 
@@ -53,16 +63,17 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
     try:
         with tarfile.open(path, "r:", fileobj=object_store.open_object(path) if remote else None) as tar:
             for m in tar:
+                problem = _not_plain(m)
+                if problem:
+                    raise DataError(f"{path}: {problem}")
+                if m.isdir():
+                    continue
                 if m.offset_data + m.size > size:
                     raise DataError(
                         f"{path}: truncated tar file (member {m.name} ends at byte "
                         f"{m.offset_data + m.size}, the file has {size})"
                     )
                 key, ext = _split(m.name)
-                if not m.isfile():
-                    if ext in image_exts or ext == label_ext:
-                        raise DataError(f"{path}: {_not_regular(m)}")
-                    continue
                 if ext in image_exts:
                     images[key] = (m.offset_data, m.size)
                 elif ext == label_ext:
@@ -113,7 +124,11 @@ class WebDataset(RecordFiles):
           shard-000001.tar
 
     Members are addressed one by one, so this source is index-driven (same batches whatever
-    the number of devices; ``validation_split`` works).
+    the number of devices; ``validation_split`` works). So every member must be a plain file,
+    stored whole where its header says: a sparse member, a hard or symbolic link, a device
+    node or a FIFO is refused by name (directories, and the PAX and GNU long-name headers that
+    ``tarfile`` and ``webdataset`` write, are read as usual). A shard rewritten since its
+    headers were read is refused by name.
 
     The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
     ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
@@ -144,6 +159,7 @@ class WebDataset(RecordFiles):
         root = os.fspath(path)
         self.label_ext = label_ext
         self.files = list_files(root, (".tar",), "WebDataset (.tar)")
+        self._stamp_files("members' byte ranges and labels")
         parts, labels, self.keys = [], [], []
         for k, shard in enumerate(self.files):
             ranges, shard_labels, keys = _scan(shard, label_ext)
