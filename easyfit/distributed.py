@@ -12,25 +12,42 @@ coordinator and the process ids that never arrived (JAX alone would abort the pr
 When a process dies later, the others stop with an error once they miss its heartbeats for
 ``heartbeat_timeout_seconds`` (30 s by default here, instead of JAX's 100 s): they never hang
 forever.
+
+Processes that are alive but disagree would hang too: given another batch size or other data,
+they reach different collectives and wait for each other for ever. So ``fit`` first has them
+agree on its plan (:func:`agree_on_fit`) through the coordinator's key-value store, before its
+first collective: a difference is a ``ValueError`` in every process naming what differs, its
+values and the process, and a process that does not come within ``agreement_timeout`` a
+``TimeoutError`` naming it. A single process skips all of it.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
 
-__all__ = ["initialize", "is_main_process"]
+__all__ = ["agree", "agree_on_fit", "initialize", "is_main_process"]
 
 #: Seconds after which a silent process is declared dead and the others stop.
 HEARTBEAT_TIMEOUT_S = 30
 #: Seconds to wait for every process to join, by default.
 INITIALIZATION_TIMEOUT_S = 300
+#: Seconds a process waits at an agreement (fit's start) for the others, by default.
+AGREEMENT_TIMEOUT_S = 300
 #: Seconds a process waits past its deadline for the coordinator's verdict.
 _GRACE_S = 5.0
+#: The agreement timeout this process was initialized with.
+_agreement_timeout: float = AGREEMENT_TIMEOUT_S
+#: Numbers the agreements of a run: every process makes the same ones in the same order.
+_agreements = itertools.count()
+#: Characters of a value a disagreement shows (long class-name lists are cut).
+_SHOWN = 80
 
 
 def initialize(
@@ -41,6 +58,7 @@ def initialize(
     local_device_ids: int | Sequence[int] | None = None,
     heartbeat_timeout_seconds: int = HEARTBEAT_TIMEOUT_S,
     initialization_timeout: int = INITIALIZATION_TIMEOUT_S,
+    agreement_timeout: float = AGREEMENT_TIMEOUT_S,
 ) -> None:
     """Joins this process to a multi-process run (``jax.distributed.initialize``).
 
@@ -56,6 +74,8 @@ def initialize(
             then stop with an error.
         initialization_timeout: seconds to wait for every process to join; then a
             ``TimeoutError`` names the coordinator and the processes that never arrived.
+        agreement_timeout: seconds each ``fit`` waits at its start for every process to tell
+            its plan (:func:`agree_on_fit`): time for the slowest to list its data.
 
     Raises:
         TimeoutError: a process (or the coordinator) did not come within
@@ -66,6 +86,8 @@ def initialize(
         >>> ef.distributed.is_main_process()  # a single process is the main one
         True
     """
+    global _agreement_timeout
+    _agreement_timeout = float(agreement_timeout)
     if coordinator_address is not None and num_processes is not None and process_id is not None:
         _meet(coordinator_address, int(num_processes), int(process_id), initialization_timeout)
     kwargs: dict[str, Any] = {}
@@ -84,6 +106,117 @@ def initialize(
 def is_main_process() -> bool:
     """True in process 0, the one that prints and writes files."""
     return jax.process_index() == 0
+
+
+def agree(what: str, values: Callable[[], Mapping[str, Any]], *, timeout: float | None = None) -> None:
+    """Checks that every process has the same ``values`` at ``what``, a point every process
+    reaches in the same order (fit's start), before a collective that would hang on a
+    difference. In a single process it does nothing (``values`` is not even called).
+
+    Each process puts its values (JSON) in the coordinator's key-value store, under a key
+    numbered by the agreements so far, and reads every other's; all compare them with
+    process 0's, so all reach the same verdict.
+
+    Args:
+        what: the point, as messages name it (``"fit"``).
+        values: makes this process's values: plain, JSON-like values (other objects compare
+            as their ``str``), in nested dicts compared key by key.
+        timeout: seconds to wait for the others (default: ``initialize``'s
+            ``agreement_timeout``).
+
+    Raises:
+        ValueError: a value differs, naming it, its values and the processes, e.g. "process 1
+            has batch_size=16, process 0 has 32".
+        TimeoutError: naming the processes that did not reach ``what`` within ``timeout``.
+
+    Example:
+        >>> import easyfit as ef
+        >>> ef.distributed.agree("fit", lambda: {"batch_size": 32})  # one process: nothing to do
+    """
+    state = _runtime()
+    if state is None:
+        return
+    limit = _agreement_timeout if timeout is None else float(timeout)
+    n, me = int(state.num_processes), int(state.process_id)
+    key = f"easyfit/agree/{next(_agreements)}/{what}"
+    mine = json.dumps(values(), sort_keys=True, default=str)
+    state.client.key_value_set(f"{key}/{me}", mine)
+    seen: dict[int, Any] = {me: json.loads(mine)}
+    missing = []
+    deadline = time.monotonic() + limit
+    for other in range(n):
+        if other == me:
+            continue
+        wait_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+        try:
+            seen[other] = json.loads(state.client.blocking_key_value_get(f"{key}/{other}", wait_ms))
+        except RuntimeError as e:  # jax.errors.JaxRuntimeError
+            if "DEADLINE_EXCEEDED" not in str(e):
+                raise
+            missing.append(other)
+    said = [
+        f"process {p} has {name}={_shown(theirs)}, process {ref} has {_shown(ours)}"
+        for ref in [min(seen)]
+        for p in sorted(seen)
+        if p != ref
+        for name, theirs, ours in _differences(seen[p], seen[ref])
+    ]
+    absent = f"process(es) {missing} of {n} did not reach {what} within {limit:g} s (agreement_timeout)"
+    if said:
+        raise ValueError(
+            f"the processes differ at {what} (every process must be given the same data and "
+            f"arguments): {'; '.join(said)}" + (f"; and {absent}" if missing else "")
+        )
+    if missing:
+        raise TimeoutError(f"{absent}: did it fail before, or run other steps?")
+
+
+def agree_on_fit(data: Any, validation_data: Any, **settings: Any) -> None:
+    """``fit``'s plan, the same in every process (:func:`agree`) before its first collective:
+    its ``settings`` (batch size, epochs, steps per epoch, seed, the model's input spec, ...),
+    and the fingerprint of the training and validation data (kind, number of samples, class
+    names, a hash of the files' names and sizes or of the arrays: see
+    ``easyfit.persistence.fingerprint``) with the sample spec the training data declares.
+    Nothing is computed in a single process."""
+
+    def plan() -> dict[str, Any]:
+        from .persistence.fingerprint import data_fingerprint
+
+        spec = data.output_spec()
+        return {
+            **settings,
+            "data": {**data_fingerprint(data), "sample_spec": spec},
+            "validation_data": None if validation_data is None else data_fingerprint(validation_data),
+        }
+
+    agree("fit", plan)
+
+
+def _runtime() -> Any:
+    """JAX's distributed state when this process is one of several (its client's key-value
+    store is there in JAX 0.10 and 0.11), else None."""
+    from jax._src import distributed
+
+    state = getattr(distributed, "global_state", None)
+    if state is None or getattr(state, "client", None) is None or int(state.num_processes) < 2:
+        return None
+    return state
+
+
+def _differences(theirs: Any, ours: Any, name: str = "") -> list[tuple[str, Any, Any]]:
+    """``(name, theirs, ours)`` for each value that differs, dicts compared key by key."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        return [
+            found
+            for key in sorted(set(theirs) | set(ours))
+            for found in _differences(theirs.get(key), ours.get(key), f"{name}.{key}" if name else key)
+        ]
+    return [] if theirs == ours else [(name, theirs, ours)]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 def _meet(address: str, num_processes: int, process_id: int, timeout: float) -> None:

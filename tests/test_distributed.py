@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +25,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(root, out, *extra):
+def _launch(root, out, *extra, each=((), ())):
+    """The two processes of train_multiprocess.py on ``root`` (or a root each), given ``extra``
+    both and ``each[i]`` process i."""
+    roots = (root, root) if isinstance(root, str) else root
     port = _free_port()
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "PYTHONUNBUFFERED": "1"}
     return [
@@ -32,12 +36,13 @@ def _launch(root, out, *extra):
             [
                 sys.executable,
                 str(PROGRAMS / "train_multiprocess.py"),
-                root,
+                roots[i],
                 str(i),
                 "2",
                 str(port),
                 str(out),
                 *extra,
+                *each[i],
             ],
             env=env,
             stdout=subprocess.PIPE,
@@ -112,6 +117,42 @@ def test_a_dead_process_stops_the_other_within_the_timeout(mnist_dir, tmp_path):
         pytest.fail("the surviving process still runs 240 s after its peer died")
     assert survivor.returncode not in (0, 3)  # an error, not the planned exit
     assert "another task died" in output
+
+
+def _both_refuse(procs) -> list[str]:
+    """The outputs of two processes that must both end with fit's error, never hang: their
+    bound only keeps a hang from blocking the suite (both meet at once, error at once)."""
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("a process still runs 240 s after it was started: the disagreement hung")
+    for p, output in zip(procs, outputs, strict=True):
+        assert p.returncode == 4, output[-3000:]  # the program's exit on fit's ValueError
+    return outputs
+
+
+def test_processes_given_different_batch_sizes_both_stop_naming_it(mnist_dir, tmp_path):
+    procs = _launch(mnist_dir, tmp_path, "--fit-only", each=((), ("--batch-size", "100")))
+    for output in _both_refuse(procs):
+        assert "ValueError: the processes differ at fit" in output, output[-3000:]
+        assert "process 1 has batch_size=100, process 0 has 200" in output, output[-3000:]
+        assert "Epoch 1/" not in output  # stopped before training
+
+
+def test_processes_given_different_data_both_stop_naming_it(mnist_dir, tmp_path):
+    """Process 1's copy of the data has one file renamed: as many samples, the same classes;
+    only the data's fingerprint (its files' names and sizes) tells them apart."""
+    other = tmp_path / "other"
+    shutil.copytree(mnist_dir, other)
+    first = min((other / "train").rglob("*.png"))
+    first.rename(first.with_name("renamed-" + first.name))
+    procs = _launch((mnist_dir, str(other)), tmp_path, "--fit-only")
+    for output in _both_refuse(procs):
+        assert "ValueError: the processes differ at fit" in output, output[-3000:]
+        assert "process 1 has data.files=" in output and "process 0 has " in output, output[-3000:]
+        assert "data.samples" not in output and "batch_size" not in output
 
 
 @pytest.mark.slow
@@ -216,3 +257,43 @@ def test_a_process_without_its_coordinator_says_so():
     address = f"127.0.0.1:{_port()}"
     with pytest.raises(TimeoutError, match="the coordinator \\(process 0\\) did not answer within 1.5 s"):
         ef.distributed.initialize(address, 2, 1, initialization_timeout=1.5)
+
+
+# A process that never reaches an agreement (it ended before fit, or runs other steps): the
+# others raise a TimeoutError naming it; it waits in JAX's shutdown for them meanwhile.
+
+AGREE = """
+import sys, easyfit as ef
+pid = int(sys.argv[2])
+ef.distributed.initialize(sys.argv[1], 2, pid, agreement_timeout=3)
+if pid == 0:
+    try:
+        ef.distributed.agree("fit", lambda: {"batch_size": 32})
+    except TimeoutError as e:
+        print("TimeoutError:", e)
+"""
+
+
+def test_a_process_that_never_reaches_fit_is_named_by_the_others():
+    address = f"127.0.0.1:{_port()}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", AGREE, address, str(pid)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for pid in (0, 1)
+    ]
+    try:  # the bound only keeps a hang from blocking the suite
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail("a process still runs 240 s after it was started")
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "TimeoutError: process(es) [1] of 2 did not reach fit within 3 s (agreement_timeout)" in outs[0]
+
+
+def test_one_process_agrees_with_itself_at_no_cost():
+    """Without jax.distributed, nothing is computed: the values' function is never called."""
+    ef.distributed.agree("fit", lambda: 1 / 0)
+    ef.distributed.agree_on_fit(object(), None, batch_size=32)  # a fingerprint would raise here

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import distributed
 from .._env import arrange_determinism
 from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
@@ -440,6 +441,25 @@ class Trainer:
             self._data_fingerprint = data_fingerprint(train)
             if resume is not None:
                 resume.check_data(self._data_fingerprint)
+        distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
+            train,
+            val,
+            batch_size=batch_size,
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            resume=None if resume is None else [resume.epoch, resume.batch],
+            steps_per_epoch=steps_per_epoch,
+            steps_per_execution=self.steps_per_execution,
+            shuffle=shuffle,
+            cache=cache,
+            validation_split=validation_split,
+            validation_steps=validation_steps,
+            validation_freq=validation_freq,
+            class_weight=self._class_weight,
+            seed=self.seed,
+            model=type(self._model).__name__,
+            input_spec=self._input_spec,
+        )
         loader, why = self._data.train_loader(
             train,
             batch_size,

@@ -1,10 +1,12 @@
 """One process of a multi-process run on CPU devices (gloo collectives).
 
     python train_multiprocess.py ROOT PROCESS_ID NUM_PROCESSES PORT OUT_DIR [--epochs 2]
-        [--die-after-epoch E]
+        [--die-after-epoch E] [--batch-size 200] [--fit-only]
 
 Trains the small MLP like train_devices.py; writes OUT_DIR/params.npz (process 0) and
-OUT_DIR/seen-<process>.json: the sample ids this process's devices received, per epoch.
+OUT_DIR/seen-<process>.json: the sample ids this process's devices received, per epoch
+(not with ``--fit-only``). A fit that raises prints ``<ErrorType>: <message>`` and exits with
+status 4.
 """
 
 import argparse
@@ -27,6 +29,8 @@ ap.add_argument("--epochs", type=int, default=2)
 ap.add_argument(
     "--die-after-epoch", type=int, default=None, help="process 1 exits (code 3) at the end of this epoch"
 )
+ap.add_argument("--batch-size", type=int, default=200, help="this process's batch size")
+ap.add_argument("--fit-only", action="store_true", help="no loader pass, no evaluate, predict or save")
 args = ap.parse_args()
 
 ef.distributed.initialize(
@@ -49,26 +53,35 @@ class Die(ef.callbacks.Callback):
             os._exit(3)
 
 
-# Which samples reach this process's devices, through the real loader.
-n = 1000
-placement = Placement.create()
-ids = ef.data.Arrays(np.arange(n, dtype=np.float32)[:, None], np.zeros(n, np.int32))
-plan = ef.data.Plan(n, 96, seed=0, steps_per_execution=2, num_shards=placement.num_shards)
-loader = Loader(ids, plan, placement)
-seen = []
-for _ in range(2):
-    epoch = []
-    for _ in range(plan.chunks_per_epoch):
-        chunk = next(loader)
-        for xs, ms in zip(chunk["x"].addressable_shards, chunk["mask"].addressable_shards):
-            epoch += np.asarray(xs.data).ravel()[np.asarray(ms.data)].astype(int).tolist()
-    seen.append(epoch)
-loader.close()
-with open(os.path.join(args.out, f"seen-{args.process_id}.json"), "w") as f:
-    json.dump(seen, f)
+if not args.fit_only:
+    # Which samples reach this process's devices, through the real loader.
+    n = 1000
+    placement = Placement.create()
+    ids = ef.data.Arrays(np.arange(n, dtype=np.float32)[:, None], np.zeros(n, np.int32))
+    plan = ef.data.Plan(n, 96, seed=0, steps_per_execution=2, num_shards=placement.num_shards)
+    loader = Loader(ids, plan, placement)
+    seen = []
+    for _ in range(2):
+        epoch = []
+        for _ in range(plan.chunks_per_epoch):
+            chunk = next(loader)
+            for xs, ms in zip(chunk["x"].addressable_shards, chunk["mask"].addressable_shards):
+                epoch += np.asarray(xs.data).ravel()[np.asarray(ms.data)].astype(int).tolist()
+        seen.append(epoch)
+    loader.close()
+    with open(os.path.join(args.out, f"seen-{args.process_id}.json"), "w") as f:
+        json.dump(seen, f)
 
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
-history = trainer.fit(args.root, epochs=args.epochs, batch_size=200, verbose=2, callbacks=[Die()])
+try:
+    history = trainer.fit(
+        args.root, epochs=args.epochs, batch_size=args.batch_size, verbose=2, callbacks=[Die()]
+    )
+except (ValueError, TimeoutError) as e:
+    print(f"{type(e).__name__}: {e}", flush=True)
+    sys.exit(4)
+if args.fit_only:
+    sys.exit(0)
 result = trainer.evaluate(args.root + "/val")
 predictions = trainer.predict(args.root + "/val")
 trainer.save(os.path.join(args.out, "ckpt"))  # every process takes part, as Orbax requires
