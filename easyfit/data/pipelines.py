@@ -189,7 +189,7 @@ class PipelineRunner:
             odd = odd_shape_sample(self._indexed, suspects(), self.source.outputs.index(name), a)
         return DataError(
             f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b})"
-            + (f": {odd}, not {a} as the samples before it" if odd else "")
+            + (f": {odd}, not {a} as the others" if odd else "")
             + f"; {why}For images pass image_size=(height, width) to resize them all"
         )
 

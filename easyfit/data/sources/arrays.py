@@ -62,6 +62,8 @@ class Arrays(IndexedSource):
 
     ``x`` keeps its dtype through DALI (uint8 images travel as bytes) and reaches the model as
     float32, multiplied by ``scale`` when one is given (Keras semantics: no scaling by default).
+    float64 arrays are taken as float32, and int64 and uint64 ones as 32-bit integers where
+    JAX's 64-bit mode is off; a value those casts would change is refused (DataError).
 
     ``x`` and ``y`` may each be a dict or a tuple of arrays (several inputs, several outputs;
     dense targets such as masks or boxes of a fixed size): every array holds one row per
