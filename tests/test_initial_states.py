@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
@@ -156,6 +157,38 @@ def test_an_entry_cut_short_is_initialised_anew(kept):
     path = os.path.join(kept, name)
     os.truncate(path, os.path.getsize(path) - 100)
     assert _make()[1] == 1
+
+
+def test_an_entry_whose_header_claims_another_size_is_a_miss_and_nothing_is_allocated(kept, caplog):
+    first, _ = _make()
+    (name,) = _entries(kept)
+    path = os.path.join(kept, name)
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in _leaves(first)]
+    with open(path, "rb") as f:
+        assert np.lib.format.read_magic(f) == (1, 0)
+        np.lib.format.read_array_header_1_0(f)
+        data = f.read()  # the entry's bytes and CRC, as written
+    # 1 TiB: np.load's allocation raised MemoryError, which stopped every fit; 256 MiB: allocated,
+    # then read short
+    for claimed in (1 << 40, 1 << 28):
+        with open(path, "wb") as f:
+            header = {"descr": "|u1", "fortran_order": False, "shape": (claimed,)}
+            np.lib.format.write_array_header_1_0(f, header)
+            f.write(data)
+        tracemalloc.start()
+        try:
+            with caplog.at_level(logging.WARNING, logger="easyfit"):
+                assert initial_states.read(name.removesuffix(".npy"), abstract) is None
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 24, peak  # the claim is never allocated
+        said = f"its header claims {claimed} bytes of data, the file holds {len(data)}"
+        assert said in caplog.text and name in caplog.text
+    again, compiled = _make()  # the fit goes on: computed anew, kept whole
+    assert compiled == 1 and _make()[1] == 0
+    for a, b in zip(_leaves(first), _leaves(again), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_with_the_caches_off_no_state_is_kept(tmp_path, monkeypatch):

@@ -19,7 +19,14 @@ from ..errors import DataError
 from .images import first_line, turned
 from .sources.base import IndexedSource, ReaderSource, Source
 
-__all__ = ["batch_error", "find_bad_sample", "outside_error", "scan_for_bad_record", "turned_sample"]
+__all__ = [
+    "batch_error",
+    "find_bad_sample",
+    "odd_shape_sample",
+    "outside_error",
+    "scan_for_bad_record",
+    "turned_sample",
+]
 
 
 def batch_error(source: Source, error: RuntimeError, culprit: str | None) -> DataError:
@@ -91,6 +98,23 @@ def turned_sample(source: IndexedSource, suspects: Iterable[int]) -> str | None:
         data = source.encoded_image(i)
         if data is not None and turned(data):
             return f"{source.locate(i)} is decoded{turned(data)}"
+    return None
+
+
+def odd_shape_sample(
+    source: IndexedSource, suspects: Iterable[int], output: int, usual: tuple[int, ...]
+) -> str | None:
+    """``"<file or record> is decoded to shape (h, w, c)"`` for the first sample among
+    ``suspects`` whose ``output`` (its index in ``source.outputs``), run alone, is not of the
+    ``usual`` shape (one sample's), else None: what explains a batch whose samples differ in
+    shape, or one of another shape than those before it (an image of another size that the
+    images sampled at start-up did not show). A sample that fails alone is
+    :func:`find_bad_sample`'s to name."""
+    for i, out in _alone(source, list(dict.fromkeys(int(i) for i in suspects))):
+        if not isinstance(out, RuntimeError):
+            shape = tuple(int(d) for d in out[output].as_array().shape[1:])
+            if shape != tuple(usual):
+                return f"{source.locate(i)} is decoded to shape {shape}"
     return None
 
 

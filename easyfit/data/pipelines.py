@@ -23,7 +23,7 @@ from .._env import available_cores
 from ..errors import DataError
 from ..parallel import Placement
 from .augment import Augment
-from .diagnose import batch_error, outside_error, turned_sample
+from .diagnose import batch_error, odd_shape_sample, outside_error, turned_sample
 from .sources.base import IndexedSource, Source
 
 __all__ = [
@@ -141,6 +141,7 @@ class PipelineRunner:
         self.on_gpu = on_gpu
         self._find = find
         self._indexed = indexed
+        self._shapes: dict[str, tuple[int, ...]] = {}  # one sample's of each output, first run's
 
     def run(self, pipe: Any, suspects: Any) -> tuple[Any, ...]:
         """One run of ``pipe`` as ``(x, y)`` (or one array per name of ``source.outputs``); a
@@ -151,6 +152,10 @@ class PipelineRunner:
             raise batch_error(self.source, e, self._find(suspects())) from None
         names = self.source.outputs
         arrays = tuple(self.convert(pipe, o, name, suspects) for o, name in zip(outs, names, strict=True))
+        for name, a in zip(names, arrays, strict=True):  # shapes only: nothing is computed
+            usual = self._shapes.setdefault(name, tuple(a.shape[1:]))
+            if tuple(a.shape[1:]) != usual:  # the steps were traced for the usual shape
+                raise self._differ(name, usual, tuple(a.shape[1:]), suspects)
         limit = self.source.decoded_label_limit()
         if limit is not None and "y" in names and self._indexed is not None:
             y = arrays[names.index("y")]
@@ -160,25 +165,33 @@ class PipelineRunner:
 
     def convert(self, pipe: Any, out: Any, name: str, suspects: Any = list) -> Any:
         if not out.is_dense_tensor():
-            shapes = sorted({tuple(out[i].shape()) for i in range(len(out))})
-            a, b = shapes[0], shapes[-1]
-            why = ""
-            if len(a) == 3 and (a[1], a[0], a[2]) == b:  # height and width swapped
-                turned = self._indexed is not None and turned_sample(self._indexed, suspects())
-                why = "height and width swapped: " + (
-                    turned
-                    or "a photo with an EXIF orientation that turns it by a quarter (DALI applies "
-                    "it, as Pillow's exif_transpose does) is decoded turned"
-                )
-                why += ". "
-            raise DataError(
-                f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b}); {why}"
-                "For images pass image_size=(height, width) to resize them all"
-            )
+            shapes = [tuple(int(d) for d in out[i].shape()) for i in range(len(out))]
+            usual = self._shapes.get(name) or max(shapes, key=shapes.count)  # earlier runs', or most
+            raise self._differ(name, usual, next(s for s in shapes if s != usual), suspects)
         if not self.on_gpu:
             return out.as_array()
         array = jax.dlpack.from_dlpack(out.as_tensor())
         return array if pipe.exec_dynamic else array.copy()
+
+    def _differ(self, name: str, a: tuple[int, ...], b: tuple[int, ...], suspects: Any) -> DataError:
+        """The DataError for samples of output ``name`` of shape ``b`` where ``a`` was usual,
+        naming the sample among ``suspects()`` that is decoded to another shape when one is."""
+        why, turned, odd = "", None, None
+        if len(a) == 3 and (a[1], a[0], a[2]) == b:  # height and width swapped
+            turned = self._indexed is not None and turned_sample(self._indexed, suspects())
+            why = "height and width swapped: " + (
+                turned
+                or "a photo with an EXIF orientation that turns it by a quarter (DALI applies "
+                "it, as Pillow's exif_transpose does) is decoded turned"
+            )
+            why += ". "
+        if not turned and self._indexed is not None:
+            odd = odd_shape_sample(self._indexed, suspects(), self.source.outputs.index(name), a)
+        return DataError(
+            f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b})"
+            + (f": {odd}, not {a} as the others" if odd else "")
+            + f"; {why}For images pass image_size=(height, width) to resize them all"
+        )
 
     def join(self, runs: list[tuple[Any, ...]]) -> tuple[Any, ...]:
         """The ``(x, y, ...)`` outputs of consecutive runs of one pipeline, as one."""

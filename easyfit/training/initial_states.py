@@ -10,7 +10,8 @@ Any change to the model, the optimizer, the seed or the software is a different 
 entry, computed and kept. An entry is one ``.npy`` file of bytes: the state's leaves in order,
 each at an offset aligned to 64 bytes, then the CRC-32C of those bytes. It is written to a
 temporary name and renamed (another process sees it whole or not at all), and read only when
-its CRC matches and its size is the state's; anything else is a miss, never an error.
+its header's size is the file's and the state's, and its CRC matches; anything else is a miss
+(a warning, and the state computed anew), never an error.
 
 On whenever easyfit's compilation cache is (``EASYFIT_COMPILATION_CACHE=0`` turns both off),
 in ``$XDG_CACHE_HOME/easyfit/states`` (``~/.cache/easyfit/states``); the least recently used
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import platform
 import re
@@ -90,15 +92,13 @@ def read(key: str, abstract: list[jax.ShapeDtypeStruct]) -> list[np.ndarray] | N
         return None
     path = os.path.join(where, key + _SUFFIX)
     try:
-        payload = np.load(path)
         offsets, size = _layout(abstract)
-        if payload.dtype != np.uint8 or payload.shape != (size + 4,):
-            raise ValueError(f"{payload.shape} {payload.dtype} bytes where {size + 4} uint8 were expected")
+        payload = _payload(path, size + 4)
         if google_crc32c.value(payload[:size]) != int.from_bytes(payload[size:].tobytes(), "little"):
             raise ValueError("its CRC-32C does not match its bytes")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, MemoryError) as e:
         log.warning("easyfit: the kept initial state %s is damaged (%s): initialising anew", path, e)
         return None
     try:
@@ -110,6 +110,27 @@ def read(key: str, abstract: list[jax.ShapeDtypeStruct]) -> list[np.ndarray] | N
         payload[start : start + _nbytes(spec)].view(spec.dtype).reshape(spec.shape)
         for start, spec in zip(offsets, abstract, strict=True)
     ]
+
+
+def _payload(path: str, expected: int) -> np.ndarray:
+    """An entry's bytes, read once its ``.npy`` header says what the file holds, ``expected``
+    uint8: a header that claims another size (a damaged one may claim a TiB) is refused
+    before anything is allocated for it."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version != (1, 0):  # what np.save writes for an entry's one-line header
+            raise ValueError(f".npy format version {version[0]}.{version[1]}, not 1.0")
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        claimed = math.prod(shape) * dtype.itemsize
+        held = os.fstat(f.fileno()).st_size - f.tell()
+        if claimed != held:
+            raise ValueError(f"its header claims {claimed} bytes of data, the file holds {held}")
+        if dtype != np.uint8 or shape != (expected,):
+            raise ValueError(f"{shape} {dtype} bytes where ({expected},) uint8 were expected")
+        payload = np.fromfile(f, np.uint8, count=expected)
+    if len(payload) != expected:  # cut short while it was read
+        raise EOFError(f"{len(payload)} of its {expected} bytes could be read")
+    return payload
 
 
 def write(key: str, leaves: list[np.ndarray]) -> None:

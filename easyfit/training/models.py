@@ -7,10 +7,11 @@ as ``batch_stats``, NNX batch statistics and RNG counters).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import jax
@@ -51,7 +52,8 @@ class ModelAdapter:
             return nnx_state
         kwargs = self._flag(train=False)
         p_rng, d_rng = jax.random.split(rng)
-        out, variables = self.module.init_with_output({"params": p_rng, "dropout": d_rng}, x, **kwargs)
+        with _keys_named(x):
+            out, variables = self.module.init_with_output({"params": p_rng, "dropout": d_rng}, x, **kwargs)
         if all(hasattr(o, "shape") for o in jax.tree_util.tree_leaves(out)):
             self._outputs[_shapes_key(x)] = _sample_shapes(out)
         variables = dict(variables)
@@ -67,7 +69,8 @@ class ModelAdapter:
             # copy: Variables of this trace, which BatchNorm may update in place under jax.grad
             model = nnx.merge(self.module, params, model_state, copy=True)
             model.train() if train else model.eval()
-            out = model(x)
+            with _keys_named(x):  # an NNX model first meets its inputs here
+                out = model(x)
             _, _, new_state = _split(model)
             return out, new_state
         variables = {"params": params, **model_state}
@@ -100,6 +103,22 @@ class ModelAdapter:
             return {}
         on = _TRAIN_FLAGS[self.train_flag]
         return {self.train_flag: on if train else not on}
+
+
+@contextlib.contextmanager
+def _keys_named(x: Any) -> Iterator[None]:
+    """A KeyError of the model for a key that a dict of inputs ``x`` lacks, as a DataError
+    naming the keys given (the model's own message names only the key it asked for)."""
+    try:
+        yield
+    except KeyError as e:
+        key = e.args[0] if len(e.args) == 1 else None
+        if not isinstance(x, Mapping) or not isinstance(key, str) or key in x:
+            raise
+        raise DataError(
+            f"x: the model asked for the input {key!r} (KeyError), but the dict of inputs given "
+            f"has the keys {list(x)}; name each array of x by the key the model reads"
+        ) from e
 
 
 def _sample_shapes(outputs: Any) -> Any:

@@ -69,6 +69,27 @@ def test_a_broken_image_read_up_front_is_named_at_once(tmp_path, xy, kind):
         ef.data.ImageFolder(tmp_path)
 
 
+def test_a_later_image_of_another_size_is_named(tmp_path, xy, trainer):
+    """Each image decodes alone, so the bad-sample search found nothing: the batch of mixed
+    shapes, or a batch of another shape than those before it, named no file."""
+    files = _folder(tmp_path, xy)
+    ef.datasets.write_png(files[LATE], np.zeros((32, 32, 1), np.uint8))  # not sampled at start-up
+    said = (
+        r"samples of x differ in shape \(\(28, 28, 1\) and \(32, 32, 1\)\): "
+        f"{files[LATE]} is decoded to shape \\(32, 32, 1\\), not \\(28, 28, 1\\)"
+    )
+    with pytest.raises(ef.errors.DataError, match=said):  # in one batch with 28x28 images
+        _fit(trainer, str(tmp_path))
+    source = ef.data.ImageFolder(tmp_path)
+    loader = ef.data.Loader(source, ef.data.Plan(N, 1, shuffle=False), ef.parallel.Placement.create())
+    try:  # in a batch of its own: the model would be traced anew for it, and fail in flax
+        with pytest.raises(ef.errors.DataError, match=said):
+            for _ in range(LATE + 1):
+                next(loader)
+    finally:
+        loader.close()
+
+
 @pytest.mark.slow
 def test_an_unreadable_file_is_named(tmp_path, xy):
     base = tempfile.mkdtemp(dir="/tmp")  # reachable by the unprivileged user the program becomes

@@ -11,13 +11,14 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..recipe import ImageRecipe
 from ..structured_arrays import Structure
-from .base import IndexedSource, int32_labels, nonfinite_problem
+from .base import IndexedSource, int32_labels, narrowed, nonfinite_problem
 
 __all__ = ["Arrays"]
 
 
 def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
-    """A checked leaf in a dtype DALI carries: float64 -> float32; integer labels int32."""
+    """A checked leaf in the dtype the model receives: float64 -> float32, 64-bit integers as
+    JAX narrows them (each value checked to fit); integer labels int32, other labels float32."""
     problem = nonfinite_problem(a, unit="sample")
     if problem:
         raise DataError(f"{name} {problem}")
@@ -30,12 +31,12 @@ def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
             else ""
         )
         raise DataError(f"{name}: dtype {a.dtype} is not numeric{fix}")
-    if label:
-        if a.dtype.kind in "biu":  # range-checked before the cast: a cast would wrap
-            return np.ascontiguousarray(int32_labels(a, lambda i: f"{name} (at x[{i}])"))
-        a = a.astype(np.float32, copy=False)
-    elif a.dtype == np.float64:
-        a = a.astype(np.float32)
+    if label and a.dtype.kind in "biu":  # range-checked before the cast: a cast would wrap
+        return np.ascontiguousarray(int32_labels(a, lambda i: f"{name} (at x[{i}])"))
+    # checked once here, not per step: JAX would narrow int64 silently on the way to the devices
+    a, problem = narrowed(a, np.float32 if label else None)
+    if problem:
+        raise DataError(f"{name}: {problem}")
     return np.ascontiguousarray(a)
 
 
@@ -47,7 +48,9 @@ def _weights(sample_weight: Any, n: int) -> np.ndarray:
         raise DataError(f"sample_weight: expected one number per sample, got shape {w.shape} {w.dtype}")
     if len(w) != n:
         raise DataError(f"sample_weight has {len(w)} samples but x has {n}")
-    w = w.astype(np.float32)
+    w, problem = narrowed(w, np.float32)
+    if problem:
+        raise DataError(f"sample_weight: {problem}")
     if not np.isfinite(w).all() or (w < 0).any():
         i = int(np.flatnonzero(~np.isfinite(w) | (w < 0))[0])
         raise DataError(f"sample_weight[{i}]={w[i]}: weights must be finite and >= 0")
@@ -59,6 +62,8 @@ class Arrays(IndexedSource):
 
     ``x`` keeps its dtype through DALI (uint8 images travel as bytes) and reaches the model as
     float32, multiplied by ``scale`` when one is given (Keras semantics: no scaling by default).
+    float64 arrays are taken as float32, and int64 and uint64 ones as 32-bit integers where
+    JAX's 64-bit mode is off; a value those casts would change is refused (DataError).
 
     ``x`` and ``y`` may each be a dict or a tuple of arrays (several inputs, several outputs;
     dense targets such as masks or boxes of a fixed size): every array holds one row per

@@ -39,6 +39,7 @@ __all__ = [
     "Source",
     "Subset",
     "int32_labels",
+    "narrowed",
     "nonfinite_problem",
     "outside_classes",
 ]
@@ -65,6 +66,58 @@ def nonfinite_problem(a: np.ndarray, unit: str = "element") -> str | None:
         return None
     flat = a.reshape(len(a), -1) if unit == "sample" and a.ndim else a.reshape(-1)
     return f"holds NaN or inf (first at {unit} {int(np.argwhere(~np.isfinite(flat))[0][0])})"
+
+
+def narrowed(a: np.ndarray, to: Any = None) -> tuple[np.ndarray, str | None]:
+    """``a`` in the dtype it reaches the model in, and what that cast would change, if anything.
+
+    float64 becomes float32 (Keras' ``floatx``); int64 and uint64 become int32 and uint32 where
+    JAX's 64-bit mode (``jax_enable_x64``) is off, as JAX would make them on their way to the
+    devices, silently wrapping a value that does not fit (``2**40`` becomes 0). So every value
+    is checked first, vectorised: a problem (``"value v at [i, j] ..."``) names the first
+    integer that does not fit, or the first finite float that would become infinite, and the
+    array is then returned as it was; ``to`` forces a target dtype (float32 for weights).
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.data.sources.base import narrowed
+        >>> print(narrowed(np.array([[1], [2**40]]))[1])
+        value 1099511627776 at [1, 0] does not fit int32 (-2147483648 to 2147483647), ...
+        >>> a, problem = narrowed(np.array([1.5, 2.0]))
+        >>> a.dtype, problem
+        (dtype('float32'), None)
+    """
+    if to is None:
+        import jax
+
+        to = np.float32 if a.dtype == np.float64 else jax.dtypes.canonicalize_dtype(a.dtype)
+    to = np.dtype(to)
+    if to == a.dtype or a.size == 0:
+        return a, None
+    if to.kind in "iu" and a.dtype.kind in "iu":
+        lo, hi = np.iinfo(to).min, np.iinfo(to).max
+        if a.min() >= lo and a.max() <= hi:
+            return a.astype(to), None
+        at = np.unravel_index(int(np.argmax((a < lo) | (a > hi))), a.shape)
+        problem = (
+            f"does not fit {to} ({lo} to {hi}), the dtype JAX gives {a.dtype} data while its "
+            "64-bit mode (jax_enable_x64) is off: it would wrap. Give values that fit (ids "
+            "renumbered: np.unique(x, return_inverse=True)[1]), or floats (x.astype('float32'))"
+        )
+    else:
+        with np.errstate(over="ignore"):
+            out = a.astype(to)
+        if to.kind != "f" or a.dtype.kind != "f":
+            return out, None
+        overflow = np.isinf(out) & np.isfinite(a)
+        if not overflow.any():
+            return out, None
+        at = np.unravel_index(int(np.argmax(overflow)), a.shape)
+        problem = (
+            f"is beyond {to}'s range (+-{np.finfo(to).max:.4g}), to which {a.dtype} data is "
+            "cast (as Keras casts it): it would become infinite. Scale the values down"
+        )
+    return a, f"value {a[at]} at [{', '.join(map(str, at))}] {problem}"
 
 
 _INT32 = np.iinfo(np.int32)

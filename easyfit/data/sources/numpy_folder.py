@@ -12,7 +12,7 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..images import sample_positions
 from ..validation.files import file_problem
-from .base import nonfinite_problem
+from .base import narrowed, nonfinite_problem
 from .folder import ClassFiles
 
 __all__ = ["NumpyFolder"]
@@ -134,8 +134,9 @@ class NumpyFolder(ClassFiles):
         size = os.path.getsize(path)
         if size < expected:
             return f"truncated .npy file ({size} of {expected} bytes)"
-        if dtype.kind == "f":  # read once on the host, the first time the file is fed
-            return nonfinite_problem(np.load(path, allow_pickle=False))
+        if dtype.kind == "f" or dtype.itemsize == 8:  # read once, the first time the file is fed
+            a = np.load(path, allow_pickle=False)
+            return nonfinite_problem(a) or narrowed(a)[1]  # 64-bit values JAX would narrow
         return None
 
     @classmethod
