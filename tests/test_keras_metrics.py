@@ -5,6 +5,7 @@ is padded with rows that would change every value if they counted, and over 4 de
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from sklearn import metrics as skm
 
 import easyfit as ef
 from easyfit.training.metrics import build_collection, compute_on_host
+from easyfit.training.multi_output import loss_function
 
 N = 37  # 4 full batches of 8 and one of 5 valid rows, padded to 8
 
@@ -143,6 +145,44 @@ def test_arguments_and_layouts_are_checked():
         build_collection(["f1_score"], "sparse_categorical_crossentropy", jnp.zeros(4, jnp.int32))
     with pytest.raises(ValueError, match="two metrics are named 'auc'"):
         build_collection(["auc", ef.metrics.AUC(curve="PR")], "binary_crossentropy")
+
+
+def test_per_output_metrics_and_their_directions():
+    """A model of two outputs: each output's metrics get its own outputs, labels and loss's
+    activation (softmax for the classes, sigmoid for the flag); each declares its direction."""
+    y = {"kind": jnp.array([0, 1, 2, 1]), "flag": jnp.array([[1.0], [0.0], [1.0], [0.0]])}
+    loss = loss_function({"kind": "sparse_categorical_crossentropy", "flag": "binary_crossentropy"}, None, y)
+    fields = loss.metric_fields(
+        {"kind": [ef.metrics.F1Score(num_classes=3, average="macro")], "flag": ["precision", "hinge"]}, y
+    )
+    out = {"kind": 3 * jnp.eye(3)[jnp.array([0, 1, 1, 1])], "flag": jnp.array([[2.0], [-1.0], [-0.5], [1.0]])}
+    got = compute_on_host(
+        build_collection(fields).single_from_model_output(
+            outputs=out, logits=out, labels=y, loss=jnp.zeros(4), mask=jnp.ones(4, bool)
+        )
+    )
+    f1 = skm.f1_score([0, 1, 2, 1], [0, 1, 1, 1], average="macro", labels=range(3))
+    assert got["kind_f1_score"] == pytest.approx(f1, abs=1e-5)
+    assert got["flag_precision"] == pytest.approx(0.5, abs=1e-6)  # logits > 0: rows 0 and 3
+    hinge = np.maximum(1 - np.array([1, -1, 1, -1]) * np.array([2.0, -1.0, -0.5, 1.0]), 0).mean()
+    assert got["flag_hinge"] == pytest.approx(hinge, rel=1e-6)
+    directions = {k: getattr(v, "_direction", None) for k, v in fields.items() if k != "flag_loss"}
+    assert directions == {
+        "kind_loss": None,
+        "kind_f1_score": "up",
+        "flag_precision": "up",
+        "flag_hinge": "down",
+    }
+    named = build_collection(["auc", "recall", "binary_accuracy", "categorical_accuracy", "hinge"])
+    fields = [f for f in dataclasses.fields(named) if not f.name.startswith("_")]
+    assert {f.name: getattr(f.type, "_direction", None) for f in fields} == {
+        "loss": None,
+        "auc": "up",
+        "recall": "up",
+        "binary_accuracy": "up",
+        "categorical_accuracy": "up",
+        "hinge": "down",
+    }
 
 
 def _fit_program(devices: int) -> str:
