@@ -136,6 +136,29 @@ def test_auc_follows_keras_thresholds_and_summation():
     assert got["few"] == pytest.approx(expected, abs=1e-6)
 
 
+def test_precision_and_recall_top_k_class_id_and_a_list_of_thresholds():
+    """Keras' top_k (exactly the k highest of each row may be positive), class_id (one column)
+    and a list of thresholds (one value each, logged as precision_0, precision_1, ...)."""
+    p = np.array([[0.9, 0.8, 0.7, 0.1], [0.1, 0.6, 0.7, 0.97], [0.5, 0.5, 0.5, 0.5]], np.float32)
+    y = np.array([[0, 1, 1, 0], [1, 0, 0, 1], [1, 1, 0, 0]], np.float32)
+    got = _run(
+        [
+            ef.metrics.Precision(top_k=2, from_logits=False),
+            ef.metrics.Recall(top_k=2, from_logits=False),
+            ef.metrics.Precision(class_id=1, thresholds=[0.5, 0.7], from_logits=False, name="p1"),
+        ],
+        "mse",
+        p,
+        y,
+        batch=3,
+    )
+    top2 = np.zeros_like(y, bool)  # rows' two highest; the tied row: its first two columns
+    top2[[0, 0, 1, 1, 2, 2], [0, 1, 3, 2, 0, 1]] = True
+    assert got["precision"] == pytest.approx(skm.precision_score(y.ravel(), top2.ravel()), abs=1e-6)
+    assert got["recall"] == pytest.approx(skm.recall_score(y.ravel(), top2.ravel()), abs=1e-6)
+    assert [got["p1_0"], got["p1_1"]] == pytest.approx([0.5, 1.0], abs=1e-6)  # 0.8 and 0.6 above 0.5
+
+
 def test_arguments_and_layouts_are_checked():
     with pytest.raises(ValueError, match="F1Score: average='mean'"):
         ef.metrics.F1Score(average="mean")

@@ -376,9 +376,9 @@ class _PrecisionRecall(_CountMetric):
         true = _dense_labels(labels, outputs) != 0
         valid = _row_mask(mask, pred) > 0
         if self.top_k is not None:  # only the k highest of each row may be positive
-            k = min(self.top_k, pred.shape[-1])
-            kth = jax.lax.top_k(pred, k)[0][..., -1:]
-            pred = jnp.where(pred >= kth, pred, -jnp.inf)
+            top = jax.lax.top_k(pred, min(self.top_k, pred.shape[-1]))[1]
+            kept = jax.nn.one_hot(top, pred.shape[-1], dtype=jnp.int32).sum(-2) > 0
+            pred = jnp.where(kept, pred, -jnp.inf)
         if self.class_id is not None:
             if pred.ndim < 2 or not 0 <= self.class_id < pred.shape[-1]:
                 raise ValueError(
