@@ -134,6 +134,12 @@ def test_auc_follows_keras_thresholds_and_summation():
     tpr = [((p[:, 0] > t) & (y == 1)).sum() / (y == 1).sum() for t in (-1e-7, 0.25, 0.5, 0.75, 1.1)]
     expected = sum((fpr[i] - fpr[i + 1]) * (tpr[i] + tpr[i + 1]) / 2 for i in range(4))
     assert got["few"] == pytest.approx(expected, abs=1e-6)
+    # multi_label: one ROC area per label column, averaged (scikit-learn's macro average)
+    y = rng.integers(0, 2, (N, 3))
+    p = (rng.uniform(size=(N, 3)) * 0.7 + 0.3 * y).astype(np.float32)
+    multi = ef.metrics.AUC(multi_label=True, num_labels=3, num_thresholds=20001, from_logits=False)
+    got = _run([multi], "mse", p, y)
+    assert got["auc"] == pytest.approx(skm.roc_auc_score(y, p, average="macro"), abs=1e-3)
 
 
 def test_precision_and_recall_top_k_class_id_and_a_list_of_thresholds():

@@ -471,10 +471,10 @@ class F1Score(_CountMetric):
             if not integer or activation == "sigmoid":
                 classes = int(labels.shape[-1]) if len(labels.shape) >= 2 else 1
         if classes is None:
+            given = "are class indices, which do not say" if labels is not None else "are unknown: they say"
             raise ValueError(
-                f"metrics: {self.name}: the labels are class indices, which do not say how many "
-                "classes there are (Keras' F1Score takes one-hot labels); pass "
-                "ef.metrics.F1Score(num_classes=N, ...)"
+                f"metrics: {self.name}: the labels {given} how many classes there are (Keras' "
+                "F1Score takes one-hot labels); pass ef.metrics.F1Score(num_classes=N, ...)"
             )
         made = F1Score(self.average, self.threshold, self.name, self.beta, classes, self.from_logits)
         return _CountMetric.metric_class(made, activation, labels)
