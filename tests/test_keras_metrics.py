@@ -185,10 +185,13 @@ def test_per_output_metrics_and_their_directions():
         {"kind": [ef.metrics.F1Score(num_classes=3, average="macro")], "flag": ["precision", "hinge"]}, y
     )
     out = {"kind": 3 * jnp.eye(3)[jnp.array([0, 1, 1, 1])], "flag": jnp.array([[2.0], [-1.0], [-0.5], [1.0]])}
+    collection = build_collection(fields)
     got = compute_on_host(
-        build_collection(fields).single_from_model_output(
-            outputs=out, logits=out, labels=y, loss=jnp.zeros(4), mask=jnp.ones(4, bool)
-        )
+        jax.jit(
+            lambda out, y: collection.single_from_model_output(
+                outputs=out, logits=out, labels=y, loss=jnp.zeros(4), mask=jnp.ones(4, bool)
+            )
+        )(out, y)
     )
     f1 = skm.f1_score([0, 1, 2, 1], [0, 1, 1, 1], average="macro", labels=range(3))
     assert got["kind_f1_score"] == pytest.approx(f1, abs=1e-5)
