@@ -6,7 +6,9 @@ metric class receives the model outputs as keyword arguments: ``outputs`` (also 
 the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
 (per-sample losses), ``mask`` (False for padding rows, which never count) and, when the data
 has them, ``sample_weight``. For a model with several outputs, :func:`for_output` gives a
-metric one output and its labels, and :func:`output_loss` averages one output's loss.
+metric one output and its labels, and :func:`output_loss` averages one output's loss. Keras'
+classification metrics (``"auc"``, ``"f1_score"``, ``ef.metrics.MeanIoU(3)``, ...) are made in
+``easyfit.training.keras_metrics`` for the loss and labels of their output.
 """
 
 from __future__ import annotations
