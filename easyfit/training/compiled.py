@@ -67,7 +67,7 @@ class CompiledSteps:
                 if isinstance(loss_fn, OutputLosses):
                     collection = build_collection(loss_fn.metric_fields(metrics, y))
                 else:
-                    collection = build_collection(default_metrics(metrics, loss))
+                    collection = build_collection(default_metrics(metrics, loss), loss, y)
                 self._resolved[key] = Resolved(loss_fn, collection)
             return self._resolved[key]
 
@@ -117,11 +117,14 @@ class CompiledSteps:
 
     def metric_direction(self, name: str) -> str | None:
         """``"up"`` or ``"down"``, as the metric logged as ``name`` declares it (``_direction``),
-        or None when no resolved collection has such a metric with a direction."""
+        or None when no resolved collection has such a metric with a direction. ``<name>_<i>``,
+        one of a metric's several values (one per class), goes the metric's way."""
+        stem, _, index = name.rpartition("_")
         for resolved in self._resolved.values():
-            for field in dataclasses.fields(resolved.metrics):
-                if field.name == name:
-                    return getattr(field.type, "_direction", None)
+            fields = {field.name: field.type for field in dataclasses.fields(resolved.metrics)}
+            found = fields.get(name, fields.get(stem) if index.isdigit() else None)
+            if found is not None:
+                return getattr(found, "_direction", None)
         return None
 
     def clear(self) -> None:

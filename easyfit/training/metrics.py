@@ -6,7 +6,9 @@ metric class receives the model outputs as keyword arguments: ``outputs`` (also 
 the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
 (per-sample losses), ``mask`` (False for padding rows, which never count) and, when the data
 has them, ``sample_weight``. For a model with several outputs, :func:`for_output` gives a
-metric one output and its labels, and :func:`output_loss` averages one output's loss.
+metric one output and its labels, and :func:`output_loss` averages one output's loss. Keras'
+classification metrics (``"auc"``, ``"f1_score"``, ``ef.metrics.MeanIoU(3)``, ...) are made in
+``easyfit.training.keras_metrics`` for the loss and labels of their output.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from clu import metrics as clu_metrics
 from flax import struct
 
+from .keras_metrics import KERAS_NAMES, KerasMetric, activation_of
 from .learning_rate import get_learning_rate
 from .losses import user_function
 
@@ -117,9 +121,19 @@ _DIRECTIONS = {
 }
 
 
-def _resolve(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
+def _resolve(metric: Any, loss: Any = None, labels: Any = None) -> tuple[str, type[clu_metrics.Metric]]:
     """``(name, metric class)``, the class carrying the direction the metric declares (Keras'
-    ``_direction``: a named metric's, or a custom one's own attribute) for ``mode="auto"``."""
+    ``_direction``: a named metric's, or a custom one's own attribute) for ``mode="auto"``.
+    ``loss`` and ``labels`` (the output's loss and labels, or their shapes) are what Keras'
+    metrics (``easyfit.training.keras_metrics``) are made for."""
+    if isinstance(metric, str) and metric in KERAS_NAMES:
+        metric = KERAS_NAMES[metric]()
+    if isinstance(metric, type) and issubclass(metric, KerasMetric):
+        metric = metric()
+    if isinstance(metric, KerasMetric):
+        cls = metric.metric_class(activation_of(loss), labels)
+        cls._direction = metric._direction  # type: ignore[attr-defined]  # a class made for it
+        return metric.name, cls
     name, cls = _resolve_metric(metric)
     direction = _DIRECTIONS.get(metric) if isinstance(metric, str) else getattr(metric, "_direction", None)
     if direction is not None and getattr(cls, "_direction", None) != direction:
@@ -132,7 +146,8 @@ def _resolve_metric(metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
         if metric not in _BY_NAME:
             raise ValueError(
                 f"metrics: unknown metric {metric!r}; expected one of "
-                f"{sorted(_BY_NAME)}, a callable or a clu Metric class"
+                f"{sorted({*_BY_NAME, *KERAS_NAMES})}, an ef.metrics object, a callable or a clu "
+                "Metric class"
             )
         return metric, _from_values(_BY_NAME[metric])
     if isinstance(metric, type) and issubclass(metric, clu_metrics.Metric):
@@ -153,7 +168,9 @@ def _select(tree: Any, key: Any) -> Any:
     return tree[key]
 
 
-def for_output(key: Any, metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
+def for_output(
+    key: Any, metric: Any, loss: Any = None, labels: Any = None
+) -> tuple[str, type[clu_metrics.Metric]]:
     """``(name, metric class)`` of ``metric`` (a name, a callable or a clu Metric class) on one
     output of a model with several (a dict or a tuple of outputs): it is given that output
     (``outputs``, ``logits``) and its labels, as a single-output model's metric is.
@@ -167,7 +184,7 @@ def for_output(key: Any, metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
         >>> name, float(m.compute())
         ('accuracy', 0.5)
     """
-    name, resolved = _resolve(metric)
+    name, resolved = _resolve(metric, loss, labels)
 
     @struct.dataclass
     class ForOutput(resolved):  # type: ignore[valid-type,misc]
@@ -205,15 +222,22 @@ def default_metrics(metrics: Any, loss: Any) -> Any:
     return ["accuracy"] if loss in _CLASSIFICATION else []
 
 
-def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[clu_metrics.Collection]:
+def build_collection(
+    metrics: Sequence[Any] | Mapping[str, Any] | None, loss: Any = None, labels: Any = None
+) -> type[clu_metrics.Collection]:
     """A clu Collection with ``loss`` and the requested metrics.
 
     Args:
-        metrics: Keras names (``"accuracy"``, ``"top_k_accuracy"``, ``"mse"``, ``"mae"``, ...),
+        metrics: Keras names (``"accuracy"``, ``"top_k_accuracy"``, ``"mse"``, ``"mae"``,
+            ``"auc"``, ``"precision"``, ``"recall"``, ``"f1_score"``, ...), Keras' metric objects
+            of ``easyfit.metrics`` (``AUC(num_thresholds=200)``, ``MeanIoU(num_classes=3)``, ...),
             functions ``(y_true, y_pred) -> per-sample values`` (averaged over valid samples;
             see ``easyfit.training.losses.user_function``),
             clu ``Metric`` classes (given ``outputs``/``logits``, ``labels``, ``loss``, ``mask``), or a dict
             of any of those by name.
+        loss: the loss the model is trained with: it says which activation turns the outputs
+            into the probabilities Keras' threshold metrics read (``keras_metrics.activation_of``).
+        labels: the labels (or their shapes and dtypes): ``F1Score`` counts its classes from them.
 
     Example:
         >>> import jax.numpy as jnp
@@ -225,13 +249,22 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[
         >>> {k: round(float(v), 3) for k, v in sorted(m.compute().items())}
         {'accuracy': 1.0, 'loss': 0.1}
     """
-    items = list(metrics.items()) if isinstance(metrics, Mapping) else [_resolve(m) for m in (metrics or [])]
+    items = (
+        list(metrics.items())
+        if isinstance(metrics, Mapping)
+        else [_resolve(m, loss, labels) for m in (metrics or [])]
+    )
     fields = {"loss": clu_metrics.Average.from_output("loss")}
     for name, metric in items:
         if isinstance(metrics, Mapping):
-            metric = _resolve(metric)[1]
+            metric = _resolve(metric, loss, labels)[1]
         if name == "loss":
             raise ValueError("metrics: 'loss' is always reported; do not list it")
+        if name in fields:
+            raise ValueError(
+                f"metrics: two metrics are named {name!r}; give one another name "
+                "(ef.metrics.AUC(curve='PR', name='pr_auc'))"
+            )
         fields[name] = metric
     return clu_metrics.Collection.create(**fields)
 
@@ -252,10 +285,18 @@ def _metric_values(acc: Any) -> dict[str, jax.Array]:
 def compute_on_host(acc: Any) -> dict[str, float]:
     """The values of a clu metric collection on the host, in field order (loss first, as
     Keras). One jitted call: eager ops would each compile on a GPU, seconds in the first epoch.
+    A metric of several values (``F1Score(average=None)``: one per class) is logged as
+    ``<name>_0``, ``<name>_1``, ..., the logs holding numbers only.
     """
     values = jax.device_get(_metric_values(acc))
-    order = [f.name for f in dataclasses.fields(acc) if f.name in values]
-    return {name: float(values[name]) for name in order}
+    logs: dict[str, float] = {}
+    for name in [f.name for f in dataclasses.fields(acc) if f.name in values]:
+        value = np.asarray(values[name])
+        if value.size == 1:
+            logs[name] = float(value.reshape(()))
+        else:
+            logs.update({f"{name}_{i}": float(v) for i, v in enumerate(value.reshape(-1))})
+    return logs
 
 
 def epoch_logs(acc: Any, state: Any) -> dict[str, float]:

@@ -139,9 +139,10 @@ class OutputLosses:
                 "give metrics per output: a dict {output: [metrics]} (for a tuple, a list with "
                 "one entry per output)"
             )
+        by_key = dict(zip(self.keys, self.losses, strict=True))
         for key, given in _per_output(metrics, y, "metrics").items():
             for metric in [] if given is None else given if isinstance(given, (list, tuple)) else [given]:
-                name, cls = for_output(key, metric)
+                name, cls = for_output(key, metric, by_key.get(key), y[key])
                 fields[f"{names[key]}_{name}"] = cls
         return fields
 

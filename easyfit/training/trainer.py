@@ -84,8 +84,10 @@ class Trainer:
             (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
             dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
             tuple), as in Keras (``easyfit.training.multi_output``).
-        metrics: Keras metric names, functions ``(y_true, y_pred) -> per-sample values``
-            (called as ``loss`` functions are) or clu metrics (see ``easyfit.training.metrics``).
+        metrics: Keras metric names (``"accuracy"``, ``"auc"``, ``"f1_score"``, ...), Keras'
+            metric objects (``ef.metrics.AUC()``, ``ef.metrics.MeanIoU(num_classes=3)``, ...),
+            functions ``(y_true, y_pred) -> per-sample values`` (called as ``loss`` functions
+            are) or clu metrics (see ``easyfit.training.metrics``).
             None: ``["accuracy"]`` for classification losses, none otherwise. For several
             outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
         loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
