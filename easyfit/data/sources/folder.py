@@ -678,9 +678,14 @@ class ImageFiles(EncodedImages, Files):
 
     Args:
         images: a folder (or ``s3://bucket/prefix``), an image file, or a sequence of paths.
-        image_size, color_mode, decoder, transform, normalize, eval_crop: as
-            :class:`ImageFolder`'s (``predict`` takes the training data's).
-        follow_links, is_valid_file: as :class:`ImageFolder`'s, for a folder.
+        image_size: as :class:`ImageFolder`'s (``predict`` takes the training data's settings).
+        color_mode: as :class:`ImageFolder`'s.
+        decoder: as :class:`ImageFolder`'s.
+        transform: as :class:`ImageFolder`'s.
+        normalize: as :class:`ImageFolder`'s.
+        eval_crop: as :class:`ImageFolder`'s.
+        follow_links: as :class:`ImageFolder`'s, for a folder.
+        is_valid_file: as :class:`ImageFolder`'s, for a folder.
 
     Example:
         >>> import easyfit as ef
