@@ -101,8 +101,8 @@ def to_source(
         return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
     if isinstance(data, (list, tuple)) and data and all(isinstance(p, (str, os.PathLike)) for p in data):
         raise ValueError(
-            f"{argument}: a list of image paths has no labels: predict reads it; to {argument} "
-            "give a folder of class folders"
+            f"{argument}: a list of image paths has no labels (predict reads one); give a folder "
+            "of class folders"
         )
     if isinstance(data, tuple) and y is None and len(data) == 2 and not inputs_only:
         data, y = data  # (x, y)

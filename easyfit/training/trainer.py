@@ -662,12 +662,11 @@ class Trainer:
         them), an image file, a list of image paths, or a dict or a tuple of arrays (several
         inputs). ``verbose``: 1 says what a folder's listing left out. ``steps``: the outputs
         of the first that many batches only, as Keras (default, or more than there are: every
-        sample). Paths and
-        arrays are read as the training data was (its input recipe, also after a load): after
-        training on images, a uint8 array of images is resized, center-cropped, scaled and
-        normalised as the image files were, and a float array is taken as already prepared;
-        after training on arrays, their ``scale`` applies. A source given as ``x`` is read as it
-        is configured.
+        sample). Paths and arrays are read as the training data was (its input recipe, also
+        after a load; no augmentation): after training on images, a uint8 array of images is
+        resized, center-cropped, scaled and normalised as the image files were, and a float
+        array is taken as already prepared; after training on arrays, their ``scale``
+        applies. A source given as ``x`` is read as it is configured.
 
         Returns:
             A NumPy array with one row per sample; for a model with several outputs, a dict or

@@ -80,7 +80,10 @@ def test_a_broken_link_among_the_files_is_named(tmp_path):
     [
         ({}, "no class folders"),
         ({"a": [], "b": []}, "no images in any class folder"),
-        ({"a": ["0.png"], "b": [], "c": ["x.txt"]}, "b: class folder with no images .and 1 more.; remove it, or pass allow_empty=True"),
+        (
+            {"a": ["0.png"], "b": [], "c": ["x.txt"]},
+            "b: class folder with no images .and 1 more.; remove it, or pass allow_empty=True",
+        ),
     ],
 )
 def test_bad_folders_are_refused_naming_what_is_missing(tmp_path, layout, says):

@@ -306,7 +306,7 @@ def scan_classes(
         >>> names, [os.path.relpath(f, DOCS_TMP) for f in files], labels.tolist()
         (['cat', 'dog'], ['cat/0.png', 'cat/1.png', 'dog/2.jpg', 'dog/old/3.jpg'], [0, 0, 1, 1])
         >>> scan_classes(DOCS_TMP, (".png", ".jpg"), class_names=["dog"])[1:]
-        ([...'dog/2.jpg', ...'dog/old/3.jpg'], array([0, 0], dtype=int32))
+        (['.../dog/2.jpg', '.../dog/old/3.jpg'], array([0, 0], dtype=int32))
     """
     isdir: Callable[[str], bool] = os.path.isdir
     dirs: Callable[..., Sequence[Any]] = entries
