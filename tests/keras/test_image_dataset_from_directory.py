@@ -124,7 +124,8 @@ def test_predict_reads_every_image_of_a_folder_a_file_or_a_list(trainer, tmp_pat
     """keras: utils/image_dataset_utils_test.py::test_image_dataset_from_directory_no_labels
     (7 images in 2 class folders and 3 loose in the parent: ``labels=None`` reads all 10, in
     batches of 5). ``predict`` reads them in order: the loose images sorted by name, then each
-    class folder's; a folder with no class folders, one image file and a list of paths too."""
+    class folder's; a folder with no class folders, one image file and a list of paths too, which
+    ``evaluate`` refuses (no labels)."""
     classes = prepare_directory(tmp_path / "data", num_classes=2, count=7)
     for i in range(3):
         write(tmp_path / "data" / f"extra_{i}.png", 200 + i)
@@ -137,6 +138,10 @@ def test_predict_reads_every_image_of_a_folder_a_file_or_a_list(trainer, tmp_pat
     assert predicted(trainer, str(loose)) == [220, 221, 222]  # no class folders
     assert predicted(trainer, str(loose / "1.png")) == [221]
     assert predicted(trainer, [str(loose / "2.png"), loose / "0.png"]) == [222, 220]
+    with pytest.raises(ValueError, match="^x: a list of image paths has no labels"):
+        trainer.evaluate([str(loose / "2.png")])  # evaluate needs class folders
+    with pytest.raises(ValueError, match=r"^x: ImageFiles\(.*\) has no labels"):
+        trainer.evaluate(ef.data.ImageFiles(loose))
 
 
 def test_class_names_reads_an_ordered_subset_and_refuses_a_name_with_no_folder(trainer, tmp_path):
