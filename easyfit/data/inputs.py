@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -21,7 +22,7 @@ from .kept_streams import KeptStreams, LentStream
 from .loader import decide_cache, open_stream, stream_plan
 from .plan import Plan
 from .resolve import split_layout, to_source
-from .sources.base import Source
+from .sources.base import Source, Subset
 from .split import split_validation
 from .stream import Stream
 
@@ -85,7 +86,8 @@ class DataInputs:
         #: The input recipe of the data the model was trained on (``Source.recipe()``): the
         #: last fit's training source's, or a loaded checkpoint's; None when unknown.
         self.recipe: dict[str, Any] | None = None
-        self._sources: dict[str, Source] = {}
+        self._sources: dict[tuple[str, bool], Source] = {}
+        self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
         self._kept = KeptStreams(placement, self.loader_options)
 
     # ------------------------------------------------------------------------------ sources
@@ -169,19 +171,38 @@ class DataInputs:
         recipe: dict[str, Any] | None = None,
     ) -> Source:
         if isinstance(data, (str, os.PathLike)) and sample_weight is None:
-            key = os.path.abspath(os.fspath(data))
+            key = (os.path.abspath(os.fspath(data)), inputs_only)  # predict reads images unlabelled
             if key not in self._sources:
-                self._sources[key] = to_source(data, like=like, argument=argument, recipe=recipe)
-            return self._sources[key]
-        return to_source(
-            data,
-            y,
-            like=like,
-            argument=argument,
-            sample_weight=sample_weight,
-            inputs_only=inputs_only,
-            recipe=recipe,
-        )
+                self._sources[key] = to_source(
+                    data, like=like, argument=argument, recipe=recipe, inputs_only=inputs_only
+                )
+            source = self._sources[key]
+        else:
+            source = to_source(
+                data,
+                y,
+                like=like,
+                argument=argument,
+                sample_weight=sample_weight,
+                inputs_only=inputs_only,
+                recipe=recipe,
+            )
+        if not inputs_only and getattr(source, "labelled", True) is False:
+            raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
+        return source
+
+    def left_out(self, *sources: Source | None) -> list[str]:
+        """What the listing of each of ``sources`` left out of its folder (hidden entries, files
+        of other types, files beside the class folders...), in words, each said once: the
+        sentences not returned before."""
+        said = []
+        for source in sources:
+            base = source.source if isinstance(source, Subset) else source
+            note = getattr(base, "left_out", None)
+            if base is not None and note and base not in self._said:
+                self._said.add(base)
+                said.append(note)
+        return said
 
     # ---------------------------------------------------------------------------- batching
     def plan(

@@ -12,7 +12,8 @@ from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
 from .sources.base import Source, Subset
-from .sources.parquet import hf_splits
+from .sources.folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
+from .sources.parquet import hf_splits, is_parquet_pattern
 
 __all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
 
@@ -85,6 +86,8 @@ def to_source(
         return data
     refuse(data, argument)  # generators, datasets, data loaders, lists of batches
     base = like.source if isinstance(like, Subset) else like
+    if inputs_only and _image_paths(data):
+        return _image_files(data, base, recipe)
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
             raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from the data")
@@ -96,6 +99,11 @@ def to_source(
         if recipe is not None:
             return kind.from_recipe(data, recipe)
         return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
+    if isinstance(data, (list, tuple)) and data and all(isinstance(p, (str, os.PathLike)) for p in data):
+        raise ValueError(
+            f"{argument}: a list of image paths has no labels (predict reads one); give a folder "
+            "of class folders"
+        )
     if isinstance(data, tuple) and y is None and len(data) == 2 and not inputs_only:
         data, y = data  # (x, y)
     elif not (isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")):
@@ -106,3 +114,32 @@ def to_source(
         if argument == "x":
             raise
         raise DataError(f"{argument}: {e}") from None  # its x, y: not fit's x and y
+
+
+def _image_paths(data: Any) -> bool:
+    """Whether prediction's ``data`` names images without labels: a non-empty list of paths, an
+    image file, or a folder that holds images (with or without class folders)."""
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(isinstance(p, (str, os.PathLike)) for p in data)
+    if not isinstance(data, (str, os.PathLike)):
+        return False
+    path = os.fspath(data)
+    if path.lower().endswith(IMAGE_EXTENSIONS):
+        return object_store.is_url(path) or os.path.isfile(path)
+    return (
+        not is_parquet_pattern(path)
+        and (object_store.is_url(path) or os.path.isdir(path))
+        and detect(path) is ImageFolder
+    )
+
+
+def _image_files(data: Any, like: Source | None, recipe: Mapping[str, Any] | None) -> ImageFiles:
+    """The images of ``data`` (a folder, a file, a list of paths) for prediction, read as the
+    training folder's (``like``), else as ``recipe`` says, else with the defaults."""
+    if isinstance(like, ImageFolder):
+        images = ImageFiles(data, **like.image_settings(), **like.listing())
+        like.check_same_images(images, like.root, images.root)
+        return images
+    if recipe is not None:
+        return cast("ImageFiles", ImageFiles.from_recipe(data, recipe))
+    return ImageFiles(data)

@@ -433,6 +433,8 @@ class Trainer:
             threading.Thread(target=_start_runtime, name="easyfit-runtime").start()
         validates = validation_epochs(validation_freq)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
+        for note in self._data.left_out(train, val) if verbose else ():
+            print(f"easyfit: {note}", flush=True)
         self._input_scale = train.scale  # what the training steps and forward multiply x by
         self.class_names = train.class_names
         batch_size = int(batch_size or self.batch_size)
@@ -615,7 +617,7 @@ class Trainer:
             y: labels, when ``x`` is an array.
             batch_size: global batch size (default: the last fit's).
             callbacks: callbacks whose ``on_test_*`` hooks run.
-            verbose: 1 prints the result.
+            verbose: 1 prints the result (and what a folder's listing left out).
             return_dict: True (the default, unlike Keras): a dict by name, as History and the
                 callbacks' logs. False: Keras' default form, the loss alone, or
                 ``[loss, *metrics]`` when there are metrics.
@@ -629,6 +631,8 @@ class Trainer:
         check_int("batch_size", batch_size, 1, none=True)
         check_int("steps", steps, 1, none=True)
         source = self._data.source(x, y, sample_weight)
+        for note in self._data.left_out(source) if verbose and jax.process_index() == 0 else ():
+            print(f"easyfit: {note}", flush=True)
         batch_size = int(batch_size or self.batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(as_list(callbacks), self, {}), steps)
         if verbose and jax.process_index() == 0:
@@ -680,23 +684,27 @@ class Trainer:
     ) -> Any:
         """Model outputs for every sample of ``x``, once each, in the source's order.
 
-        For a folder: sorted class folders, sorted files (``ImageFolder.files``). ``x`` may be
-        a dict or a tuple of arrays (several inputs). ``steps``: the outputs of the first that
-        many batches only, as Keras (default, or more than there are: every sample). Paths and
-        arrays are read as the training data was (its input recipe, also after a load): after
-        training on images, a uint8 array of images is resized, center-cropped, scaled and
-        normalised as the image files were, and a float array is taken as already prepared;
-        after training on arrays, their ``scale`` applies. A source given as ``x`` is read as it
-        is configured.
+        ``x`` may be a folder of images, with or without class folders (every image at any
+        depth: a folder's images sorted by name, then its sub-folders' by name, as
+        ``ImageFolder.files`` orders class folders; ``easyfit.data.ImageFiles(x).files`` names
+        them), an image file, a list of image paths, or a dict or a tuple of arrays (several
+        inputs). ``verbose``: 1 says what a folder's listing left out. ``steps``: the outputs
+        of the first that many batches only, as Keras (default, or more than there are: every
+        sample). Paths and arrays are read as the training data was (its input recipe, also
+        after a load; no augmentation): after training on images, a uint8 array of images is
+        resized, center-cropped, scaled and normalised as the image files were, and a float
+        array is taken as already prepared; after training on arrays, their ``scale``
+        applies. A source given as ``x`` is read as it is configured.
 
         Returns:
             A NumPy array with one row per sample; for a model with several outputs, a dict or
             a tuple of them.
         """
-        del verbose
         check_int("batch_size", batch_size, 1, none=True)
         check_int("steps", steps, 1, none=True)
         source = self._data.source(x, inputs_only=True)
+        for note in self._data.left_out(source) if verbose and jax.process_index() == 0 else ():
+            print(f"easyfit: {note}", flush=True)
         batch_size = int(batch_size or self.batch_size)
         cbs = CallbackList(as_list(callbacks), self, {})
         outputs = []

@@ -44,18 +44,19 @@ def test_21841_classes_are_listed_in_sorted_order_each_file_labelled_by_its_clas
 def test_21841_given_class_names_label_each_file_by_its_position_among_them(many_classes):
     root, files = many_classes
     given = sorted(files, reverse=True) + ["extra"]  # another split may have more classes
-    names, listed, labels = scan_classes(root, IMAGE_EXTENSIONS, class_names=given)
+    names, listed, labels = scan_classes(root, IMAGE_EXTENSIONS, class_names=given, allow_empty=True)
     assert names == given
-    assert listed == [files[name] for name in sorted(files)]
-    np.testing.assert_array_equal(labels, CLASSES - 1 - np.arange(CLASSES))
+    assert listed == [files[name] for name in given[:-1]]  # read in the order of the names
+    np.testing.assert_array_equal(labels, np.arange(CLASSES))
 
 
 def test_a_repeated_given_class_name_labels_by_its_first_place(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "0.png").touch()
-    _, _, labels = scan_classes(str(tmp_path), IMAGE_EXTENSIONS, class_names=["b", "a", "b"])
-    assert labels.tolist() == [1, 0]
+    _, files, labels = scan_classes(str(tmp_path), IMAGE_EXTENSIONS, class_names=["b", "a", "b"])
+    assert [os.path.relpath(f, tmp_path) for f in files] == ["b/0.png", "a/0.png"]  # each once
+    assert labels.tolist() == [0, 1]
 
 
 def test_folder_files_keeps_image_files_only_sorted_and_skips_folders(tmp_path):
@@ -79,7 +80,10 @@ def test_a_broken_link_among_the_files_is_named(tmp_path):
     [
         ({}, "no class folders"),
         ({"a": [], "b": []}, "no images in any class folder"),
-        ({"a": ["0.png"], "b": [], "c": ["x.txt"]}, "b: class folder with no images .and 1 more.$"),
+        (
+            {"a": ["0.png"], "b": [], "c": ["x.txt"]},
+            "b: class folder with no images .and 1 more.; remove it, or pass allow_empty=True",
+        ),
     ],
 )
 def test_bad_folders_are_refused_naming_what_is_missing(tmp_path, layout, says):
@@ -91,12 +95,14 @@ def test_bad_folders_are_refused_naming_what_is_missing(tmp_path, layout, says):
         scan_classes(str(tmp_path), IMAGE_EXTENSIONS)
 
 
-def test_a_class_folder_outside_the_given_classes_is_named(tmp_path):
+def test_a_class_folder_outside_another_splits_classes_is_named(tmp_path):
+    """With allow_empty (the classes of another split), a folder of another class is refused;
+    without, class_names is Keras' subset and the folder is left out (tests/keras/)."""
     for name in ("a", "z"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "0.png").touch()
     with pytest.raises(ef.errors.DataError, match=f"^{tmp_path}/z: not one of the classes .'a'."):
-        scan_classes(str(tmp_path), IMAGE_EXTENSIONS, class_names=["a"])
+        scan_classes(str(tmp_path), IMAGE_EXTENSIONS, class_names=["a"], allow_empty=True)
 
 
 def test_the_path_table_holds_each_paths_file_system_bytes_zero_padded():

@@ -99,6 +99,40 @@ def test_data_fingerprint_of_s3_files_holds_their_sizes(mnist):
     assert grown["files"] != same["files"] and {**grown, "files": 0} == {**same, "files": 0}
 
 
+def test_class_folders_in_the_bucket_are_walked_at_any_depth_as_the_local_copy(mnist, tmp_path):
+    """Issue 48: sub-folders of a class folder, from the prefix's one listing, in the local
+    walk's order; what is left out is counted alike (listing only: sizes given, no image read)."""
+    for path in (
+        "a/1.png",
+        "a/sub/deeper/0.png",
+        "a/sub/2.png",
+        "a/.hidden.png",
+        "b/x.txt",
+        "b/3.png",
+        "4.png",
+    ):
+        os.makedirs(os.path.dirname(tmp_path / "nested" / path), exist_ok=True)
+        (tmp_path / "nested" / path).write_bytes(b"\0")
+    remote = _upload(boto3.client("s3"), str(tmp_path / "nested"), "nested")
+    listed = {"image_size": (4, 4), "color_mode": "grayscale"}
+    here, there = ef.data.ImageFolder(tmp_path / "nested", **listed), ef.data.ImageFolder(remote, **listed)
+    assert [f[len(remote) + 1 :] for f in there.files] == [
+        "a/1.png",
+        "a/sub/2.png",
+        "a/sub/deeper/0.png",
+        "b/3.png",
+    ]
+    assert [os.path.relpath(f, tmp_path / "nested") for f in here.files] == [
+        f[len(remote) + 1 :] for f in there.files
+    ]
+    assert there.left_out.replace(remote, "R") == here.left_out.replace(str(tmp_path / "nested"), "R")
+    unlabelled = ef.data.ImageFiles(remote, **listed)
+    assert [f[len(remote) + 1 :] for f in unlabelled.files] == [
+        "4.png",
+        *(f[len(remote) + 1 :] for f in there.files),
+    ]
+
+
 def test_a_broken_image_in_the_bucket_is_named_before_dali_decodes_it(server, mnist):
     local, _ = mnist
     client = boto3.client("s3")

@@ -7,7 +7,7 @@ or :class:`~easyfit.data.sources.base.ReaderSource`.
 from .arrays import Arrays
 from .base import READER, IndexedSource, ReaderSource, Source, Subset
 from .caffe2 import Caffe2LMDB
-from .folder import IMAGE_EXTENSIONS, ImageFolder
+from .folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
 from .image_csv import ImageCSV
 from .numpy_folder import NumpyFolder
 from .parquet import Parquet
@@ -22,6 +22,7 @@ __all__ = [
     "Arrays",
     "Caffe2LMDB",
     "ImageCSV",
+    "ImageFiles",
     "ImageFolder",
     "IndexedSource",
     "NumpyFolder",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -21,11 +22,14 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "ClassFiles",
     "Files",
+    "ImageFiles",
     "ImageFolder",
+    "LeftOut",
     "entries",
     "folder_files",
     "path_table",
     "scan_classes",
+    "walk_files",
 ]
 
 IMAGE_EXTENSIONS = (
@@ -117,63 +121,260 @@ def folder_files(folder: str, extensions: tuple[str, ...]) -> list[str]:
     return paths
 
 
-def scan_classes(
-    root: str, extensions: tuple[str, ...], what: str = "images", class_names: Sequence[str] | None = None
-) -> tuple[list[str], list[str], np.ndarray]:
-    """``(class names, files, labels)`` of ``root/<class>/<file>`` with one of ``extensions``:
-    files sorted by class folder, then by name (:func:`folder_files`).
+class LeftOut:
+    """What a listing left out of a folder, by reason: how many entries, and the first one's
+    path (what :meth:`sentence` says once, at ``verbose >= 1``)."""
 
-    ``class_names`` fixes the class names (and so the labels: their indices), e.g. those of the
-    training folder when reading the validation folder, which may lack some.
+    def __init__(self) -> None:
+        self.found: dict[str, list[Any]] = {}  # reason -> [count, first path]
+
+    def add(self, reason: str, path: str, count: int = 1) -> None:
+        """Counts ``count`` entries left out for ``reason``, ``path`` the first of them."""
+        seen = self.found.setdefault(reason, [0, path])
+        seen[0] += count
+
+    def sentence(self, root: str) -> str | None:
+        """``"left out of <root>: not images: 3 (e.g. <path>); hidden: 1 (...)"``, or None."""
+        if not self.found:
+            return None
+        parts = [f"{reason}: {n} (e.g. {path})" for reason, (n, path) in self.found.items()]
+        return f"left out of {root}: " + "; ".join(parts)
+
+
+def _is_loop(target: str, real: str) -> bool:
+    """Whether a link to ``target`` (a real path) inside the folder whose real path is
+    ``real`` leads back to it or above it: a walk following it would never end."""
+    return real == target or real.startswith(target.rstrip(os.sep) + os.sep)
+
+
+def _walk_remote(folder: str, kept: Callable[[str, str], bool], not_kept: str, tally: LeftOut) -> list[str]:
+    """:func:`walk_files` of ``s3://bucket/prefix``, from its one listing."""
+    remote = object_store.listing(folder)
+    found: list[str] = []
+    pending = [folder]
+    while pending:
+        here = pending.pop()
+        files = []
+        for e in remote.entries(here):
+            if e.name.startswith("."):
+                tally.add("hidden", e.path)
+            elif kept(e.name, e.path):
+                files.append(e.path)
+            else:
+                tally.add(not_kept, e.path)
+        found.extend(sorted(files))
+        for e in sorted(remote.entries(here, "dir"), key=lambda e: e.name, reverse=True):
+            if e.name.startswith("."):
+                tally.add("hidden", e.path)
+            else:
+                pending.append(e.path)
+    return found
+
+
+def walk_files(
+    folder: str,
+    extensions: tuple[str, ...],
+    *,
+    what: str = "images",
+    follow_links: bool = True,
+    is_valid_file: Callable[[str], bool] | None = None,
+    left_out: LeftOut | None = None,
+) -> list[str]:
+    """The files in ``folder`` and its sub-folders, at any depth, whose names end with one of
+    ``extensions`` (any case), or that ``is_valid_file(path)`` accepts when given (then instead
+    of the extensions, as torchvision's): a folder's files sorted by name, then its
+    sub-folders', in the order of their names. ``s3://bucket/prefix`` too (its one listing).
+
+    Hidden entries (names starting with ``.``) are left out, and so are files refused;
+    ``left_out`` counts them. Links to folders are followed (``follow_links=False``: left out
+    and counted); a link back to a folder above it raises DataError naming it, and so does an
+    entry that cannot be followed (:func:`entries`). One ``os.scandir`` per folder, no
+    ``stat`` but of links: a folder of image files alone costs one pass over its entries.
+
+    Example:
+        >>> import os
+        >>> from easyfit.data.sources.folder import walk_files
+        >>> for path in ("b.png", "a/c.jpg", "a/b/d.png", ".e.png", "f.txt"):
+        ...     os.makedirs(os.path.dirname(os.path.join(DOCS_TMP, path)), exist_ok=True)
+        ...     open(os.path.join(DOCS_TMP, path), "w").close()
+        >>> [os.path.relpath(p, DOCS_TMP) for p in walk_files(DOCS_TMP, (".png", ".jpg"))]
+        ['b.png', 'a/c.jpg', 'a/b/d.png']
+    """
+    tally = left_out if left_out is not None else LeftOut()
+    not_kept = f"not {what}" if is_valid_file is None else "refused by is_valid_file"
+
+    def kept(name: str, path: str) -> bool:
+        return is_valid_file(path) if is_valid_file is not None else name.lower().endswith(extensions)
+
+    if object_store.is_url(folder):  # a bucket: no links to follow
+        return _walk_remote(folder, kept, not_kept, tally)
+    found: list[str] = []
+    # (folder, its real path once needed, the real paths of the folders above it)
+    stack: list[tuple[str, str | None, tuple[str, ...]]] = [(folder, None, ())]
+    while stack:
+        here, real, above = stack.pop()
+        listed = _listed(here)
+        try:  # the common case (every entry an image file, no link) in one pass
+            if is_valid_file is None:
+                files = [
+                    e.path
+                    for e in listed
+                    if e.is_file() and (n := e.name).lower().endswith(extensions) and n[0] != "."
+                ]
+            else:
+                files = []
+        except OSError:
+            files = []  # an entry that cannot be followed: named below
+        subs: list[os.DirEntry] = []
+        if len(files) < len(listed):
+            files = []
+            for e in listed:
+                if e.name.startswith("."):
+                    tally.add("hidden", e.path)
+                    continue
+                try:
+                    if e.is_dir():
+                        if e.is_symlink() and not follow_links:
+                            tally.add("links to folders (follow_links=False)", e.path)
+                        else:
+                            subs.append(e)
+                    elif e.is_file():
+                        if kept(e.name, e.path):
+                            files.append(e.path)
+                        else:
+                            tally.add(not_kept, e.path)
+                    else:
+                        os.stat(e.path)  # raises: a loop's or a missing target's error
+                        tally.add("neither files nor folders", e.path)
+                except OSError as err:
+                    link = (
+                        f"; a symbolic link to {os.readlink(e.path)!r}: fix or remove it"
+                        if e.is_symlink()
+                        else ""
+                    )
+                    raise DataError(f"{e.path}: cannot be followed ({err.strerror or err}){link}") from None
+        files.sort()
+        found.extend(files)
+        if subs:
+            real = real or os.path.realpath(here)
+            chain = (*above, real)
+            for e in sorted(subs, key=lambda e: e.name, reverse=True):
+                sub_real = os.path.join(real, e.name)
+                if e.is_symlink():
+                    sub_real = os.path.realpath(e.path)
+                    if sub_real in chain or _is_loop(sub_real, real):
+                        raise DataError(
+                            f"{e.path}: a symbolic link to {os.readlink(e.path)!r}, which leads back "
+                            "to a folder it is in: a loop, which a walk would follow forever; remove "
+                            "it, or pass follow_links=False"
+                        )
+                stack.append((e.path, sub_real, chain))
+    return found
+
+
+def scan_classes(
+    root: str,
+    extensions: tuple[str, ...],
+    what: str = "images",
+    class_names: Sequence[str] | None = None,
+    *,
+    allow_empty: bool = False,
+    follow_links: bool = True,
+    is_valid_file: Callable[[str], bool] | None = None,
+    left_out: LeftOut | None = None,
+) -> tuple[list[str], list[str], np.ndarray]:
+    """``(class names, files, labels)`` of ``root/<class>/.../<file>`` with one of
+    ``extensions``: each class folder's files at any depth (:func:`walk_files`), the class
+    folders in the order of the class names.
+
+    ``class_names`` (Keras' argument) reads those class folders only, in that order, labelled
+    by their place (a name given twice: its first); each must have a folder, holding files
+    unless ``allow_empty``. With ``allow_empty`` (torchvision's argument) a class folder may be
+    empty, and with ``class_names`` too absent: the classes of another split (the training
+    folder's, read for the validation folder), where a folder of another class is refused (its
+    label would mean another class); without it, such a folder is left out, as Keras does.
+    ``left_out`` counts what is not read: hidden entries, files beside the class folders, files
+    that are not of the kind looked for, class folders not named (:class:`LeftOut`).
 
     Example:
         >>> import os
         >>> from easyfit.data.sources.folder import scan_classes
-        >>> for path in ("cat/1.png", "cat/0.png", "dog/2.jpg"):
+        >>> for path in ("cat/1.png", "cat/0.png", "dog/2.jpg", "dog/old/3.jpg"):
         ...     os.makedirs(os.path.dirname(os.path.join(DOCS_TMP, path)), exist_ok=True)
         ...     open(os.path.join(DOCS_TMP, path), "w").close()
         >>> names, files, labels = scan_classes(DOCS_TMP, (".png", ".jpg"))
         >>> names, [os.path.relpath(f, DOCS_TMP) for f in files], labels.tolist()
-        (['cat', 'dog'], ['cat/0.png', 'cat/1.png', 'dog/2.jpg'], [0, 0, 1])
+        (['cat', 'dog'], ['cat/0.png', 'cat/1.png', 'dog/2.jpg', 'dog/old/3.jpg'], [0, 0, 1, 1])
+        >>> scan_classes(DOCS_TMP, (".png", ".jpg"), class_names=["dog"])[1:]
+        (['.../dog/2.jpg', '.../dog/old/3.jpg'], array([0, 0], dtype=int32))
     """
     isdir: Callable[[str], bool] = os.path.isdir
     dirs: Callable[..., Sequence[Any]] = entries
-    files_of: Callable[[str, tuple[str, ...]], list[str]] = folder_files
     if object_store.is_url(root):  # s3://bucket/prefix: the same questions, of one listing
         remote = object_store.listing(root)
-        isdir, dirs, files_of = remote.isdir, remote.entries, remote.files
+        isdir, dirs = remote.isdir, remote.entries
     if not isdir(root):
         raise DataError(f"{root}: no such directory")
-    found = sorted(e.name for e in dirs(root, "dir") if not e.name.startswith("."))
+    tally = left_out if left_out is not None else LeftOut()
+    found = []
+    for e in sorted(dirs(root, "dir"), key=lambda e: e.name):
+        if e.name.startswith("."):
+            tally.add("hidden", e.path)
+        else:
+            found.append(e.name)
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
+    for e in dirs(root, "file"):
+        reason = "hidden" if e.name.startswith(".") else "beside the class folders"
+        tally.add(reason, e.path)
     names = list(found if class_names is None else class_names)
     label_of: dict[str, int] = {}
     for label, name in enumerate(names):
         label_of.setdefault(name, label)  # the first, as list.index
+    folders_of = set(found)
+    missing = [name for name in label_of if name not in folders_of]
+    if missing and not allow_empty:
+        raise DataError(
+            f"{os.path.join(root, missing[0])}: no such class folder, for class_names={names[:10]}"
+            f"{' ...' if len(names) > 10 else ''} (the class folders of {root}: {found[:10]}"
+            f"{' ...' if len(found) > 10 else ''}; the `class_names` passed did not match the names "
+            "of the sub-folders, as Keras says); name existing folders, or for a split that lacks a "
+            "class, read it with allow_empty=True (fit does for its validation folder)"
+        )
     unknown = [c for c in found if c not in label_of]
-    if unknown:
+    if unknown and allow_empty and class_names is not None:
         more = " ..." if len(names) > 10 else ""
         raise DataError(
             f"{os.path.join(root, unknown[0])}: not one of the classes {names[:10]}{more} "
             f"(the class folders of {root}: {found[:10]}{' ...' if len(found) > 10 else ''}); "
             "the labels would mean other classes"
         )
-    folders = [os.path.join(root, name) for name in found]
-    listed = [files_of(folder, extensions) for folder in folders]
+    for name in unknown:
+        tally.add("class folders not in class_names", os.path.join(root, name))
+    read = [name for name in label_of if name in folders_of]  # class_names' order, each once
+    folders = [os.path.join(root, name) for name in read]
+    walk = functools.partial(
+        walk_files,
+        extensions=extensions,
+        what=what,
+        follow_links=follow_links,
+        is_valid_file=is_valid_file,
+        left_out=tally,
+    )
+    listed = [walk(folder) for folder in folders]
     counts = np.array([len(paths) for paths in listed], np.int64)
     files = list(itertools.chain.from_iterable(listed))
     if not files:
-        raise DataError(
-            f"{root}: no {what} in any class folder (extensions looked for: {', '.join(extensions)})"
-        )
+        looked = "files is_valid_file accepts" if is_valid_file else f"extensions {', '.join(extensions)}"
+        raise DataError(f"{root}: no {what} in any class folder ({looked} looked for)")
     empty = [folder for folder, n in zip(folders, counts, strict=True) if n == 0]
-    if empty and class_names is None:  # another split may lack a training class
+    if empty and not allow_empty:
         raise DataError(
             f"{empty[0]}: class folder with no {what}"
             + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
+            + "; remove it, or pass allow_empty=True to keep its class"
         )
-    labels = np.repeat(np.array([label_of[name] for name in found], np.int32), counts)
+    labels = np.repeat(np.array([label_of[name] for name in read], np.int32), counts)
     return names, files, labels
 
 
@@ -297,12 +498,14 @@ class Files(IndexedSource):
 
 
 class ClassFiles(Files):
-    """Base of sources with one file per sample in class folders (``root/<class>/<file>``):
-    feeds the file paths and the class indices as labels."""
+    """Base of sources with one file per sample in class folders (``root/<class>/<file>``, at
+    any depth below the class folder): feeds the file paths and the class indices as labels."""
 
     root: str
     class_names: list[str]
     labels: np.ndarray
+    #: What the listing left out of the folder (hidden entries, other files...), in words.
+    left_out: str | None = None
 
     def _init_files(
         self,
@@ -310,9 +513,15 @@ class ClassFiles(Files):
         extensions: tuple[str, ...],
         what: str,
         class_names: Sequence[str] | None,
+        **listing: Any,
     ) -> None:
+        """Lists ``root`` (:func:`scan_classes`, with ``listing``'s keyword arguments)."""
         self.root = os.fspath(root)
-        self.class_names, self.files, self.labels = scan_classes(self.root, extensions, what, class_names)
+        tally = LeftOut()
+        self.class_names, self.files, self.labels = scan_classes(
+            self.root, extensions, what, class_names, left_out=tally, **listing
+        )
+        self.left_out = tally.sentence(self.root)
         self._init_paths(self.files)
 
     @property
@@ -344,9 +553,10 @@ class ImageFolder(EncodedImages, ClassFiles):
         decoder: where to decode on a GPU: ``"auto"`` (the CPU for images under 128x128,
             where the GPU's hardware JPEG decoder is slower, else ``"mixed"``), ``"mixed"`` or
             ``"cpu"``. On a CPU-only machine decoding is always on the CPU.
-        class_names: the classes, in label order, when they must match another folder's (the
-            validation folder takes the training folder's): sub-folders must be among them and
-            may be missing or empty. None: the sorted sub-folder names, none of them empty.
+        class_names: the classes to read, in label order, as Keras' argument: only these
+            class folders are read (an ordered subset: ``["c", "a"]`` labels ``c`` 0 and ``a``
+            1; the other folders are left out, and said). Each must have a folder holding
+            images, unless ``allow_empty``. None: the sorted sub-folder names.
         transform: optional ``f(images) -> images`` on DALI data nodes, applied after decoding
             (and resizing) to every split read from this folder.
         augment: optional ``f(images) -> images`` on DALI data nodes applied to training
@@ -368,6 +578,15 @@ class ImageFolder(EncodedImages, ClassFiles):
             stretching it to ``image_size``.
         pad_to_aspect_ratio: as Keras: resize each image, keeping its aspect ratio, to fit in
             ``image_size`` and pad it with black around the center.
+        allow_empty: torchvision's argument: a class folder may hold no image (its class is
+            kept, with no sample), and with ``class_names`` it may be absent too: the classes
+            of another split (fit reads a ``val/`` folder so, with the training folder's
+            classes), where a folder of a class not among them is refused instead of left out.
+        follow_links: follow links to folders inside the class folders (default True, as
+            torchvision; Keras' default is False); False leaves them out, and says so. A link
+            back to a folder it is in raises DataError naming it.
+        is_valid_file: torchvision's filter: ``f(path) -> bool`` says which files are read,
+            instead of the image extensions (hidden files are left out either way).
 
     Example:
         >>> import easyfit as ef
@@ -392,8 +611,21 @@ class ImageFolder(EncodedImages, ClassFiles):
         eval_crop: float | None = None,
         crop_to_aspect_ratio: bool = False,
         pad_to_aspect_ratio: bool = False,
+        *,
+        allow_empty: bool = False,
+        follow_links: bool = True,
+        is_valid_file: Callable[[str], bool] | None = None,
     ):
-        self._init_files(root, IMAGE_EXTENSIONS, "images", class_names)
+        self.follow_links, self.is_valid_file = follow_links, is_valid_file
+        self._init_files(
+            root,
+            IMAGE_EXTENSIONS,
+            "images",
+            class_names,
+            allow_empty=allow_empty,
+            follow_links=follow_links,
+            is_valid_file=is_valid_file,
+        )
         self.augment = augment
         self._init_images(
             self.sampled,
@@ -420,16 +652,147 @@ class ImageFolder(EncodedImages, ClassFiles):
     @classmethod
     def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> ImageFolder:
         """An ImageFolder at ``path`` read as ``recipe`` says, its labels the indices of the
-        recorded class names (a class folder not among them raises DataError naming both)."""
-        return cls(path, **cls.recipe_settings(recipe), class_names=recipe.get("class_names"))
+        recorded class names (a class folder not among them raises DataError naming both; one
+        of them may be absent or empty)."""
+        names = recipe.get("class_names")
+        return cls(path, **cls.recipe_settings(recipe), class_names=names, allow_empty=names is not None)
 
     def encoded_image(self, index: int) -> bytes | None:
         return read_file(self.files[index])
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
-        other = ImageFolder(path, **self.image_settings(), class_names=self.class_names)
+        other = ImageFolder(
+            path,
+            **self.image_settings(),
+            class_names=self.class_names,
+            allow_empty=True,
+            **self.listing(),
+        )
         self.check_same_images(other, self.root, other.root)
         return other
 
+    def listing(self) -> dict[str, Any]:
+        """The keyword arguments that list another folder as this one (links, the filter)."""
+        return {"follow_links": self.follow_links, "is_valid_file": self.is_valid_file}
+
     def describe(self) -> str:
         return f"ImageFolder({self.root!r}: {self.num_samples} images, {len(self.class_names)} classes)"
+
+
+class ImageFiles(EncodedImages, Files):
+    """Images without labels, as ``predict`` reads them: every image of a folder and of its
+    sub-folders at any depth, with or without class folders (Keras' ``labels=None``), one
+    image file, or a list of image paths. Read in that order: a folder's images sorted by
+    name, then its sub-folders' in the order of their names (for class folders: the order of
+    ``ImageFolder.files``), each as evaluation reads it (no augmentation). ``files`` holds the
+    paths, one per prediction.
+
+    Args:
+        images: a folder (or ``s3://bucket/prefix``), an image file, or a sequence of paths.
+        image_size: as :class:`ImageFolder`'s (``predict`` takes the training data's settings).
+        color_mode: as :class:`ImageFolder`'s.
+        decoder: as :class:`ImageFolder`'s.
+        transform: as :class:`ImageFolder`'s.
+        normalize: as :class:`ImageFolder`'s.
+        eval_crop, crop_to_aspect_ratio, pad_to_aspect_ratio: as :class:`ImageFolder`'s.
+        follow_links: as :class:`ImageFolder`'s, for a folder.
+        is_valid_file: as :class:`ImageFolder`'s, for a folder.
+
+    Example:
+        >>> import easyfit as ef
+        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(20, 10))
+        >>> images = ef.data.ImageFiles(root + "/val")
+        >>> len(images), images.class_names, images.files[0][len(root):]
+        (10, None, '/val/0/...png')
+    """
+
+    sample_check = "image"
+    #: No labels: only ``predict`` reads it (its labels are zeros no step sees).
+    labelled = False
+    #: What the listing of a folder left out (hidden entries, other files...), in words.
+    left_out: str | None = None
+
+    def __init__(
+        self,
+        images: str | os.PathLike | Sequence[str | os.PathLike],
+        image_size: tuple[int, int] | None = None,
+        color_mode: str | None = None,
+        decoder: str = "auto",
+        transform: Callable[[Any], Any] | None = None,
+        normalize: Any = None,
+        eval_crop: float | None = None,
+        crop_to_aspect_ratio: bool = False,
+        pad_to_aspect_ratio: bool = False,
+        *,
+        follow_links: bool = True,
+        is_valid_file: Callable[[str], bool] | None = None,
+    ):
+        if isinstance(images, (str, os.PathLike)):
+            self.root = os.fspath(images)
+            remote = object_store.is_url(self.root)
+            isdir = object_store.listing(self.root).isdir if remote else os.path.isdir
+            if isdir(self.root):
+                tally = LeftOut()
+                files = walk_files(
+                    self.root,
+                    IMAGE_EXTENSIONS,
+                    follow_links=follow_links,
+                    is_valid_file=is_valid_file,
+                    left_out=tally,
+                )
+                self.left_out = tally.sentence(self.root)
+                if not files:
+                    raise DataError(
+                        f"{self.root}: no images in it or its sub-folders (extensions looked for: "
+                        f"{', '.join(IMAGE_EXTENSIONS)})"
+                    )
+            elif remote or os.path.isfile(self.root):
+                files = [self.root]
+            else:
+                raise DataError(f"{self.root}: no such file or directory")
+        else:
+            if not all(isinstance(p, (str, os.PathLike)) for p in images):
+                bad = next(p for p in images if not isinstance(p, (str, os.PathLike)))
+                raise TypeError(f"x: a list of image paths holds {type(bad).__name__} {bad!r}")
+            files = [os.fspath(p) for p in images]
+            if not files:
+                raise ValueError("x: an empty list of image paths")
+            self.root = f"{len(files)} image paths"
+        self.files = files
+        self.labels = np.zeros(len(files), np.int32)
+        self.augment = None
+        self._init_paths(self.files)
+        self._init_images(
+            self.sampled,
+            image_size,
+            color_mode,
+            decoder,
+            transform,
+            self.root,
+            normalize,
+            eval_crop,
+            crop_to_aspect_ratio,
+            pad_to_aspect_ratio,
+        )
+
+    @property
+    def num_feeds(self) -> int:
+        return 3
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        return (*self.feed_paths(indices), self.labels[indices])
+
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        paths, lengths, labels = nodes  # as feed() returns them
+        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
+        return images, (labels.gpu() if device == "gpu" else labels)
+
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        images = self.decoded_spec()
+        return None if images is None else [images, ((), self.labels.dtype)]
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return read_file(self.files[index])
+
+    def describe(self) -> str:
+        return f"ImageFiles({self.root!r}: {self.num_samples} images)"

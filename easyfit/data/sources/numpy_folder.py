@@ -70,6 +70,7 @@ class NumpyFolder(ClassFiles):
             HWC image arrays, e.g. ``easyfit.data.Augment(flip=True)``).
         class_names: the classes, in label order (default: the sorted sub-folder names), as
             for :class:`~easyfit.data.ImageFolder`.
+        allow_empty: a class folder may hold no file, as for :class:`~easyfit.data.ImageFolder`.
 
     Example:
         >>> import easyfit as ef
@@ -86,8 +87,10 @@ class NumpyFolder(ClassFiles):
         scale: float | None | str = "auto",
         augment: Callable[[Any], Any] | None = None,
         class_names: Sequence[str] | None = None,
+        *,
+        allow_empty: bool = False,
     ):
-        self._init_files(root, (".npy",), "NumPy files", class_names)
+        self._init_files(root, (".npy",), "NumPy files", class_names, allow_empty=allow_empty)
         headers = [(self.files[i], *_header(self.files[i])[:2]) for i in sample_positions(len(self.files))]
         first = headers[0]
         for name, shape, dtype in headers[1:]:
@@ -142,10 +145,11 @@ class NumpyFolder(ClassFiles):
     @classmethod
     def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> NumpyFolder:
         """A NumpyFolder at ``path`` with the recipe's scale and class names."""
-        return cls(path, scale=recipe.get("scale"), class_names=recipe.get("class_names"))
+        names = recipe.get("class_names")
+        return cls(path, scale=recipe.get("scale"), class_names=names, allow_empty=names is not None)
 
     def sibling(self, path: str | os.PathLike) -> NumpyFolder:
-        other = NumpyFolder(path, scale=self.scale, class_names=self.class_names)
+        other = NumpyFolder(path, scale=self.scale, class_names=self.class_names, allow_empty=True)
         if (other.sample_shape, other.dtype) != (self.sample_shape, self.dtype):
             raise DataError(
                 f"{other.root}: arrays are {other.dtype} {other.sample_shape} but "
