@@ -694,7 +694,9 @@ class ImageFiles(EncodedImages, Files):
         decoder: as :class:`ImageFolder`'s.
         transform: as :class:`ImageFolder`'s.
         normalize: as :class:`ImageFolder`'s.
-        eval_crop, crop_to_aspect_ratio, pad_to_aspect_ratio: as :class:`ImageFolder`'s.
+        eval_crop: as :class:`ImageFolder`'s.
+        crop_to_aspect_ratio: as :class:`ImageFolder`'s.
+        pad_to_aspect_ratio: as :class:`ImageFolder`'s.
         follow_links: as :class:`ImageFolder`'s, for a folder.
         is_valid_file: as :class:`ImageFolder`'s, for a folder.
 
