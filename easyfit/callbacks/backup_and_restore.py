@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from .._files import write_files
 from .._lazy import lazy_module
 from ..errors import CheckpointError
 from ..persistence.checkpoint import ResumePoint, checkpoint_args, reader, verify
@@ -141,8 +142,12 @@ class BackupAndRestore(Callback):
             if self._marker() is None and jax.process_index() == 0:
                 made = not os.path.exists(self.backup_dir)
                 os.makedirs(self._root)
-                with open(os.path.join(self._root, BACKUPS_MARKER), "w") as f:
-                    json.dump({"format": "easyfit-backups", "made_backup_dir": made}, f)
+                marker = {"format": "easyfit-backups", "made_backup_dir": made}
+                try:
+                    write_files({os.path.join(self._root, BACKUPS_MARKER): json.dumps(marker).encode()})
+                except OSError:  # a full disk: not left unmarked, which the next run would refuse
+                    os.rmdir(self._root)
+                    raise
             keep = 2 if self.double_checkpoint else 1
             options = ocp.CheckpointManagerOptions(
                 max_to_keep=keep, create=True, cleanup_tmp_directories=True
