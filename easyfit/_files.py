@@ -16,9 +16,10 @@ __all__ = ["STAGING", "write_files"]
 STAGING = ".easyfit-tmp-"
 
 
-def _stage(target: str, data: bytes) -> str:
-    """Writes ``data`` to a new staging file beside ``target`` (flushed to the disk, with the
-    mode ``target`` has, or a new file's); returns its path, or removes it and raises."""
+def _stage(target: str, data: bytes, sync: bool) -> str:
+    """Writes ``data`` to a new staging file beside ``target`` (flushed to the disk with
+    ``sync``, with the mode ``target`` has, or a new file's); returns its path, or removes it
+    and raises."""
     if os.path.isdir(target):  # found now, not at the rename: the others stay unreplaced
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
     folder, name = os.path.split(target)
@@ -27,8 +28,9 @@ def _stage(target: str, data: bytes) -> str:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         if os.path.exists(target):
             os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
     except BaseException:
@@ -37,12 +39,14 @@ def _stage(target: str, data: bytes) -> str:
     return tmp
 
 
-def write_files(files: Mapping[str, bytes]) -> None:
+def write_files(files: Mapping[str, bytes], sync: bool = True) -> None:
     """Writes each of ``files`` (``{path: content}``) whole, replacing what is there: every
     content is written to a staging file beside its path, and only once all are written are
     they renamed over their paths, so files written together (an export's function and its
     metadata) are never a new one beside an old one. A path that is a symbolic link has the
-    file it points to replaced, as writing through the link would.
+    file it points to replaced, as writing through the link would. ``sync=False`` leaves out
+    the flush to the disk before the rename (for data sets of many small files: a failed write
+    still replaces nothing, but a power cut may leave a recent file empty).
 
     Raises:
         OSError: a file could not be written (a full disk, a size limit, a folder that refuses
@@ -62,7 +66,7 @@ def write_files(files: Mapping[str, bytes]) -> None:
     try:
         for path, data in files.items():
             target = os.path.realpath(path)
-            staged[target] = _stage(target, data)
+            staged[target] = _stage(target, data, sync)
         for target, tmp in list(staged.items()):
             path = target
             os.replace(tmp, target)

@@ -13,6 +13,7 @@ import pytest
 from easyfit._files import STAGING, write_files
 from easyfit.callbacks import CSVLogger
 from easyfit.callbacks._plot import plot_history
+from easyfit.datasets import write_png
 from easyfit.persistence.export import export, load_exported
 from tests.helpers import last_json, run_program
 
@@ -29,7 +30,7 @@ def _tree(folder) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_every_writer_leaves_the_previous_file_whole_when_the_disk_is_full(tmp_path):
-    """A re-export, CSVLogger (appending or not), History.plot and TensorBoard, each under a
+    """A re-export, CSVLogger (appending or not), History.plot, write_png and TensorBoard, each under a
     file size limit its new file exceeds (a real write failing with EFBIG, in a child
     process): every file written before is byte for byte as it was, the previous export still
     loads and computes what it did, each error names its file, and no staging file is left."""
@@ -40,6 +41,7 @@ def test_every_writer_leaves_the_previous_file_whole_when_the_disk_is_full(tmp_p
         logger.on_epoch_end(0, {"loss": 0.5, "accuracy": 0.75})
         logger.on_train_end()
     plot_history({"loss": [0.9, 0.5], "val_loss": [0.8, 0.6]}, [0, 1], tmp_path / "curves.png")
+    write_png(tmp_path / "image.png", np.zeros((4, 4), np.uint8))
     before = _tree(tmp_path)
 
     errors = last_json(run_program("disk_full.py", str(tmp_path)))
@@ -58,6 +60,7 @@ def test_every_writer_leaves_the_previous_file_whole_when_the_disk_is_full(tmp_p
         "csv_append": "append.csv",
         "csv_fresh": "fresh.csv",
         "plot": "curves.png",
+        "png": "image.png",
     }.items():
         assert errors[writer] is not None and str(tmp_path / path) in errors[writer], errors
         assert "File too large" in errors[writer] and "left as it was" in errors[writer]

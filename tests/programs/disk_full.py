@@ -4,7 +4,8 @@ file exceeds (``RLIMIT_FSIZE``, as a full disk: with SIGXFSZ ignored a write fai
     python disk_full.py FOLDER
 
 FOLDER holds what the test wrote before: ``export/`` (an export), ``append.csv`` and
-``fresh.csv`` (CSVLogger's), ``curves.png`` (History.plot's). This program writes event files
+``fresh.csv`` (CSVLogger's), ``curves.png`` (History.plot's), ``image.png`` (write_png's, as
+the data sets easyfit makes are written). This program writes event files
 of an earlier TensorBoard run of this second where tensorboardX names its own, then writes
 again with each writer. Prints ``{writer: its error, or None}`` as JSON on its last line.
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from easyfit.callbacks import CSVLogger, TensorBoard
 from easyfit.callbacks._plot import plot_history
+from easyfit.datasets import write_png
 from easyfit.persistence.export import export
 
 folder = sys.argv[1]
@@ -65,6 +67,8 @@ attempt("csv_fresh", lambda: csv("fresh.csv", False))
 limit(2000)  # a smaller image than the new one
 history = {"loss": [0.9, 0.5, 0.4, 0.3], "val_loss": [0.8, 0.6, 0.5, 0.45]}
 attempt("plot", lambda: plot_history(history, [0, 1, 2, 3], os.path.join(folder, "curves.png")))
+noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+attempt("png", lambda: write_png(os.path.join(folder, "image.png"), noise))  # data sets' images
 
 # an earlier run's event files, named as tensorboardX names its own in these seconds
 train = os.path.join(folder, "logs", "train")
