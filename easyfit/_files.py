@@ -10,7 +10,7 @@ import secrets
 import stat
 from collections.abc import Mapping
 
-__all__ = ["STAGING", "write_files"]
+__all__ = ["STAGING", "check_writable", "write_files"]
 
 #: What the name of a staging file holds: ``.<name>.easyfit-tmp-<random>``, beside ``name``.
 STAGING = ".easyfit-tmp-"
@@ -72,12 +72,25 @@ def write_files(files: Mapping[str, bytes], sync: bool = True) -> None:
             os.replace(tmp, target)
             del staged[target]
     except OSError as e:
-        raise OSError(
-            e.errno, f"{path}: not written ({e.strerror or e}); the file there before is left as it was"
-        ) from e
+        raise _failed(path, e) from e
     finally:
         for tmp in staged.values():
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def check_writable(path: str) -> None:
+    """Raises the OSError naming ``path`` that :func:`write_files` would raise for it now,
+    before any content (a folder that refuses writes, a directory at ``path``): for a writer
+    that writes later, to fail before the work whose results it would write. Writes nothing."""
+    try:
+        os.unlink(_stage(os.path.realpath(path), b"", sync=False))
+    except OSError as e:
+        raise _failed(path, e) from e
+
+
+def _failed(path: str, e: OSError) -> OSError:
+    reason = e.strerror or e
+    return OSError(e.errno, f"{path}: not written ({reason}); the file there before is left as it was")

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from easyfit._files import STAGING, write_files
+from easyfit._files import STAGING, check_writable, write_files
 from easyfit.callbacks import CSVLogger
 from easyfit.callbacks._plot import plot_history
 from easyfit.datasets import write_png
@@ -79,6 +79,9 @@ def test_files_written_together_are_renamed_only_once_all_are_written(tmp_path):
     with pytest.raises(OSError, match=f"{second}: not written .*left as it was"):
         write_files({str(first): b"new", str(second): b"new"})
     assert first.read_bytes() == b"old" and (second / "inside").read_bytes() == b"untouched"
+    assert sorted(os.listdir(tmp_path)) == ["a.bin", "b"]
+    with pytest.raises(IsADirectoryError, match=f"{second}: not written"):
+        check_writable(str(second))  # what CSVLogger asks as fit begins
     assert sorted(os.listdir(tmp_path)) == ["a.bin", "b"]
     first.chmod(0o640)
     link = tmp_path / "link"

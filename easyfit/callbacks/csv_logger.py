@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from .._files import write_files
+from .._files import check_writable, write_files
 from .callback import Callback, Logs
 
 __all__ = ["CSVLogger"]
@@ -78,6 +78,7 @@ class CSVLogger(Callback):
         folder = os.path.dirname(self.filename)
         if folder:
             os.makedirs(folder, exist_ok=True)
+        check_writable(self.filename)  # now, not after the first epoch's training
         self._writing = True
 
     def _columns(self, logs: Mapping[str, Any]) -> list[str]:
