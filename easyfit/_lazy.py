@@ -17,9 +17,33 @@ T = TypeVar("T")
 __all__ = ["import_while", "lazy_module"]
 
 
+_IMPORTING = threading.RLock()
+
+
+class _LazyModule(ModuleType):
+    """Stands for module ``name`` until it is needed: an attribute it lacks is read from the
+    module, imported on that first access (under a lock)."""
+
+    def __getattr__(self, attr: str) -> Any:
+        module = self.__dict__.get("__easyfit_module__")
+        if module is None:  # not imported whole yet: sys.modules may hold it half made
+            with _IMPORTING:  # one thread imports; the others wait for the whole module
+                module = importlib.import_module(self.__name__)
+            self.__dict__["__easyfit_module__"] = module
+        return getattr(module, attr)
+
+
 def lazy_module(name: str) -> ModuleType:
-    """Module ``name``, executed on its first attribute access (``importlib.util.LazyLoader``);
-    the module itself when it is already imported.
+    """Module ``name``, imported on its first attribute access; the module itself when it is
+    already imported.
+
+    Safe from several threads at once: the first access imports the module whole (Python's
+    import lock, and one of ours around it) before any thread reads an attribute, where
+    ``importlib.util.LazyLoader`` (before Python 3.12) let a second thread read a module whose
+    code was still running (``module 'orbax.checkpoint' has no attribute 'args'``).
+
+    Raises:
+        ModuleNotFoundError: ``name`` is not installed.
 
     Example:
         >>> from easyfit._lazy import lazy_module
@@ -28,14 +52,9 @@ def lazy_module(name: str) -> ModuleType:
     """
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
+    if importlib.util.find_spec(name) is None:
         raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return _LazyModule(name)
 
 
 def import_while(work: Callable[[], T], *names: str) -> T:

@@ -6,6 +6,7 @@ Used by the ImageNet example's ``--smoke`` run, the tests of the crop-and-normal
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import zlib
@@ -14,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ._files import write_files
+
 __all__ = ["synthetic_images", "write_png"]
 
 
@@ -21,7 +24,8 @@ def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
     """Writes an 8-bit grayscale (HxW or HxWx1), RGB or RGBA image as PNG.
 
     The format is small enough to write with the standard library (zlib), which spares easyfit
-    an imaging dependency.
+    an imaging dependency. The file is written whole to a staging name, then renamed: a failed
+    write leaves the file there before as it was.
     """
     image = np.ascontiguousarray(image, np.uint8)
     h, w = image.shape[:2]
@@ -36,13 +40,9 @@ def write_png(path: str | os.PathLike, image: np.ndarray) -> None:
         )
 
     header = struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0)
-    with open(path, "wb") as f:
-        f.write(
-            b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw, 6))
-            + chunk(b"IEND", b"")
-        )
+    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6))
+    # whole or not at all (a staging name, renamed); one of many files: not synced one by one
+    write_files({os.fspath(path): data + chunk(b"IEND", b"")}, sync=False)
 
 
 def _image(
@@ -72,7 +72,9 @@ def _write(job: tuple[str, int, int, int, tuple[int, int], str, int, float]) -> 
         return
     from PIL import Image
 
-    Image.fromarray(image).save(path, format="JPEG", quality=quality)
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG", quality=quality)
+    write_files({path: buffer.getvalue()}, sync=False)
 
 
 def synthetic_images(

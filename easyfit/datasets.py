@@ -14,6 +14,7 @@ from importlib import resources
 import numpy as np
 
 from ._env import user_cache_dir
+from ._files import write_files
 from ._synthetic import synthetic_images, write_png
 from .errors import DataError
 
@@ -184,6 +185,5 @@ def _write_folder(
             os.makedirs(os.path.join(out_dir, split, str(digit)), exist_ok=True)
         for i in range(n):
             write_png(os.path.join(out_dir, split, str(y[i]), f"{i:05d}.png"), x[i])
-    with open(marker, "w") as f:
-        f.write(stamp)
+    write_files({marker: stamp.encode()})
     return out_dir

@@ -394,3 +394,39 @@ def test_import_while_imports_here_and_works_in_a_thread(tmp_path, monkeypatch):
 
     with pytest.raises(RuntimeError, match="no devices"):
         import_while(fails)
+
+
+def test_a_lazy_module_touched_by_many_threads_at_once_is_imported_whole_for_each(tmp_path, monkeypatch):
+    """Threads that reach a lazy module together (saves from several threads: Orbax's) each
+    get the module whole, never one whose code is still running: LazyLoader let them in."""
+    from easyfit._lazy import lazy_module
+
+    runs = tmp_path / "runs"
+    (tmp_path / "slow_to_import.py").write_text(
+        f"import time\nwith open({str(runs)!r}, 'a') as f:\n    f.write('ran ')\ntime.sleep(0.2)\nLATE = 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_to_import", raising=False)
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
+        lazy_module("no_such_module_here")
+    module = lazy_module("slow_to_import")
+    assert not runs.exists()  # nothing imported before its first use
+    threads = 8
+    barrier = threading.Barrier(threads)
+    seen: list[Any] = []
+
+    def touch() -> None:
+        barrier.wait()
+        try:
+            seen.append(module.LATE)
+        except Exception as e:  # noqa: BLE001 - the assertion names it
+            seen.append(repr(e))
+
+    workers = [threading.Thread(target=touch) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert seen == [42] * threads
+    assert runs.read_text() == "ran "  # imported once
+    assert lazy_module("slow_to_import") is sys.modules["slow_to_import"]

@@ -8,6 +8,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._files import write_files
+
 __all__ = ["plot_history"]
 
 _VAL = "val_"
@@ -56,7 +58,8 @@ def plot_history(
         history: ``{"loss": [...], "val_loss": [...], "accuracy": [...], ...}``.
         epochs: the epoch indices of the values (``History.epoch``, counted from 0); epochs are
             labelled from 1, as the progress bar counts them.
-        path: where to save the figure as a PNG (None: do not save).
+        path: where to save the figure as a PNG (None: do not save), or in the format its
+            extension names (``.pdf``, ``.svg``); written whole or not at all.
         metrics: the quantities to draw, without ``val_`` (None: loss and the metrics, not
             ``input_wait`` nor a constant ``learning_rate``).
 
@@ -103,5 +106,18 @@ def plot_history(
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=10)
     if path is not None:
-        figure.savefig(os.fspath(path), dpi=_DPI)
+        _save(figure, os.fspath(path))
     return figure
+
+
+def _save(figure: Any, path: str) -> None:
+    """Saves ``figure`` at ``path`` as matplotlib would (the format its extension names, else
+    PNG, with ``.png`` added), but drawn whole first, then written to a staging name and renamed:
+    a failed save leaves the previous image as it was."""
+    fmt = os.path.splitext(path)[1][1:]
+    if not fmt:
+        fmt = figure.canvas.get_default_filetype()
+        path = path.rstrip(".") + "." + fmt
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt, dpi=_DPI)
+    write_files({path: buffer.getvalue()})

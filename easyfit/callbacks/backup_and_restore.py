@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from .._files import write_files
 from .._lazy import lazy_module
 from ..errors import CheckpointError
 from ..persistence.checkpoint import ResumePoint, checkpoint_args, reader, verify
@@ -141,8 +142,12 @@ class BackupAndRestore(Callback):
             if self._marker() is None and jax.process_index() == 0:
                 made = not os.path.exists(self.backup_dir)
                 os.makedirs(self._root)
-                with open(os.path.join(self._root, BACKUPS_MARKER), "w") as f:
-                    json.dump({"format": "easyfit-backups", "made_backup_dir": made}, f)
+                marker = {"format": "easyfit-backups", "made_backup_dir": made}
+                try:
+                    write_files({os.path.join(self._root, BACKUPS_MARKER): json.dumps(marker).encode()})
+                except OSError:  # a full disk: not left unmarked, which the next run would refuse
+                    os.rmdir(self._root)
+                    raise
             keep = 2 if self.double_checkpoint else 1
             options = ocp.CheckpointManagerOptions(
                 max_to_keep=keep, create=True, cleanup_tmp_directories=True
@@ -226,13 +231,29 @@ class BackupAndRestore(Callback):
         manager = self._open()
         if not self._intact():
             raise self._gone()
+        self._refuse_links()
         try:
             manager.save(step, args=args, force=True)
         except Exception as e:  # Orbax's or TensorStore's own, about a temporary directory
             if not self._intact():
                 raise self._gone() from e
+            self._refuse_links(e)
             raise
         self._saved = step
+
+    def _refuse_links(self, cause: BaseException | None = None) -> None:
+        """Raises CheckpointError naming a backup that is a symbolic link (a step moved away
+        and linked back): Orbax, deleting old backups, would stop on it (or, through it, delete
+        what it points to), so fit stops first and leaves the link and its target as they are."""
+        for name in sorted(os.listdir(self._root)) if os.path.isdir(self._root) else []:
+            where = os.path.join(self._root, name)
+            if name.isdigit() and os.path.islink(where):
+                raise CheckpointError(
+                    f"BackupAndRestore: {where} is a symbolic link, not a backup directory; old "
+                    f"backups are deleted as new ones are written, and easyfit deletes neither a "
+                    f"link nor what it points to, so fit stops and leaves both as they are: move "
+                    f"the backup back into {self._root}, or remove the link"
+                ) from cause
 
     def _intact(self) -> bool:
         """Whether the backups' directory still holds its marker (Orbax, writing on, may
@@ -271,6 +292,7 @@ class BackupAndRestore(Callback):
         except Exception as e:  # an asynchronous save that failed
             if not self._intact():
                 raise self._gone() from e
+            self._refuse_links(e)
             raise
         finally:
             self._lock.release()
@@ -292,6 +314,14 @@ class BackupAndRestore(Callback):
                 shutil.rmtree(os.path.join(self.backup_dir, str(step)))
             marker = self._marker()
             if marker is None:
+                return
+            if os.path.islink(self._root):  # rmtree refuses it; what it points to is not ours
+                warnings.warn(
+                    f"BackupAndRestore: backups kept, {self._root} is a symbolic link (easyfit "
+                    f"deletes neither a link nor what it points to)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 return
             shutil.rmtree(self._root)
             if marker.get("made_backup_dir") and not os.listdir(self.backup_dir):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 import warnings
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import Any
 
 import jax
 
+from .._files import check_writable, write_files
 from .callback import Callback, Logs
 
 __all__ = ["CSVLogger"]
@@ -27,8 +29,12 @@ class CSVLogger(Callback):
     validation never logs): a value missing from a row is written ``NA``. A key first logged at a
     later epoch (a callback adds it) gets a column too: the file is rewritten with it, the
     earlier rows ``NA``; when appending to a file of earlier runs, whose header stays, such a
-    key is left out with a warning. The file is flushed after every row. Only process 0
-    writes.
+    key is left out with a warning. Only process 0 writes.
+
+    The file is written whole after every row, to a staging name then renamed over it (the
+    previous run's file, without ``append``, is replaced when the first epoch ends): a write
+    that fails (a full disk) leaves the file as it was, never truncated, earlier runs' rows
+    included.
 
     Args:
         filename: the CSV file.
@@ -54,24 +60,26 @@ class CSVLogger(Callback):
         self.sep = separator
         self.append = append
         self.keys: list[str] | None = None
-        self._file: IO[str] | None = None
-        self._rows: list[dict[str, Any]] = []  # this run's rows, to rewrite with a new column
+        self._writing = False
+        self._before = b""  # what the file held when an appending run began: kept as it was
+        self._rows: list[dict[str, Any]] = []  # this run's rows, written after _before
         self._fixed = False  # the header is an earlier run's: it stays
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         if jax.process_index() != 0:
             return
-        self.on_train_end()  # a reused logger: close what a failed run left open
-        self.keys, self._rows, self._fixed = None, [], False
+        self.keys, self._rows, self._fixed, self._before = None, [], False, b""
         if self.append and os.path.isfile(self.filename) and os.path.getsize(self.filename) > 0:
+            with open(self.filename, "rb") as f:
+                self._before = f.read()
             with open(self.filename, newline="") as f:
                 header = next(csv.reader(f, delimiter=self.sep), [])
             self.keys, self._fixed = [k for k in header if k != "epoch"], True
         folder = os.path.dirname(self.filename)
         if folder:
             os.makedirs(folder, exist_ok=True)
-        self._file = open(self.filename, "a" if self.append else "w", newline="")
-        self._start = self._file.tell()  # where this run's header (or first row) goes
+        check_writable(self.filename)  # now, not after the first epoch's training
+        self._writing = True
 
     def _columns(self, logs: Mapping[str, Any]) -> list[str]:
         keys = sorted(logs)
@@ -79,25 +87,25 @@ class CSVLogger(Callback):
             keys += [f"val_{k}" for k in keys if k not in _TRAINING_ONLY]
         return keys
 
-    def _write(self, rows: list[dict[str, Any]], header: bool) -> None:
-        assert self._file is not None and self.keys is not None
+    def _write(self) -> None:
+        """Writes the file whole (staged, then renamed over it): what it held before this run
+        (appending), the header unless that is an earlier run's, and this run's rows."""
+        assert self.keys is not None
+        text = io.StringIO()
         writer = csv.DictWriter(
-            self._file, ["epoch", *self.keys], delimiter=self.sep, restval="NA", extrasaction="ignore"
+            text, ["epoch", *self.keys], delimiter=self.sep, restval="NA", extrasaction="ignore"
         )
-        if header:
+        if not self._fixed:
             writer.writeheader()
-        writer.writerows(rows)
-        self._file.flush()
+        writer.writerows(self._rows)
+        write_files({self.filename: self._before + text.getvalue().encode()})
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
-        if self._file is None:
+        if not self._writing:
             return
-        row = {"epoch": epoch, **(logs or {})}
-        self._rows.append(row)
+        self._rows.append({"epoch": epoch, **(logs or {})})
         if self.keys is None:
             self.keys = self._columns(logs or {})
-            self._write([row], header=True)
-            return
         new = sorted(k for k in logs or {} if k not in self.keys)
         if new and self._fixed:
             warnings.warn(
@@ -106,15 +114,9 @@ class CSVLogger(Callback):
                 UserWarning,
                 stacklevel=2,
             )
-        elif new:  # widen this run's file: rewrite it with the new columns
+        elif new:  # widen this run's columns: the file is rewritten with them
             self.keys = sorted(self.keys + new)
-            self._file.seek(self._start)
-            self._file.truncate()
-            self._write(self._rows, header=True)
-            return
-        self._write([row], header=False)
+        self._write()
 
     def on_train_end(self, logs: Logs | None = None) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._writing = False

@@ -57,7 +57,8 @@ class History(Callback):
         and ``learning_rate`` when it never changed.
 
         Args:
-            path: where to save a PNG (None: do not save).
+            path: where to save a PNG (None: do not save); written whole to a staging name
+                and renamed, so a failed save leaves the previous image as it was.
             metrics: the quantities to draw, one panel each, without ``val_`` (e.g.
                 ``["loss", "input_wait"]``; None: loss and the training metrics).
 

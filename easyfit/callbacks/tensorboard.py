@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 from typing import Any
@@ -15,6 +16,8 @@ from .callback import Callback, Logs
 
 __all__ = ["TensorBoard"]
 
+_WRITERS = itertools.count()
+
 
 class TensorBoard(Callback):
     """Writes the logs as TensorBoard scalars, laid out as Keras does: ``log_dir/train`` and
@@ -24,7 +27,10 @@ class TensorBoard(Callback):
 
     Event files are written by ``tensorboardX`` (``pip install "easyfit[tensorboard]"``), which
     needs neither TensorFlow nor TensorBoard. Only process 0 writes scalars. Histograms and
-    graphs, which Keras' TensorBoard also offers, are not written.
+    graphs, which Keras' TensorBoard also offers, are not written. Each writer makes a new
+    event file (named with the process id and a count, as Keras' are) and only appends to it,
+    flushed at each epoch's end: event files already there are never opened, and a write that
+    fails (a full disk) raises OSError at that epoch's end, the records before it intact.
 
     With ``profile_batch``, the training batches from ``start`` to ``stop`` (1-based, counted
     over the epochs of one ``fit``, as Keras counts) are traced by ``jax.profiler`` into
@@ -80,7 +86,10 @@ class TensorBoard(Callback):
                 from tensorboardX import SummaryWriter
             except ImportError as e:
                 raise ImportError('TensorBoard needs tensorboardX: pip install "easyfit[tensorboard]"') from e
-            self._writers[split] = SummaryWriter(os.path.join(self.log_dir, split))
+            # a name of its own (tensorboardX's is the second and host): a file already
+            # there, another run's or another writer's of this second, is never reopened
+            suffix = f".{os.getpid()}.{next(_WRITERS)}"
+            self._writers[split] = SummaryWriter(os.path.join(self.log_dir, split), filename_suffix=suffix)
         return self._writers[split]
 
     def _write(self, prefix: str, logs: Logs, step: int) -> None:
@@ -114,8 +123,18 @@ class TensorBoard(Callback):
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         self._write("epoch", logs or {}, epoch)
-        for writer in self._writers.values():
-            writer.flush()
+        for split, writer in self._writers.items():
+            try:
+                writer.flush()
+            except OSError as e:  # a full disk: fit stops, saying so, rather than log nothing
+                raise self._failed(split, e) from e
+
+    def _failed(self, split: str, e: OSError) -> OSError:
+        return OSError(
+            e.errno,
+            f"{os.path.join(self.log_dir, split)}: TensorBoard's event file not written "
+            f"({e.strerror or e}); the records written before are intact",
+        )
 
     def on_train_end(self, logs: Logs | None = None) -> None:
         if self._tracing:  # fit ended (stopped, interrupted, failed) inside the traced range
@@ -127,9 +146,15 @@ class TensorBoard(Callback):
                 UserWarning,
                 stacklevel=2,
             )
-        for writer in self._writers.values():
-            writer.close()
-        self._writers = {}
+        writers, self._writers = self._writers, {}
+        error: OSError | None = None
+        for split, writer in writers.items():
+            try:
+                writer.close()
+            except OSError as e:  # every writer closed all the same; the first error raised
+                error = error or self._failed(split, e)
+        if error is not None:
+            raise error
 
     def _start_trace(self) -> None:
         jax.block_until_ready(self.trainer.state)  # the dispatches before, out of the trace

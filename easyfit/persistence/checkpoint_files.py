@@ -33,6 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._files import write_files
 from ..errors import CheckpointError
 
 NEW, OLD = ".easyfit-new", ".easyfit-old"
@@ -207,8 +208,7 @@ def complete(path: str) -> bool:
 
 def write_marker(path: str, name: str = MARKER, **fields: Any) -> None:
     """Writes the marker file ``name`` (JSON) into the directory ``path``."""
-    with open(os.path.join(path, name), "w") as f:
-        json.dump({"format": FORMAT, **fields}, f)
+    write_files({os.path.join(path, name): json.dumps({"format": FORMAT, **fields}).encode()})
 
 
 def owned(path: str) -> bool:

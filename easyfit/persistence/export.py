@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._files import write_files
 from ..data.recipe import ImageRecipe
 
 __all__ = ["export", "export_trained", "load_exported", "summary"]
@@ -120,6 +121,9 @@ def export(
     given). ``sample_shape`` and ``dtype``: one sample's (dicts or lists of them for a model
     of several inputs, which then takes a dict or a tuple).
 
+    Both files are written whole to staging names, then renamed over the old ones: an export
+    that fails (a full disk) leaves the previous export at ``path`` as it was, and loadable.
+
     Returns:
         ``path``.
     """
@@ -127,8 +131,6 @@ def export(
     os.makedirs(path, exist_ok=True)
     spec = _specs(sample_shape, dtype, jax.export.symbolic_shape("batch"))
     exported = jax.export.export(jax.jit(apply))(spec)
-    with open(os.path.join(path, FUNCTION), "wb") as f:
-        f.write(exported.serialize())
     meta = {
         "input_shape": jax.tree_util.tree_map(lambda s: [None, *map(int, s.shape[1:])], spec),
         "input_dtype": jax.tree_util.tree_map(lambda s: str(s.dtype), spec),
@@ -136,8 +138,12 @@ def export(
         "format": "jax.export (StableHLO), weights inside; call with a batch of inputs",
         "recipe": None if recipe is None else dict(recipe),
     }
-    with open(os.path.join(path, META), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_files(
+        {
+            os.path.join(path, FUNCTION): bytes(exported.serialize()),
+            os.path.join(path, META): json.dumps(meta, indent=1).encode(),
+        }
+    )
     return path
 
 

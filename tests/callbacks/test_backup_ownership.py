@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import numpy as np
 import optax
@@ -13,6 +14,8 @@ import pytest
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, CSVLogger, LambdaCallback, ModelCheckpoint
 from easyfit.callbacks.backup_and_restore import BACKUPS
+from easyfit.persistence.checkpoint import verify
+from easyfit.persistence.checkpoint_files import complete
 from tests.helpers import Crash, crash_at
 from tests.helpers.models import SmallMLP
 
@@ -263,3 +266,30 @@ def test_a_backup_of_an_earlier_easyfit_in_backup_dir_itself_is_resumed_then_del
     assert (point.epoch, point.batch) == (1, 1)
     assert _fit(_trainer(), data, [BackupAndRestore(backup_dir)]).epoch == [1]
     assert sorted(os.listdir(backup_dir)) == ["7"]  # the old backup went, the user's folder stays
+
+
+def test_a_backup_replaced_by_a_link_stops_the_fit_naming_it_and_its_target_is_kept(tmp_path, data):
+    """A step of the backups replaced by a symbolic link mid-fit (moved to another disk, say):
+    max_to_keep would delete it; the fit stops with a CheckpointError naming the link, and the
+    link and the backup it points to are left whole."""
+    backup_dir, moved = tmp_path / "run", tmp_path / "elsewhere"
+    root = backup_dir / BACKUPS
+    links: list = []
+
+    def relink(epoch, logs):
+        if epoch != 1:  # after epoch 0's backup, before epoch 1's
+            return
+        while not (steps := [n for n in os.listdir(root) if n.isdigit()]) or not complete(
+            str(root / steps[0])
+        ):
+            time.sleep(0.01)  # epoch 0's backup is written asynchronously
+        shutil.move(root / steps[0], moved)
+        os.symlink(moved, root / steps[0])
+        links.append((root / steps[0], sorted(moved.rglob("*"))))
+
+    with pytest.raises(ef.CheckpointError, match=rf"{root}/\d+ is a symbolic link.*leaves both"):
+        _fit(_trainer(), data, [LambdaCallback(on_epoch_end=relink), BackupAndRestore(backup_dir)])
+    (link, files), *_ = links
+    assert os.path.islink(link) and sorted(moved.rglob("*")) == files
+    verify(str(link))  # the backup it points to is whole
+    assert not os.path.exists(str(backup_dir) + ".lock")
