@@ -1,7 +1,7 @@
 """Keras metric names -> clu metrics, merged on the device inside the jitted steps.
 
 A metric function is called as Keras calls it, ``fn(y_true, y_pred) -> per-sample values`` (the
-exceptions, for optax's functions and those named outputs first: ``easyfit.training.losses``). A clu
+exceptions, for optax's functions and those named outputs first: ``easyfit.core.losses``). A clu
 metric class receives the model outputs as keyword arguments: ``outputs`` (also as ``logits``,
 the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
 (per-sample losses), ``mask`` (False for padding rows, which never count) and, when the data
@@ -160,7 +160,7 @@ def for_output(key: Any, metric: Any) -> tuple[str, type[clu_metrics.Metric]]:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.metrics import for_output
+        >>> from easyfit.core.metrics import for_output
         >>> name, Acc = for_output("kind", "accuracy")
         >>> m = Acc.from_model_output(outputs={"kind": jnp.array([[2.0, 0.0], [2.0, 0.0]])},
         ...                           labels={"kind": jnp.array([0, 1])}, mask=None)
@@ -211,13 +211,13 @@ def build_collection(metrics: Sequence[Any] | Mapping[str, Any] | None) -> type[
     Args:
         metrics: Keras names (``"accuracy"``, ``"top_k_accuracy"``, ``"mse"``, ``"mae"``, ...),
             functions ``(y_true, y_pred) -> per-sample values`` (averaged over valid samples;
-            see ``easyfit.training.losses.user_function``),
+            see ``easyfit.core.losses.user_function``),
             clu ``Metric`` classes (given ``outputs``/``logits``, ``labels``, ``loss``, ``mask``), or a dict
             of any of those by name.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.metrics import build_collection
+        >>> from easyfit.core.metrics import build_collection
         >>> Metrics = build_collection(["accuracy"])
         >>> m = Metrics.single_from_model_output(
         ...     outputs=jnp.array([[2.0, 0.0], [2.0, 0.0]]), labels=jnp.array([0, 1]),
