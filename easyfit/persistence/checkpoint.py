@@ -191,7 +191,7 @@ def save(
 
     Args:
         path: the checkpoint's directory.
-        state: a :class:`~easyfit.core.state.TrainState`.
+        state: a :class:`~easyfit.training.state.TrainState`.
         progress: where training stands (epoch, batch, loader position, metrics, plan).
         meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names``, ``recipe``, ...
             (JSON values: ``Trainer.checkpoint_meta``).

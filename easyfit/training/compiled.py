@@ -4,7 +4,7 @@
 A configuration is what the traced code depends on: the data's input scale, the optimizer steps
 per dispatch, the class weights, and the loss and metrics resolved for the labels' layout
 (:class:`Resolved`). :class:`CompiledSteps` builds each configuration's jitted functions from
-the pure steps of ``easyfit.core.steps`` and the trainer's hooks (``train_step``,
+the pure steps of ``easyfit.training.steps`` and the trainer's hooks (``train_step``,
 ``compute_loss``), which it is given as arguments.
 """
 
