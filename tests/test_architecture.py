@@ -153,3 +153,16 @@ def test_every_import_points_down_the_layers_of_the_architecture_page():
             if a != b and floor[a] >= floor[b]:
                 upward.append(f"{name} -> {target}")
     assert not upward, "imports that do not point down the layers: " + ", ".join(sorted(upward))
+
+
+def test_callbacks_declare_what_they_use_of_the_trainer_and_the_resume_protocol(tmp_path):
+    """Callbacks sit below the trainer: they know it by ``TrainerLike`` (mypy holds ``Trainer``
+    to it where fit attaches the callbacks) and resume by ``Resumable``, both declared in
+    callbacks; ``BackupAndRestore`` is resumable, a plain callback is not."""
+    from easyfit.callbacks import BackupAndRestore, History, Resumable, TrainerLike
+    from easyfit.training.trainer import Trainer
+
+    assert isinstance(BackupAndRestore(str(tmp_path / "backup")), Resumable)
+    assert not isinstance(History(), Resumable)
+    members = {"progress", "checkpoint_meta", "metric_direction", "save"}
+    assert members <= set(vars(TrainerLike)) and all(hasattr(Trainer, m) for m in members)
