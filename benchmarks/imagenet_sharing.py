@@ -71,7 +71,7 @@ def part_chunk(args) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from easyfit.training.steps import per_dispatch
+    from easyfit.core.steps import per_dispatch
 
     name = args.models.split(",")[0]
     b = args.batch_size

@@ -1,6 +1,6 @@
 """How long the recipe model's initialisation takes to compile for the default device (a GPU)
 and for the host, alone and beside the train step's compilation, with no compilation cache:
-why easyfit initialises states on the host (``easyfit.training.state.HOST_INIT_BYTES``).
+why easyfit initialises states on the host (``easyfit.core.state.HOST_INIT_BYTES``).
 
     python benchmarks/init_compile.py [--model resnet50] [--width 64] [--size 224] [--batch-size 256]
         [--json ROWS_JSON]
@@ -8,7 +8,7 @@ why easyfit initialises states on the host (``easyfit.training.state.HOST_INIT_B
 Each set-up runs in a fresh interpreter (nothing compiled before it): the initialisation alone
 on the device and on the host; the train step alone; each initialisation while the train step
 compiles in a thread (started first); the host's with the options easyfit compiles it with
-(``easyfit.training.state.CPU_INIT_OPTIONS``: LLVM's first optimisation level), alone and beside
+(``easyfit.core.state.CPU_INIT_OPTIONS``: LLVM's first optimisation level), alone and beside
 the train step. Then the host's initial values against the device's, and the host's with those
 options against its default (bitwise equal leaves, largest difference). On a CPU-only machine
 host and device are the same.
@@ -45,7 +45,7 @@ def child(args: argparse.Namespace) -> dict:
     import optax
     from imagenet_recipe import example
 
-    from easyfit.training.state import CPU_INIT_OPTIONS
+    from easyfit.core.state import CPU_INIT_OPTIONS
 
     ex = example()
     model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[args.model](10, args.width)

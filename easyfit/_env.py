@@ -92,7 +92,7 @@ def compilation_cache() -> tuple[str | None, str]:
 
 
 def states_folder() -> str | None:
-    """Where easyfit keeps initial training states (``easyfit.training.initial_states``), or
+    """Where easyfit keeps initial training states (``easyfit.core.initial_states``), or
     None when they are not kept: on with the compilation cache (``EASYFIT_COMPILATION_CACHE``
     and JAX's ``jax_enable_compilation_cache``), in easyfit's folder even where the user put
     JAX's cache elsewhere."""

@@ -7,7 +7,7 @@ Example:
     ('auc', 'mean_iou')
 """
 
-from .training.keras_metrics import (
+from .core.keras_metrics import (
     AUC,
     BinaryAccuracy,
     CategoricalAccuracy,

@@ -106,7 +106,7 @@ def test_mkdocs_build_strict(tmp_path):
         "easyfit.Trainer.fit",
         "easyfit.Trainer.evaluate",
         "easyfit.data.Source.num_samples",
-        "easyfit.training.optimizers.get_optimizer",
+        "easyfit.core.optimizers.get_optimizer",
     } <= ids
     internal = {
         "easyfit.data.Source.feed",

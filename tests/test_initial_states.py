@@ -1,4 +1,4 @@
-"""Initial states kept on disk (easyfit.training.initial_states): a re-run of an unchanged
+"""Initial states kept on disk (easyfit.core.initial_states): a re-run of an unchanged
 script reads the state its seed gave, bit for bit, and initialises nothing; anything that
 changes the state is a new entry; a damaged entry, the caches switched off or a folder that
 cannot be written cost only the reading."""
@@ -17,9 +17,9 @@ import pytest
 from flax import linen as nn
 
 import easyfit as ef
+from easyfit.core.models import adapt
+from easyfit.core.state import StateMaker
 from easyfit.training import initial_states
-from easyfit.training.models import adapt
-from easyfit.training.state import StateMaker
 from tests.helpers import flat_params
 
 

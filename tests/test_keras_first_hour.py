@@ -54,7 +54,7 @@ def test_optimizer_names_are_keras_defaults(name, make, kwargs):
     expected = make(**kwargs)
     params = {"w": jax.numpy.linspace(-1.0, 1.0, 6)}
     state, ref_state = tx.init(params), expected.init(params)
-    assert ef.training.learning_rate.get_learning_rate(state) == pytest.approx(kwargs["learning_rate"])
+    assert ef.core.learning_rate.get_learning_rate(state) == pytest.approx(kwargs["learning_rate"])
     for step in range(3):
         grads = {"w": jax.numpy.cos(params["w"] * (step + 1))}
         updates, state = tx.update(grads, state, params)
@@ -124,7 +124,7 @@ def test_labels_of_shape_n_1_and_one_hot_floats_train_as_class_indices(sample, c
 
 
 def test_float_labels_that_are_not_one_hot_stay_mean_squared_error():
-    from easyfit.training.losses import infer_loss
+    from easyfit.core.losses import infer_loss
 
     rows = np.array([[0.2, 0.5], [0.3, 0.1]], np.float32)  # no distribution: regression
     assert infer_loss(rows.dtype, rows)[0] == "mse"
@@ -185,7 +185,7 @@ def test_write_back_leaves_the_module_as_it_was_when_the_state_was_donated():
     """A step that failed after donating the state: fit's clean-up must not raise over it."""
     import types
 
-    from easyfit.training.models import write_back
+    from easyfit.core.models import write_back
 
     model = NNXMLP(nnx.Rngs(0))
     before = np.asarray(model.out.kernel[...]).copy()

@@ -19,8 +19,8 @@ import pytest
 from sklearn import metrics as skm
 
 import easyfit as ef
-from easyfit.training.metrics import build_collection, compute_on_host
-from easyfit.training.multi_output import loss_function
+from easyfit.core.metrics import build_collection, compute_on_host
+from easyfit.core.multi_output import loss_function
 
 N = 37  # 4 full batches of 8 and one of 5 valid rows, padded to 8
 

@@ -12,11 +12,11 @@ from flax import linen as nn
 from flax import nnx
 
 import easyfit as ef
+from easyfit.core.metrics import build_collection
+from easyfit.core.models import adapt
+from easyfit.core.precision import get_precision
+from easyfit.core.state import TrainState
 from easyfit.training import steps
-from easyfit.training.metrics import build_collection
-from easyfit.training.models import adapt
-from easyfit.training.precision import get_precision
-from easyfit.training.state import TrainState
 from tests.helpers.models import NormedCNN
 
 
@@ -107,7 +107,7 @@ def test_float16_skips_a_step_with_infinite_gradients():
         rng=jax.random.PRNGKey(1),
         dynamic_scale=precision.initial_scale(),
     )
-    mse = ef.training.losses.get_loss("mse")
+    mse = ef.core.losses.get_loss("mse")
     step = jax.jit(
         steps.make_train_step(
             adapter, tx, lambda out, batch: mse(out, batch["y"]), build_collection([]), None, precision

@@ -1,5 +1,5 @@
 """fit's start-up: one jitted program initialises the parameters, the optimizer's state and
-the moving average, the model traced once for it (``easyfit.training.state.StateMaker``), and
+the moving average, the model traced once for it (``easyfit.core.state.StateMaker``), and
 the state is the one Flax and Optax make."""
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def test_fit_traces_the_model_once_to_initialise_it_and_makes_the_state_flax_and
 def test_a_state_made_on_the_host_device_equals_the_default_devices_and_lands_there_uncommitted(
     monkeypatch, limit
 ):
+    from easyfit.core.models import adapt
     from easyfit.training import state as state_module
-    from easyfit.training.models import adapt
 
     if limit is not None:  # a state over the limit is made where it trains
         monkeypatch.setattr(state_module, "HOST_INIT_BYTES", limit)
@@ -108,8 +108,8 @@ class Initialisers(nn.Module):
 
 @pytest.mark.parametrize("model", [Recorder(Notes()), Initialisers()], ids=["dense", "initialisers"])
 def test_an_initialisation_compiled_for_the_cpu_gives_the_default_compilations_values(model):
+    from easyfit.core.models import adapt
     from easyfit.training import state as state_module
-    from easyfit.training.models import adapt
 
     tx = optax.adamw(1e-3)
     maker = state_module.StateMaker(adapt(model)[0], tx, ema=True, host=jax.local_devices(backend="cpu")[0])

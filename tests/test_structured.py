@@ -130,7 +130,7 @@ def test_losses_and_metrics_that_do_not_fit_the_outputs_are_named():
     with pytest.raises(ValueError, match="metrics=\\['accuracy'\\]: the model has several outputs"):
         fit(loss={"kind": "sparse_categorical_crossentropy", "box": "mse"}, metrics=["accuracy"])
     with pytest.raises(ValueError, match="loss_weights: 2 entries for 3 outputs"):
-        ef.training.multi_output.loss_function("mse", [1.0, 2.0], (y["box"], y["box"], y["box"]))
+        ef.core.multi_output.loss_function("mse", [1.0, 2.0], (y["box"], y["box"], y["box"]))
     with pytest.raises(ValueError, match="a loss per output needs y as a dict"):
         with ef.Trainer(nn.Dense(3), loss={"kind": "mse"}) as t:
             t.fit(x["extra"], y["kind"], verbose=0)

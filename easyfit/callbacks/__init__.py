@@ -1,7 +1,7 @@
 """Callbacks: hooks into fit, evaluate and predict, with Keras' names and semantics."""
 
 from .backup_and_restore import BackupAndRestore
-from .callback import Callback
+from .callback import Callback, Resumable, TrainerLike
 from .callback_list import CallbackList
 from .csv_logger import CSVLogger
 from .early_stopping import EarlyStopping
@@ -29,7 +29,9 @@ __all__ = [
     "ModelCheckpoint",
     "ProgbarLogger",
     "ReduceLROnPlateau",
+    "Resumable",
     "TensorBoard",
     "TerminateOnNaN",
+    "TrainerLike",
     "WandbLogger",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..training.learning_rate import get_learning_rate
+from ..core.learning_rate import get_learning_rate
 from ._monitor import check_freq
 from .callback import Callback, Logs
 from .model_checkpoint import ModelCheckpoint

@@ -2,15 +2,62 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..training.trainer import Trainer
+    from ..core.state import TrainState
+    from ..persistence.checkpoint import Progress, ResumePoint
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "Resumable", "TrainerLike"]
 
 Logs = Mapping[str, Any]
+
+
+class TrainerLike(Protocol):
+    """What a callback may use of the trainer it is attached to (``easyfit.Trainer`` is one):
+    callbacks sit below the trainer, so they know it by this much and no more.
+
+    ``state`` (read, and replaced by callbacks that change the weights or the learning rate),
+    the ``stop_*`` flags, ``history`` (the latest run's, set by ``History``), where the fit
+    stands (``progress``) and what a checkpoint records (``checkpoint_meta``), a metric's
+    direction (for ``mode="auto"``), and ``save``.
+    """
+
+    state: TrainState | None
+    history: Any  # the latest run's History (set by it)
+    stop_training: bool
+    stop_evaluating: bool
+    stop_predicting: bool
+
+    @property
+    def progress(self) -> Progress | None: ...
+
+    @property
+    def checkpoint_meta(self) -> dict[str, Any]: ...
+
+    def metric_direction(self, name: str) -> str | None: ...
+
+    def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str: ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """The resume protocol: a callback that can resume a fit (``BackupAndRestore``).
+
+    ``fit`` asks each callback that has a ``restore_point()`` for a ``ResumePoint`` before it
+    builds the training loader (the first one offered wins), and calls ``fit_completed()`` once
+    fit returned normally (every ``on_train_end`` ran without an error): a backup may then go.
+    """
+
+    def restore_point(self) -> ResumePoint | None:
+        """Where the fit should resume, or None to start afresh."""
+        ...
+
+    def fit_completed(self) -> None:
+        """fit returned normally."""
+        ...
 
 
 class Callback:
@@ -50,11 +97,11 @@ class Callback:
     """
 
     def __init__(self) -> None:
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerLike | None = None
         self.params: dict[str, Any] = {}
 
     @property
-    def trainer(self) -> Trainer:
+    def trainer(self) -> TrainerLike:
         """The Trainer running this callback (set by ``fit``, ``evaluate`` and ``predict``)."""
         if self._trainer is None:
             raise RuntimeError(
@@ -64,14 +111,14 @@ class Callback:
         return self._trainer
 
     @trainer.setter
-    def trainer(self, trainer: Trainer) -> None:
+    def trainer(self, trainer: TrainerLike) -> None:
         self._trainer = trainer
 
-    def set_model(self, model: Trainer) -> None:
+    def set_model(self, model: TrainerLike) -> None:
         """Attaches the Trainer (Keras' name; fit, evaluate and predict call it)."""
         self.trainer = model
 
-    def set_trainer(self, trainer: Trainer) -> None:
+    def set_trainer(self, trainer: TrainerLike) -> None:
         """easyfit's name for ``set_model``."""
         self.set_model(trainer)
 
@@ -80,7 +127,7 @@ class Callback:
         self.params = params
 
     @property
-    def model(self) -> Trainer:
+    def model(self) -> TrainerLike:
         """Keras' name for the object being trained (here the Trainer)."""
         return self.trainer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from .callback import Callback
+from .callback import Callback, TrainerLike
 from .history import History
 from .progbar import ProgbarLogger
 
@@ -96,7 +96,7 @@ def _invoke(cb: Callback, hook: str, args: tuple[Any, ...], logs: Mapping[str, A
 class CallbackList:
     """Dispatches each hook to the callbacks that override it, in order."""
 
-    def __init__(self, callbacks: Iterable[Callback], trainer: Any, params: dict[str, Any]):
+    def __init__(self, callbacks: Iterable[Callback], trainer: TrainerLike, params: dict[str, Any]):
         self.callbacks = list(callbacks)
         for cb in self.callbacks:
             if not isinstance(cb, Callback):

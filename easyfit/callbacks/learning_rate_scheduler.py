@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from ..training.learning_rate import get_learning_rate, set_learning_rate
+from ..core.learning_rate import get_learning_rate, set_learning_rate
 from .callback import Callback, Logs
 
 __all__ = ["LearningRateScheduler", "apply_learning_rate"]
 
 
 def apply_learning_rate(trainer: Any, value: float) -> None:
-    """Puts ``value`` into the trainer's optimizer state (see ``easyfit.training.learning_rate``)."""
+    """Puts ``value`` into the trainer's optimizer state (see ``easyfit.core.learning_rate``)."""
     state = trainer.state
     trainer.state = state.replace(opt_state=set_learning_rate(state.opt_state, value))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..training.learning_rate import get_learning_rate, set_learning_rate
+from ..core.learning_rate import get_learning_rate, set_learning_rate
 from ._monitor import Monitor, monitor_op_property
 from .callback import Callback, Logs
 from .learning_rate_scheduler import apply_learning_rate

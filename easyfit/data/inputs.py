@@ -16,8 +16,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from ..core.steps import per_dispatch
 from ..parallel import Placement
-from ..training.steps import per_dispatch
 from .kept_streams import KeptStreams, LentStream
 from .loader import decide_cache, open_stream, stream_plan
 from .plan import Plan
@@ -214,7 +214,7 @@ class DataInputs:
         steps_per_epoch: int | None = None,
         training: bool = False,
     ) -> Plan:
-        """The batching plan (steps per dispatch: ``easyfit.training.steps.per_dispatch``); an epoch is
+        """The batching plan (steps per dispatch: ``easyfit.core.steps.per_dispatch``); an epoch is
         ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None). A
         ``batch_size`` larger than the samples is clamped to them (see :meth:`_clamped`; a
         warning for the ``training`` data)."""

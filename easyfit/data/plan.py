@@ -14,7 +14,7 @@ a repeating dataset. Epoch boundaries move; the sequence of batches does not.
 The stream is cut into *chunks*: ``steps_per_execution`` consecutive steps that run in one
 dispatch. An epoch always ends on a chunk boundary; steps of the last chunk that fall past the end
 of the epoch are fully masked (the training function of that chunk runs only the steps before
-them: ``easyfit.training.steps.compile_train``), and the next epoch goes on with the step that follows
+them: ``easyfit.core.steps.compile_train``), and the next epoch goes on with the step that follows
 the last one trained.
 """
 

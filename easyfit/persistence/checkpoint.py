@@ -59,9 +59,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._lazy import lazy_module
+from ..core.precision import get_precision
+from ..core.state import inference_params
 from ..errors import CheckpointError
-from ..training.precision import get_precision
-from ..training.state import inference_params
 from . import checkpoint_files as _integrity
 from .fingerprint import fingerprint_changes
 
@@ -191,7 +191,7 @@ def save(
 
     Args:
         path: the checkpoint's directory.
-        state: a :class:`~easyfit.training.state.TrainState`.
+        state: a :class:`~easyfit.core.state.TrainState`.
         progress: where training stands (epoch, batch, loader position, metrics, plan).
         meta: ``seed``, ``input_shape``, ``input_dtype``, ``class_names``, ``recipe``, ...
             (JSON values: ``Trainer.checkpoint_meta``).

@@ -95,7 +95,7 @@ def parameter_overview(tree: Mapping[str, Any]) -> str:
 
 def _specs(shape: Any, dtype: Any, batch: Any) -> Any:
     """``jax.ShapeDtypeStruct`` of a batch of inputs of one sample's ``shape`` and ``dtype``
-    (dicts or lists of them for several inputs, as ``easyfit.training.models.input_spec`` gives)."""
+    (dicts or lists of them for several inputs, as ``easyfit.core.models.input_spec`` gives)."""
     if isinstance(shape, Mapping):
         return {
             k: _specs(v, dtype[k] if isinstance(dtype, Mapping) else dtype, batch) for k, v in shape.items()

@@ -4,7 +4,7 @@
 A configuration is what the traced code depends on: the data's input scale, the optimizer steps
 per dispatch, the class weights, and the loss and metrics resolved for the labels' layout
 (:class:`Resolved`). :class:`CompiledSteps` builds each configuration's jitted functions from
-the pure steps of ``easyfit.training.steps`` and the trainer's hooks (``train_step``,
+the pure steps of ``easyfit.core.steps`` and the trainer's hooks (``train_step``,
 ``compute_loss``), which it is given as arguments.
 """
 
@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from . import steps
-from .metrics import build_collection, default_metrics
-from .multi_output import OutputLosses, loss_function
+from ..core import steps
+from ..core.metrics import build_collection, default_metrics
+from ..core.multi_output import OutputLosses, loss_function
 
 if TYPE_CHECKING:
     from clu import metrics as clu_metrics
 
+    from ..core.losses import LossFn
+    from ..core.models import ModelAdapter
+    from ..core.precision import Precision
     from ..parallel import Placement
-    from .losses import LossFn
-    from .models import ModelAdapter
-    from .precision import Precision
 
 __all__ = ["CompiledSteps", "Resolved"]
 

@@ -32,7 +32,7 @@ def _class_index_key(key: object) -> int:
 
 def class_weights(class_weight: Mapping[Any, float] | None) -> tuple[float, ...] | None:
     """``{class index: weight}`` as one weight per class index up to the largest key (1.0 for
-    classes not named; the classes past it weigh 1.0 too, see ``easyfit.training.steps.weighted``).
+    classes not named; the classes past it weigh 1.0 too, see ``easyfit.core.steps.weighted``).
     Keys may be ints, numeric strings or integral floats; ``{}`` weighs nothing (None).
 
     Example:

@@ -19,11 +19,11 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..core.multi_output import infer_losses, is_structured, losses_by_output
 from ..data.sources.arrays import Arrays
 from ..data.sources.base import Source, Subset
 from ..errors import DataError
 from ..parallel import local_rows
-from .multi_output import infer_losses, is_structured, losses_by_output
 
 __all__ = ["check_labels", "check_source_labels", "infer_loss_for", "labels_of"]
 
@@ -167,7 +167,7 @@ def labels_of(source: Source, chunk: Mapping[str, Any]) -> Any:
 
 
 def infer_loss_for(source: Source, chunk: Mapping[str, Any]) -> tuple[Any, str]:
-    """The loss inferred from ``source``'s labels (``easyfit.training.multi_output.infer_losses``)
+    """The loss inferred from ``source``'s labels (``easyfit.core.multi_output.infer_losses``)
     and a sentence saying which and why, for a trainer given ``loss=None``."""
     known = labels_of(source, chunk)
     loss, why = infer_losses(None, chunk["y"], known, source.label_dtype, source.default_loss)

@@ -3,7 +3,7 @@ evaluate and predict, and defines the hooks a subclass overrides.
 
 The work is elsewhere: the data inputs (``easyfit.data.DataInputs``) resolve what to read and
 lend streams of global batches; the compiled steps (``easyfit.training.compiled.CompiledSteps``, from
-the pure steps of ``easyfit.training.steps``) train and evaluate; ``easyfit.training.labels``
+the pure steps of ``easyfit.core.steps``) train and evaluate; ``easyfit.training.labels``
 infers the loss and checks the labels; persistence (``easyfit.persistence``) saves, loads and
 exports plain values; callbacks report (see docs/architecture.md).
 
@@ -36,25 +36,26 @@ from .._env import arrange_determinism
 from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
+from ..core import steps
+from ..core.losses import LossFn
+from ..core.metrics import compute_on_host, epoch_logs
+from ..core.models import adapt, check_input_shape, input_spec, write_back
+from ..core.multi_output import is_structured
+from ..core.optimizers import accumulating, get_optimizer
+from ..core.precision import get_precision
+from ..core.state import StateMaker, TrainState, inference_params
 from ..data.inputs import DataInputs
 from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
 from ..persistence import export as export_lib
 from ..persistence.fingerprint import data_fingerprint
-from . import labels, steps
+from . import labels
 from .args import check_int, check_momentum, check_verbose
 from .compiled import CompiledSteps, Resolved
 from .fit_options import check_class_weight, class_weights, validation_epochs
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
-from .losses import LossFn
-from .metrics import compute_on_host, epoch_logs
-from .models import adapt, check_input_shape, input_spec, write_back
-from .multi_output import is_structured
-from .optimizers import accumulating, get_optimizer
-from .precision import get_precision
-from .state import StateMaker, TrainState, inference_params
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
@@ -74,20 +75,20 @@ class Trainer:
             ``train``, ``training`` or ``deterministic`` gets it set for training and evaluation.
         optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``), or a Keras
             name with Keras' defaults: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``,
-            ``"adagrad"`` (see ``easyfit.training.optimizers``).
+            ``"adagrad"`` (see ``easyfit.core.optimizers``).
         loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
             ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``), a
             function ``(y_true, y_pred) -> per-sample losses`` (Keras' order), or an optax loss
-            (called in optax's order; the rule: ``easyfit.training.losses``). Models output logits. None:
+            (called in optax's order; the rule: ``easyfit.core.losses``). Models output logits. None:
             sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
             categorical cross-entropy for one-hot float labels, mse for other float labels
             (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
             dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
-            tuple), as in Keras (``easyfit.training.multi_output``).
+            tuple), as in Keras (``easyfit.core.multi_output``).
         metrics: Keras metric names (``"accuracy"``, ``"auc"``, ``"f1_score"``, ...), Keras'
             metric objects (``ef.metrics.AUC()``, ``ef.metrics.MeanIoU(num_classes=3)``, ...),
             functions ``(y_true, y_pred) -> per-sample values`` (called as ``loss`` functions
-            are) or clu metrics (see ``easyfit.training.metrics``).
+            are) or clu metrics (see ``easyfit.core.metrics``).
             None: ``["accuracy"]`` for classification losses, none otherwise. For several
             outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
         loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
@@ -98,7 +99,7 @@ class Trainer:
             callbacks then fire once per dispatch, their ``batch`` counting dispatches where
             Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs enough steps per
             dispatch to keep the devices busy, more when training from the device cache, never
-            more than an epoch (``easyfit.training.steps.per_dispatch`` gives the rule); on CPUs one
+            more than an epoch (``easyfit.core.steps.per_dispatch`` gives the rule); on CPUs one
             step, since XLA's CPU convolutions run slower inside a scan (docs/performance.md).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
@@ -106,7 +107,7 @@ class Trainer:
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
-            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
+            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.core.precision``).
         deterministic: True asks XLA for runs that repeat bit for bit on a GPU: adds
             ``--xla_gpu_deterministic_ops=true`` to ``XLA_FLAGS`` (deterministic kernels, no
             autotuning by timing), which takes effect only if JAX's backend has not started yet;
@@ -262,7 +263,7 @@ class Trainer:
         Override it to take full control of training, as Keras' ``train_step``; call
         ``super().train_step(state, batch)`` for easyfit's step. The contract:
 
-        * ``state``: the :class:`~easyfit.training.state.TrainState` (``step``, ``params``,
+        * ``state``: the :class:`~easyfit.core.state.TrainState` (``step``, ``params``,
           ``opt_state``, ``model_state``, ``rng``, ``dynamic_scale``, ``ema_params``),
           replicated. With ``ema_momentum``, easyfit updates ``ema_params`` after it.
         * ``batch``: ``x`` and ``y`` as the source delivers them (arrays, or dicts or tuples of
@@ -274,7 +275,7 @@ class Trainer:
         :meth:`forward` runs the model, :meth:`compute_loss` gives per-sample losses,
         ``self.optimizer`` is the optax transformation. easyfit's step weights the losses by
         ``sample_weight`` and fit's ``class_weight``, and scales the float16 loss. Steps of an
-        epoch's last chunk past its end are not run (``easyfit.training.steps.compile_train``).
+        epoch's last chunk past its end are not run (``easyfit.core.steps.compile_train``).
         """
         default = steps.make_train_step(
             self._adapter,
@@ -929,7 +930,7 @@ class Trainer:
 
     def _init_state(self, shape: Any, dtype: Any, abstract: bool = False) -> Any:
         """Creates ``self.state`` for inputs of ``shape`` (one sample's, or a dict or list of
-        them: ``easyfit.training.models.input_spec``); with ``abstract``, returns its shapes,
+        them: ``easyfit.core.models.input_spec``); with ``abstract``, returns its shapes,
         dtypes and shardings instead, computing nothing (a target to restore a checkpoint to)."""
         self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
         maker = self._state_maker()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from easyfit.callbacks import LearningRateScheduler
-from easyfit.training.learning_rate import get_learning_rate, set_learning_rate
+from easyfit.core.learning_rate import get_learning_rate, set_learning_rate
 from tests.helpers import kerasfit
 from tests.helpers.kerasfit import scheduled_trainer
 

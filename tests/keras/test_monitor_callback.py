@@ -138,6 +138,6 @@ def test_custom_metric_direction_is_read_from_the_metric_itself(trainer, data):
 
 def test_every_named_metric_declares_its_direction():
     # keras: monitor_callback.py::_set_monitor_op (Keras' built-in metrics each set `_direction`)
-    from easyfit.training.metrics import _BY_NAME, _DIRECTIONS
+    from easyfit.core.metrics import _BY_NAME, _DIRECTIONS
 
     assert set(_DIRECTIONS) == set(_BY_NAME)

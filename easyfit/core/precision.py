@@ -13,7 +13,7 @@ Keras' policy names (``"mixed_bfloat16"``, ``"mixed_float16"``) and the short on
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from easyfit.training.precision import get_precision
+    >>> from easyfit.core.precision import get_precision
     >>> p = get_precision("mixed_bfloat16")
     >>> p.name, p.cast({"w": jnp.ones(2)})["w"].dtype, p.loss_scaling
     ('bfloat16', dtype(bfloat16), False)

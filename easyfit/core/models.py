@@ -139,7 +139,7 @@ def input_spec(x: Any) -> tuple[Any, Any]:
 
     Example:
         >>> import numpy as np
-        >>> from easyfit.training.models import input_spec
+        >>> from easyfit.core.models import input_spec
         >>> input_spec(np.zeros((8, 28, 28, 1), np.uint8))
         ([28, 28, 1], 'uint8')
         >>> input_spec({"image": np.zeros((8, 4)), "extra": np.zeros((8,), np.int32)})
@@ -187,7 +187,7 @@ def check_input_shape(built: Any, received: Any, try_model: Callable[[Any], Any]
         easyfit.errors.DataError: the shapes do not fit.
 
     Example:
-        >>> from easyfit.training.models import check_input_shape
+        >>> from easyfit.core.models import check_input_shape
         >>> check_input_shape([28, 28, 1], [28, 1], print, "x")
         Traceback (most recent call last):
         ...
@@ -223,7 +223,7 @@ def example_input(shape: Any, abstract: bool = False) -> Any:
     ``abstract``, ``jax.ShapeDtypeStruct`` leaves.
 
     Example:
-        >>> from easyfit.training.models import example_input
+        >>> from easyfit.core.models import example_input
         >>> {k: v.shape for k, v in example_input({"image": [4], "extra": []}).items()}
         {'image': (1, 4), 'extra': (1,)}
     """

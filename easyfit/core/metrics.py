@@ -1,14 +1,14 @@
 """Keras metric names -> clu metrics, merged on the device inside the jitted steps.
 
 A metric function is called as Keras calls it, ``fn(y_true, y_pred) -> per-sample values`` (the
-exceptions, for optax's functions and those named outputs first: ``easyfit.training.losses``). A clu
+exceptions, for optax's functions and those named outputs first: ``easyfit.core.losses``). A clu
 metric class receives the model outputs as keyword arguments: ``outputs`` (also as ``logits``,
 the name clu's own metrics such as ``clu.metrics.Accuracy`` read), ``labels``, ``loss``
 (per-sample losses), ``mask`` (False for padding rows, which never count) and, when the data
 has them, ``sample_weight``. For a model with several outputs, :func:`for_output` gives a
 metric one output and its labels, and :func:`output_loss` averages one output's loss. Keras'
 classification metrics (``"auc"``, ``"f1_score"``, ``ef.metrics.MeanIoU(3)``, ...) are made in
-``easyfit.training.keras_metrics`` for the loss and labels of their output.
+``easyfit.core.keras_metrics`` for the loss and labels of their output.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _resolve(metric: Any, loss: Any = None, labels: Any = None) -> tuple[str, ty
     """``(name, metric class)``, the class carrying the direction the metric declares (Keras'
     ``_direction``: a named metric's, or a custom one's own attribute) for ``mode="auto"``.
     ``loss`` and ``labels`` (the output's loss and labels, or their shapes) are what Keras'
-    metrics (``easyfit.training.keras_metrics``) are made for."""
+    metrics (``easyfit.core.keras_metrics``) are made for."""
     if isinstance(metric, str) and metric in KERAS_NAMES:
         metric = KERAS_NAMES[metric]()
     if isinstance(metric, type) and issubclass(metric, KerasMetric):
@@ -177,7 +177,7 @@ def for_output(
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.metrics import for_output
+        >>> from easyfit.core.metrics import for_output
         >>> name, Acc = for_output("kind", "accuracy")
         >>> m = Acc.from_model_output(outputs={"kind": jnp.array([[2.0, 0.0], [2.0, 0.0]])},
         ...                           labels={"kind": jnp.array([0, 1])}, mask=None)
@@ -232,7 +232,7 @@ def build_collection(
             ``"auc"``, ``"precision"``, ``"recall"``, ``"f1_score"``, ...), Keras' metric objects
             of ``easyfit.metrics`` (``AUC(num_thresholds=200)``, ``MeanIoU(num_classes=3)``, ...),
             functions ``(y_true, y_pred) -> per-sample values`` (averaged over valid samples;
-            see ``easyfit.training.losses.user_function``),
+            see ``easyfit.core.losses.user_function``),
             clu ``Metric`` classes (given ``outputs``/``logits``, ``labels``, ``loss``, ``mask``), or a dict
             of any of those by name.
         loss: the loss the model is trained with: it says which activation turns the outputs
@@ -241,7 +241,7 @@ def build_collection(
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.metrics import build_collection
+        >>> from easyfit.core.metrics import build_collection
         >>> Metrics = build_collection(["accuracy"])
         >>> m = Metrics.single_from_model_output(
         ...     outputs=jnp.array([[2.0, 0.0], [2.0, 0.0]]), labels=jnp.array([0, 1]),

@@ -8,7 +8,7 @@ it.
 
 Example:
     >>> import jax.numpy as jnp, optax
-    >>> from easyfit.training.learning_rate import get_learning_rate, set_learning_rate
+    >>> from easyfit.core.learning_rate import get_learning_rate, set_learning_rate
     >>> tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
     >>> opt_state = tx.init({"w": jnp.zeros(2)})
     >>> round(get_learning_rate(opt_state), 6)

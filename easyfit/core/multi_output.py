@@ -81,7 +81,7 @@ class OutputLosses:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.multi_output import loss_function
+        >>> from easyfit.core.multi_output import loss_function
         >>> y = {"kind": jnp.array([0, 1]), "size": jnp.array([[1.0], [3.0]])}
         >>> fn = loss_function({"kind": "sparse_categorical_crossentropy", "size": "mse"},
         ...                    {"kind": 1.0, "size": 0.5}, y)
@@ -187,7 +187,7 @@ def loss_function(loss: Any, loss_weights: Any, y: Any) -> LossFn:
 def infer_losses(
     loss: Any, y: Any, labels: Any, label_dtype: np.dtype, default: str | None = None
 ) -> tuple[Any, str | None]:
-    """``loss``, or when None the loss inferred from the labels (``easyfit.training.losses.infer_loss``,
+    """``loss``, or when None the loss inferred from the labels (``easyfit.core.losses.infer_loss``,
     for each output of a dict or a tuple), and why (None when it was given).
 
     Args:
@@ -199,7 +199,7 @@ def infer_losses(
 
     Example:
         >>> import numpy as np
-        >>> from easyfit.training.multi_output import infer_losses
+        >>> from easyfit.core.multi_output import infer_losses
         >>> y = {"kind": np.array([0, 2]), "box": np.ones((2, 4), np.float32)}
         >>> infer_losses(None, y, y, np.dtype(object))[0]
         {'kind': 'sparse_categorical_crossentropy', 'box': 'mse'}

@@ -61,7 +61,7 @@ def sparse_categorical_crossentropy(logits: jax.Array, labels: jax.Array) -> jax
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.losses import sparse_categorical_crossentropy
+        >>> from easyfit.core.losses import sparse_categorical_crossentropy
         >>> sparse_categorical_crossentropy(jnp.zeros((2, 3, 3, 4)), jnp.zeros((2, 3, 3), int)).shape
         (2,)
     """
@@ -136,7 +136,7 @@ def same_rank(labels: jax.Array, outputs: jax.Array) -> tuple[jax.Array, jax.Arr
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.losses import same_rank
+        >>> from easyfit.core.losses import same_rank
         >>> [a.shape for a in same_rank(jnp.zeros(3), jnp.zeros((3, 1)))]
         [(3, 1), (3, 1)]
     """
@@ -156,7 +156,7 @@ def user_function(fn: Callable[..., Any], argument: str) -> LossFn:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.losses import user_function
+        >>> from easyfit.core.losses import user_function
         >>> def under(y_true, y_pred):  # Keras' order
         ...     return jnp.maximum(y_true - y_pred, 0.0)
         >>> user_function(under, "loss")(jnp.array([[1.0], [5.0]]), jnp.array([3.0, 3.0])).tolist()
@@ -188,7 +188,7 @@ def get_loss(loss: str | Callable[..., Any]) -> LossFn:
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.losses import get_loss
+        >>> from easyfit.core.losses import get_loss
         >>> get_loss("sparse_categorical_crossentropy")(jnp.zeros((2, 4)), jnp.array([0, 3])).shape
         (2,)
     """
@@ -233,7 +233,7 @@ def infer_loss(
 
     Example:
         >>> import numpy as np
-        >>> from easyfit.training.losses import infer_loss
+        >>> from easyfit.core.losses import infer_loss
         >>> infer_loss(np.dtype("float32"), np.eye(3, dtype=np.float32))[0]
         'categorical_crossentropy'
         >>> infer_loss(np.dtype("float32"), np.array([[0.5], [2.0]]))[0]

@@ -355,7 +355,7 @@ def per_dispatch(
     epoch's steps: its last dispatch then needs no function of its own (one compilation less).
 
     Example:
-        >>> from easyfit.training.steps import per_dispatch
+        >>> from easyfit.core.steps import per_dispatch
         >>> per_dispatch("auto", 60_000, 200, "gpu", False)  # 300 steps, 30 per dispatch
         30
         >>> per_dispatch("auto", 60_000, 200, "gpu", True)  # 64 wanted; 60 divides 300

@@ -45,7 +45,7 @@ class TrainState:
         dynamic_scale: the loss scale under ``precision="float16"`` (a Flax ``DynamicScale``),
             else None.
         ema_params: the exponential moving average of ``params`` under
-            ``Trainer(ema_momentum=)`` (``easyfit.training.steps.with_ema``), else None: what
+            ``Trainer(ema_momentum=)`` (``easyfit.core.steps.with_ema``), else None: what
             evaluation, prediction and export use (:func:`inference_params`).
     """
 
@@ -68,7 +68,7 @@ class StateMaker:
     (``jax.jit``'s trace cache: :meth:`abstract` then :meth:`make` trace the model once).
 
     Args:
-        adapter: the model's ``easyfit.training.models.ModelAdapter``.
+        adapter: the model's ``easyfit.core.models.ModelAdapter``.
         tx: the optimizer.
         ema: keep a moving average of the parameters (``ema_params``), starting as a copy of
             them.
@@ -113,7 +113,7 @@ class StateMaker:
 
     def make(self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None) -> TrainState:
         """A fresh TrainState for inputs of ``shape`` (one sample's: a shape, or a dict or list
-        of shapes for several inputs, see ``easyfit.training.models.input_spec``). ``seed``
+        of shapes for several inputs, see ``easyfit.core.models.input_spec``). ``seed``
         seeds the initialisation (linen) and the training RNG key; ``nnx_variables``: an NNX
         model's ``(params, model_state)``; ``dynamic_scale``: the loss scale
         (``precision="float16"``), or None.

@@ -54,8 +54,8 @@ def get_optimizer(optimizer: str | optax.GradientTransformation | None) -> optax
 
     Example:
         >>> import jax.numpy as jnp
-        >>> from easyfit.training.learning_rate import get_learning_rate
-        >>> from easyfit.training.optimizers import get_optimizer
+        >>> from easyfit.core.learning_rate import get_learning_rate
+        >>> from easyfit.core.optimizers import get_optimizer
         >>> tx = get_optimizer("sgd")
         >>> round(get_learning_rate(tx.init({"w": jnp.zeros(2)})), 6)
         0.01
@@ -99,7 +99,7 @@ def accumulating(tx: optax.GradientTransformation, steps: int | None) -> optax.G
 
     Example:
         >>> import jax.numpy as jnp, optax
-        >>> from easyfit.training.optimizers import accumulating
+        >>> from easyfit.core.optimizers import accumulating
         >>> tx = accumulating(optax.sgd(1.0), 2)
         >>> params = {"w": jnp.zeros(())}
         >>> state = tx.init(params)
