@@ -18,6 +18,12 @@ __all__ = ["CSVLogger"]
 _TRAINING_ONLY = ("input_wait", "learning_rate", "loss_scale")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it and the CSV file shows it: Python's numbers, strings,
+    booleans and None as they are, anything else (a NumPy number) as the text written."""
+    return value if value is None or type(value) in (bool, int, float, str) else str(value)
+
+
 class CSVLogger(Callback):
     """Writes ``epoch`` and every log value, one row per epoch (Keras semantics).
 
@@ -57,6 +63,7 @@ class CSVLogger(Callback):
         self._file: IO[str] | None = None
         self._rows: list[dict[str, Any]] = []  # this run's rows, to rewrite with a new column
         self._fixed = False  # the header is an earlier run's: it stays
+        self._start = 0  # where this run's header (or first row) goes in the file
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         if jax.process_index() != 0:
@@ -72,6 +79,31 @@ class CSVLogger(Callback):
             os.makedirs(folder, exist_ok=True)
         self._file = open(self.filename, "a" if self.append else "w", newline="")
         self._start = self._file.tell()  # where this run's header (or first row) goes
+
+    def get_state(self) -> dict[str, Any]:
+        """This run's columns and rows (values as the file holds them) and where in the file
+        the run began: a resumed fit writes the file as the run never stopped would."""
+        return {
+            "keys": self.keys,
+            "rows": [{k: _plain(v) for k, v in row.items()} for row in self._rows],
+            "fixed": self._fixed,
+            "start": self._start,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Takes the run's rows back and writes the file from where the run began (the rows of
+        epochs after the backup, which the resumed fit trains again, go)."""
+        self.keys, self._rows, self._fixed = state["keys"], list(state["rows"]), state["fixed"]
+        if self._file is None:  # not process 0
+            return
+        self._file.seek(0, os.SEEK_END)
+        self._start = min(int(state["start"]), self._file.tell())
+        if self._start < state["start"]:  # the earlier part of the file is gone: a fresh header
+            self._fixed = False
+        self._file.seek(self._start)
+        self._file.truncate()
+        if self.keys is not None and self._rows:
+            self._write(self._rows, header=not self._fixed)
 
     def _columns(self, logs: Mapping[str, Any]) -> list[str]:
         keys = sorted(logs)
