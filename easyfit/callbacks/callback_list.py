@@ -183,14 +183,13 @@ class CallbackList:
             state = cb.get_state()
             if state is None:
                 continue
-            try:
-                json.dumps(state, allow_nan=True)
+            try:  # as a resumed fit reads it back (a tuple a list): the same in this process
+                states[key] = json.loads(json.dumps(state))
             except (TypeError, ValueError) as e:
                 raise TypeError(
                     f"{key}.get_state() must return plain JSON values (dicts with string keys, "
                     f"lists, strings, numbers, booleans, None) for a backup to keep them: {e}"
                 ) from e
-            states[key] = state
         return {
             "states": states,
             "arrays": sorted(self.state_arrays()),

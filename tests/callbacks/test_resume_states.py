@@ -24,7 +24,8 @@ from easyfit.callbacks import (
     ReduceLROnPlateau,
     TensorBoard,
 )
-from easyfit.persistence.checkpoint import read_metadata
+from easyfit.callbacks.callback_list import CallbackList
+from easyfit.persistence.checkpoint import ResumePoint, read_metadata
 from easyfit.training.learning_rate import get_learning_rate
 from tests.helpers import Crash, crash_at, flat_params, untrained
 from tests.helpers.models import TinyMLP
@@ -148,6 +149,39 @@ def test_a_mid_epoch_resume_keeps_every_callbacks_state(tmp_path, data, _module_
     assert sorted(p.name for p in run_dir.glob("b?-?")) == ["b2-7", "b3-4"]
     assert len(_csv(ref_dir / "log.csv")) == EPOCHS
     assert _csv(run_dir / "log.csv") == _csv(ref_dir / "log.csv")
+
+
+def test_states_go_to_the_callbacks_by_class_and_order_and_what_does_not_match_warns():
+    first, second = Counting(), Counting()
+    first.batches, second.batches = 3, 5
+    record = CallbackList([first, second, EarlyStopping("loss")], None, {}).resume_record()
+    assert record["states"]["Counting"] == {"begun": 0, "batches": 3}
+    assert record["states"]["Counting#2"] == {"begun": 0, "batches": 5}
+    record["states"]["ReduceLROnPlateau"] = record["states"].pop("EarlyStopping")
+
+    def resume(meta):
+        return ResumePoint(1, 2, None, meta, read=None, source="the backup")
+
+    again = [Counting(), Counting(), EarlyStopping("loss")]
+    with pytest.warns(UserWarning) as caught:
+        CallbackList(again, None, {}).restore(resume({"callbacks": record}))
+    assert (again[0].batches, again[1].batches) == (3, 5)
+    assert [str(w.message) for w in caught] == [
+        "BackupAndRestore: the backup holds the state of ReduceLROnPlateau, which this fit's callbacks "
+        "lack: not restored (pass the callbacks the backed-up fit had, in the same order)",
+        "BackupAndRestore: the backup holds no state for EarlyStopping: started afresh",
+    ]
+    with pytest.warns(
+        UserWarning, match=r"records no callback states \(written by an older easyfit\): Counting start"
+    ):
+        CallbackList([Counting()], None, {}).restore(resume({}))
+
+    class Unsaved(Callback):
+        def get_state(self):
+            return {"seen": {1, 2}}
+
+    with pytest.raises(TypeError, match=r"Unsaved.get_state\(\) must return plain JSON values"):
+        CallbackList([Unsaved()], None, {}).resume_record()
 
 
 def test_an_epoch_not_validated_by_validation_freq_is_neither_best_nor_worse(tmp_path, data, _module_trainer):
