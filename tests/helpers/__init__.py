@@ -89,3 +89,15 @@ def crash_at(trainer, epoch: int, batch: int):
             raise Crash
 
     return LambdaCallback(on_train_batch_end=crash)
+
+
+def crash_before(trainer, epoch: int, batch: int):
+    """A callback that raises :class:`Crash` as ``batch`` of ``epoch`` of ``trainer``'s fit
+    begins: a run killed after the batch before, every hook of it done (its backup too)."""
+    from easyfit.callbacks import LambdaCallback
+
+    def crash(b, logs):
+        if trainer.progress.epoch == epoch and b == batch:
+            raise Crash
+
+    return LambdaCallback(on_train_batch_begin=crash)
