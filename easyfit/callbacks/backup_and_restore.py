@@ -64,8 +64,8 @@ class BackupAndRestore(Callback):
     goes through. Unlike Keras, a backup also holds the other callbacks' states
     (``Callback.get_state``: EarlyStopping's patience and best weights, ReduceLROnPlateau's
     counters, ModelCheckpoint's best, CSVLogger's rows, ...), which the resumed fit puts back;
-    this callback runs after the others, wherever it is listed, so that a backup holds what
-    their hooks of that batch or epoch end did. A fit resumed in the middle of an epoch calls
+    in the hooks where it backs up (a batch's end, an epoch's end, an interrupt) this callback
+    runs after the others, wherever it is listed, so that a backup holds what they did there. A fit resumed in the middle of an epoch calls
     that epoch's ``on_epoch_begin`` again, as it was called when the epoch began (the same
     learning rate), then puts the backup's training state and callback states back (see
     docs/callbacks.md).

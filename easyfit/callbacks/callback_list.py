@@ -20,6 +20,11 @@ __all__ = ["CallbackList", "LazyLogs", "as_list", "fit_callbacks"]
 
 #: Keras' older batch hooks, called by the default ``on_train_batch_*``.
 _ALIASES = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}
+#: The hooks in which a backup is written: callbacks that back the fit up (a ``restore_point``
+#: method: ``BackupAndRestore``) run last in them, wherever they are listed, so that a backup
+#: holds what every other callback did at that batch or epoch end (a learning rate just
+#: reduced, a patience counter).
+_BACKUP_HOOKS = ("on_train_batch_end", "on_epoch_end", "on_interrupt")
 
 
 def as_list(callbacks: Any) -> list[Callback]:
@@ -73,10 +78,7 @@ def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[l
     """fit's callbacks, as Keras lists them: the user's, then a History and (with ``verbose``)
     a ProgbarLogger, each unless the user's list holds one already. History runs after the
     user's callbacks, so keys they add to the epoch logs reach it; the History is the one
-    ``fit`` returns. Callbacks that back the fit up (a ``restore_point`` method:
-    ``BackupAndRestore``) run last, wherever they were listed: a backup then holds what every
-    other callback did at that batch or epoch end (a learning rate just reduced, a patience
-    counter).
+    ``fit`` returns.
 
     Example:
         >>> from easyfit.callbacks import Callback
@@ -92,8 +94,7 @@ def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[l
         listed.append(history)
     if verbose and not any(isinstance(cb, ProgbarLogger) for cb in listed):
         listed.append(ProgbarLogger(verbose))
-    backups = [cb for cb in listed if _backs_up(cb)]
-    return [cb for cb in listed if not _backs_up(cb)] + backups, history
+    return listed, history
 
 
 def _backs_up(cb: Any) -> bool:
@@ -125,7 +126,8 @@ def _invoke(cb: Callback, hook: str, args: tuple[Any, ...], logs: Mapping[str, A
 
 
 class CallbackList:
-    """Dispatches each hook to the callbacks that override it, in order."""
+    """Dispatches each hook to the callbacks that override it, in order (backups last in the
+    hooks that write them); keeps the callbacks' states through a backup."""
 
     def __init__(self, callbacks: Iterable[Callback], trainer: Any, params: dict[str, Any]):
         self.callbacks = list(callbacks)
@@ -148,7 +150,10 @@ class CallbackList:
 
     def _listeners(self, hook: str) -> list[Callback]:
         if hook not in self._by_hook:
-            self._by_hook[hook] = [cb for cb in self.callbacks if _listens(cb, hook)]
+            listening = [cb for cb in self.callbacks if _listens(cb, hook)]
+            if hook in _BACKUP_HOOKS:
+                listening.sort(key=_backs_up)  # stable: the others in their order, backups last
+            self._by_hook[hook] = listening
         return self._by_hook[hook]
 
     def call(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:

@@ -80,7 +80,7 @@ class Crash(RuntimeError):
 def crash_at(trainer, epoch: int, batch: int):
     """A callback that raises :class:`Crash` at the end of ``batch`` of ``epoch`` of
     ``trainer``'s fit (a dispatch index), as a killed run would stop there: before
-    BackupAndRestore's hook of that batch (it runs after the other callbacks), so the last
+    BackupAndRestore's hook of that batch (it runs after the other callbacks there), so the last
     backup is of an earlier batch."""
     from easyfit.callbacks import LambdaCallback
 
