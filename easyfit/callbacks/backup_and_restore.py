@@ -65,10 +65,10 @@ class BackupAndRestore(Callback):
     (``Callback.get_state``: EarlyStopping's patience and best weights, ReduceLROnPlateau's
     counters, ModelCheckpoint's best, CSVLogger's rows, ...), which the resumed fit puts back;
     in the hooks where it backs up (a batch's end, an epoch's end, an interrupt) this callback
-    runs after the others, wherever it is listed, so that a backup holds what they did there. A fit resumed in the middle of an epoch calls
-    that epoch's ``on_epoch_begin`` again, as it was called when the epoch began (the same
-    learning rate), then puts the backup's training state and callback states back (see
-    docs/callbacks.md).
+    runs after the others, wherever it is listed, so that a backup holds what they did there.
+    A fit resumed in the middle of an epoch calls that epoch's ``on_epoch_begin`` again, as it
+    was called when the epoch began (the same learning rate), then puts the backup's training
+    state and callback states back (see docs/callbacks.md).
 
     Args:
         backup_dir: where the backups live (one per training run); not empty or None, and
