@@ -11,7 +11,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
-from tests.helpers import Crash, crash_at, flat_params, run_python, untrained
+from tests.helpers import Crash, crash_before, flat_params, run_python, untrained
 from tests.helpers.models import TinyMLP as Tiny
 
 #: k batches of b against one of k*b: the same sums in another order (float32), over a few
@@ -104,7 +104,7 @@ def test_fit_counts_batches_and_the_optimizer_counts_updates(arrays):
 def test_a_resume_mid_accumulation_is_bit_exact(arrays, tmp_path):
     # 8 batches an epoch, k=3: the backups after each batch of epoch 1 (its batch 1 leaves
     # one gradient accumulated, batch 2 two) hold the accumulator in the optimizer state; the
-    # crash comes at batch 2, the 11th batch, two batches into an accumulation.
+    # crash comes as batch 3 begins, after the 11th batch, two batches into an accumulation.
     x, y = arrays
     backup = tmp_path / "backup"
     reference = _fit(x, y, 12, 3, optimizer="adam")
@@ -117,7 +117,7 @@ def test_a_resume_mid_accumulation_is_bit_exact(arrays, tmp_path):
             epochs=2,
             shuffle=False,
             verbose=0,
-            callbacks=[BackupAndRestore(backup, save_freq=1), crash_at(crashing, 1, 2)],
+            callbacks=[BackupAndRestore(backup, save_freq=1), crash_before(crashing, 1, 3)],
         )
     assert int(crashing.state.opt_state.mini_step) == 2  # 11 batches: 3 updates and 2 more
     point = BackupAndRestore(backup).restore_point()

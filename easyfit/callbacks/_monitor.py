@@ -87,6 +87,17 @@ class Monitor:
             return current > reference + self.min_delta
         raise RuntimeError(f"{self.owner}: the direction of {self.monitor!r} is not settled yet")
 
+    def unvalidated(self, trainer: Any, logs: Mapping[str, Any] | None) -> bool:
+        """Whether ``monitor`` is a ``val_`` metric absent from the epoch logs because fit did
+        not validate that epoch, on purpose (``validation_freq``): such an epoch is no
+        improvement and no lack of one, and no warning is due (Keras warns, and its
+        ModelCheckpoint saves)."""
+        return (
+            self.monitor.startswith("val_")
+            and self.monitor not in (logs or {})
+            and bool(getattr(trainer, "_validation_skipped", False))
+        )
+
     def value(self, logs: Mapping[str, Any] | None, then: str = "") -> float | None:
         """The monitored value in ``logs``; warns (adding ``then``: what happens instead) and
         returns None if absent, as Keras."""

@@ -125,6 +125,13 @@ class Tracker(Callback):
         self._open({**run_config(self.trainer, self.params), **self.config})
         self._open_run = True
 
+    def get_state(self) -> dict[str, Any]:
+        """The batch counter (``update_freq``) and the checkpoints logged already."""
+        return {"since": self._since, "logged": self._logged}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._since, self._logged = state["since"], state["logged"]
+
     def _step(self) -> int:
         state = self.trainer.state
         assert state is not None  # set before the first batch

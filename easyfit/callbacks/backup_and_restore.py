@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 
@@ -62,8 +62,14 @@ class BackupAndRestore(Callback):
     same samples); delete ``backup_dir/easyfit-backups`` to start afresh.
 
     On Ctrl-C, a backup of the last completed step is written before the KeyboardInterrupt
-    goes through. Other callbacks' own counters (EarlyStopping's patience, ...) are not backed
-    up, as in Keras.
+    goes through. Unlike Keras, a backup also holds the other callbacks' states
+    (``Callback.get_state``: EarlyStopping's patience and best weights, ReduceLROnPlateau's
+    counters, ModelCheckpoint's best, CSVLogger's rows, ...), which the resumed fit puts back;
+    in the hooks where it backs up (a batch's end, an epoch's end, an interrupt) this callback
+    runs after the others, wherever it is listed, so that a backup holds what they did there.
+    A fit resumed in the middle of an epoch calls that epoch's ``on_epoch_begin`` again, as it
+    was called when the epoch began (the same learning rate), then puts the backup's training
+    state and callback states back (see docs/callbacks.md).
 
     Args:
         backup_dir: where the backups live (one per training run); not empty or None, and
@@ -227,7 +233,12 @@ class BackupAndRestore(Callback):
         step = progress.epoch * (self.params["steps"] + 1) + progress.batch  # grows with both
         if step == self._saved:
             return
-        args = checkpoint_args(self.trainer.state, progress, self.trainer.checkpoint_meta)
+        callbacks = cast(Any, self.trainer)._fit_callbacks  # the fit's callbacks: their states go along
+        meta = self.trainer.checkpoint_meta
+        arrays = None
+        if callbacks is not None:
+            meta, arrays = {**meta, "callbacks": callbacks.resume_record()}, callbacks.state_arrays()
+        args = checkpoint_args(self.trainer.state, progress, meta, callback_arrays=arrays)
         manager = self._open()
         if not self._intact():
             raise self._gone()

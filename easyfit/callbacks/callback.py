@@ -81,6 +81,11 @@ class Callback:
     ``evaluate`` / ``predict`` after the current batch. ``self.model`` is the Trainer
     (``self.trainer`` too), and ``self.model.state`` the training state.
 
+    A callback that keeps state across epochs (counters, a best value) keeps it through a
+    backup too by returning it from ``get_state`` as plain JSON values and taking it back in
+    ``set_state``: ``BackupAndRestore`` records it in every backup and a resumed fit puts it
+    back (see docs/callbacks.md, "Keeping a callback's state through a backup").
+
     A hook may also be given per instance (``self.on_train_batch_end = fn`` in ``__init__``):
     a callback that wants batch hooks only in some configurations then costs nothing in the
     others.
@@ -130,6 +135,29 @@ class Callback:
     def model(self) -> TrainerLike:
         """Keras' name for the object being trained (here the Trainer)."""
         return self.trainer
+
+    def get_state(self) -> Any:
+        """What this callback must keep through a backup, as plain JSON values (dicts with
+        string keys, lists, strings, numbers, booleans, None); None (the default) for nothing.
+
+        ``BackupAndRestore`` records it in every backup, after every callback's hooks of that
+        batch or epoch end ran, and a fit resumed from the backup gives it to ``set_state``.
+        """
+        return None
+
+    def set_state(self, state: Any) -> None:
+        """Puts back what ``get_state`` returned, in a fit resumed from a backup: called after
+        ``on_train_begin`` (which starts the callback afresh) and, when the backup was taken
+        in the middle of an epoch, again after that epoch's ``on_epoch_begin`` (which then
+        runs a second time for the epoch: what it changes is set back).
+
+        Raises:
+            NotImplementedError: ``get_state`` is overridden and this is not.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} returns a state from get_state() but does not define "
+            "set_state(state) to take it back"
+        )
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
         """Before the first epoch."""

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ..core.learning_rate import get_learning_rate, set_learning_rate
 from .callback import Callback, TrainerLike
 from .history import History
 from .progbar import ProgbarLogger
+
+if TYPE_CHECKING:
+    from ..persistence.checkpoint import ResumePoint
 
 __all__ = ["CallbackList", "LazyLogs", "as_list", "fit_callbacks"]
 
 #: Keras' older batch hooks, called by the default ``on_train_batch_*``.
 _ALIASES = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}
+#: The hooks in which a backup is written: callbacks that back the fit up (a ``restore_point``
+#: method: ``BackupAndRestore``) run last in them, wherever they are listed, so that a backup
+#: holds what every other callback did at that batch or epoch end (a learning rate just
+#: reduced, a patience counter).
+_BACKUP_HOOKS = ("on_train_batch_end", "on_epoch_end", "on_interrupt")
 
 
 def as_list(callbacks: Any) -> list[Callback]:
@@ -85,6 +97,26 @@ def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[l
     return listed, history
 
 
+def _backs_up(cb: Any) -> bool:
+    return callable(getattr(cb, "restore_point", None))
+
+
+def _keys(callbacks: list[Callback]) -> list[str]:
+    """Each callback's name in a backup: its class's, ``#2``, ``#3``, ... for the next ones of
+    the same class (the same command lists them in the same order)."""
+    seen: Counter[str] = Counter()
+    keys = []
+    for cb in callbacks:
+        name = type(cb).__name__
+        seen[name] += 1
+        keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return keys
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"BackupAndRestore: {message}", UserWarning, stacklevel=4)
+
+
 def _invoke(cb: Callback, hook: str, args: tuple[Any, ...], logs: Mapping[str, Any] | None) -> None:
     logs = {} if logs is None else logs
     if "batch" in hook:
@@ -94,7 +126,8 @@ def _invoke(cb: Callback, hook: str, args: tuple[Any, ...], logs: Mapping[str, A
 
 
 class CallbackList:
-    """Dispatches each hook to the callbacks that override it, in order."""
+    """Dispatches each hook to the callbacks that override it, in order (backups last in the
+    hooks that write them); keeps the callbacks' states through a backup."""
 
     def __init__(self, callbacks: Iterable[Callback], trainer: TrainerLike, params: dict[str, Any]):
         self.callbacks = list(callbacks)
@@ -104,6 +137,12 @@ class CallbackList:
             cb.set_model(trainer)
             cb.set_params(params)
         self._by_hook: dict[str, list[Callback]] = {}
+        self._trainer = trainer
+        self._keys = _keys(self.callbacks)
+        self._backed_up = any(_backs_up(cb) for cb in self.callbacks)
+        self._epoch_rate: float | None = None  # the learning rate as the epoch in progress began
+        self._restored: dict[str, Any] = {}  # the states a resumed fit put back
+        self._restored_arrays: dict[str, Any] = {}
 
     def wants(self, hook: str) -> bool:
         """Whether any callback overrides ``hook`` (else the caller can skip building logs)."""
@@ -111,7 +150,10 @@ class CallbackList:
 
     def _listeners(self, hook: str) -> list[Callback]:
         if hook not in self._by_hook:
-            self._by_hook[hook] = [cb for cb in self.callbacks if _listens(cb, hook)]
+            listening = [cb for cb in self.callbacks if _listens(cb, hook)]
+            if hook in _BACKUP_HOOKS:
+                listening.sort(key=_backs_up)  # stable: the others in their order, backups last
+            self._by_hook[hook] = listening
         return self._by_hook[hook]
 
     def call(self, hook: str, *args: Any, logs: Mapping[str, Any] | None = None) -> None:
@@ -131,3 +173,106 @@ class CallbackList:
                 error = error or e
         if error is not None:
             raise error
+
+    # ------------------------------------------------------- the callbacks' states in a backup
+    def resume_record(self) -> dict[str, Any]:
+        """What a backup records of the callbacks: each one's ``get_state()`` (those not None),
+        by name, the names of those with arrays too (see :meth:`state_arrays`), and the
+        learning rate as the epoch in progress began (what its ``on_epoch_begin`` saw).
+
+        Raises:
+            TypeError: a ``get_state()`` returned what JSON cannot hold, naming the callback.
+        """
+        states = {}
+        for key, cb in zip(self._keys, self.callbacks, strict=True):
+            state = cb.get_state()
+            if state is None:
+                continue
+            try:  # as a resumed fit reads it back (a tuple a list): the same in this process
+                states[key] = json.loads(json.dumps(state))
+            except (TypeError, ValueError) as e:
+                raise TypeError(
+                    f"{key}.get_state() must return plain JSON values (dicts with string keys, "
+                    f"lists, strings, numbers, booleans, None) for a backup to keep them: {e}"
+                ) from e
+        return {
+            "states": states,
+            "arrays": sorted(self.state_arrays()),
+            "epoch_start_learning_rate": self._epoch_rate,
+        }
+
+    def state_arrays(self) -> dict[str, Any]:
+        """The arrays built-in callbacks keep beside their JSON state (``EarlyStopping``'s best
+        weights), by name: a private protocol (``_state_arrays``, ``_set_state_arrays``)."""
+        found = {}
+        for key, cb in zip(self._keys, self.callbacks, strict=True):
+            arrays = getattr(cb, "_state_arrays", None)
+            tree = arrays() if callable(arrays) else None
+            if tree is not None:
+                found[key] = tree
+        return found
+
+    def restore(self, resume: ResumePoint) -> None:
+        """Puts the callbacks' states of the backup ``resume`` back (after ``on_train_begin``),
+        warning about a state no callback of this fit takes and a callback with a state the
+        backup lacks (it starts afresh)."""
+        record = resume.meta.get("callbacks")
+        listed = zip(self._keys, self.callbacks, strict=True)
+        stateful = [key for key, cb in listed if cb.get_state() is not None]
+        if not isinstance(record, dict):
+            if stateful:
+                _warn(
+                    f"{resume.source} records no callback states (written by an older easyfit): "
+                    f"{', '.join(stateful)} start afresh"
+                )
+            return
+        saved = dict(record.get("states") or {})
+        if missing := [key for key in saved if key not in self._keys]:
+            _warn(
+                f"{resume.source} holds the state of {', '.join(missing)}, which this fit's "
+                f"callbacks lack: not restored (pass the callbacks the backed-up fit had, in "
+                f"the same order)"
+            )
+        if fresh := [key for key in stateful if key not in saved]:
+            _warn(f"{resume.source} holds no state for {', '.join(fresh)}: started afresh")
+        self._restored = {key: state for key, state in saved.items() if key in self._keys}
+        by_key = dict(zip(self._keys, self.callbacks, strict=True))
+        named = [key for key in record.get("arrays") or [] if key in by_key]
+        like = {key: cast(Any, by_key[key])._state_arrays_like() for key in named}
+        self._restored_arrays = resume.read_item("callback_arrays", like) if like else {}
+        self._epoch_rate = record.get("epoch_start_learning_rate")
+        self._put_back()
+
+    def _put_back(self) -> None:
+        for key, cb in zip(self._keys, self.callbacks, strict=True):
+            if key in self._restored:
+                cb.set_state(self._restored[key])
+            if key in self._restored_arrays:
+                cast(Any, cb)._set_state_arrays(self._restored_arrays[key])
+
+    def begin_epoch(self, epoch: int, resumed: bool = False) -> None:
+        """Calls ``on_epoch_begin``. With ``resumed`` (a fit resumed in the middle of
+        ``epoch``) it runs again as it ran when the epoch began, seeing the learning rate the
+        epoch began with; then the training state (the backup's) and the callbacks' restored
+        states are put back, so that nothing it changes counts twice."""
+        trainer = self._trainer
+        if not resumed:
+            if self._backed_up and self.wants("on_epoch_begin"):
+                assert trainer.state is not None  # fit made it before the first epoch
+                self._epoch_rate = get_learning_rate(trainer.state.opt_state)
+            self.call("on_epoch_begin", epoch)
+            return
+        restored = trainer.state
+        assert restored is not None  # the backup's, restored before the resumed epoch
+        if self._epoch_rate is not None and self.wants("on_epoch_begin"):
+            try:
+                trainer.state = restored.replace(
+                    opt_state=set_learning_rate(restored.opt_state, self._epoch_rate)
+                )
+            except (TypeError, ValueError):  # a schedule's rate, or none: nothing to set back
+                pass
+        try:
+            self.call("on_epoch_begin", epoch)
+        finally:
+            trainer.state = restored
+        self._put_back()

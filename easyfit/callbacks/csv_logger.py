@@ -20,6 +20,12 @@ __all__ = ["CSVLogger"]
 _TRAINING_ONLY = ("input_wait", "learning_rate", "loss_scale")
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it and the CSV file shows it: Python's numbers, strings,
+    booleans and None as they are, anything else (a NumPy number) as the text written."""
+    return value if value is None or type(value) in (bool, int, float, str) else str(value)
+
+
 class CSVLogger(Callback):
     """Writes ``epoch`` and every log value, one row per epoch (Keras semantics).
 
@@ -80,6 +86,30 @@ class CSVLogger(Callback):
             os.makedirs(folder, exist_ok=True)
         check_writable(self.filename)  # now, not after the first epoch's training
         self._writing = True
+
+    def get_state(self) -> dict[str, Any]:
+        """This run's columns and rows (values as the file holds them) and where in the file
+        the run began: a resumed fit writes the file as the run never stopped would."""
+        return {
+            "keys": self.keys,
+            "rows": [{k: _plain(v) for k, v in row.items()} for row in self._rows],
+            "fixed": self._fixed,
+            "start": len(self._before),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Takes the run's rows back and writes the file from where the run began (the rows of
+        epochs after the backup, which the resumed fit trains again, go)."""
+        self.keys, self._rows, self._fixed = state["keys"], list(state["rows"]), state["fixed"]
+        if not self._writing:  # not process 0
+            return
+        start = int(state["start"])
+        if len(self._before) < start:  # the earlier part of the file is gone: a fresh header
+            self._before, self._fixed = b"", False
+        else:
+            self._before = self._before[:start]
+        if self.keys is not None and self._rows:
+            self._write()
 
     def _columns(self, logs: Mapping[str, Any]) -> list[str]:
         keys = sorted(logs)

@@ -26,7 +26,8 @@ class EarlyStopping(Callback):
             it declares (easyfit's named metrics do), anything else raises ValueError at the
             first epoch's end, as in Keras (``easyfit.callbacks._monitor.Monitor``). Another
             value warns and means ``"auto"``. A monitor missing from the logs warns and
-            changes nothing.
+            changes nothing; an epoch fit did not validate (``validation_freq``) does not
+            count for a ``val_`` monitor: ``patience`` counts validated epochs.
         baseline: a value the metric must beat; until then ``patience`` keeps counting.
         restore_best_weights: at the end of training, put back the parameters (and model state)
             of the best epoch (their moving average too, under ``ema_momentum``). The copies
@@ -84,6 +85,34 @@ class EarlyStopping(Callback):
         self.best: float | None = None
         self.best_weights: Any = None
 
+    def get_state(self) -> dict[str, Any]:
+        """The counters and the best value (the best weights go into a backup as arrays)."""
+        return {
+            "wait": self.wait,
+            "stopped_epoch": self.stopped_epoch,
+            "best_epoch": self.best_epoch,
+            "best": self.best,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.wait, self.stopped_epoch = state["wait"], state["stopped_epoch"]
+        self.best_epoch, self.best = state["best_epoch"], state["best"]
+
+    def _state_arrays(self) -> Any:
+        """The best weights, for a backup (None when not kept)."""
+        if self.best_weights is None:
+            return None
+        params, ema_params, model_state = self.best_weights
+        return {"params": params, "ema_params": ema_params, "model_state": model_state}
+
+    def _state_arrays_like(self) -> Any:
+        state = self.trainer.state
+        assert state is not None
+        return {"params": state.params, "ema_params": state.ema_params, "model_state": state.model_state}
+
+    def _set_state_arrays(self, tree: Any) -> None:
+        self.best_weights = (tree["params"], tree["ema_params"], tree["model_state"])
+
     def _weights(self) -> Any:
         state = self.trainer.state
         assert state is not None
@@ -91,6 +120,8 @@ class EarlyStopping(Callback):
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         self._monitor.resolve(self._trainer)
+        if self._monitor.unvalidated(self._trainer, logs):  # validation_freq: not counted
+            return
         current = self._monitor.value(logs)
         if current is None or epoch < self.start_from_epoch:
             return

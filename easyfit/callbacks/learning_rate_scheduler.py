@@ -27,7 +27,10 @@ class LearningRateScheduler(Callback):
     (fit raises ValueError otherwise). The learning rate then appears in the epoch logs as
     ``learning_rate``. For a per-step schedule, give optax the schedule itself instead, without
     this callback: with a schedule as the injected rate, fit raises TypeError (the schedule
-    would overwrite the rate at the next step; Keras raises too).
+    would overwrite the rate at the next step; Keras raises too). A fit resumed from a backup
+    in the middle of an epoch calls ``schedule`` for that epoch again with the rate the epoch
+    began with, and keeps the backup's rate: the epoch's rate is set once, as in a fit never
+    stopped.
 
     Args:
         schedule: ``(epoch, lr) -> new lr`` (``epoch`` from 0), or ``(epoch) -> new lr``; the

@@ -34,7 +34,9 @@ class ModelCheckpoint(Callback):
         verbose: 1 prints a line per save (and per non-improvement).
         save_best_only: save only when ``monitor`` improves on the best so far. When
             ``monitor`` is not in the logs (a typo, no validation data, or the batch logs of
-            an integer ``save_freq``, which hold no ``val_*``) it warns and saves, as Keras.
+            an integer ``save_freq``, which hold no ``val_*``) it warns and saves, as Keras;
+            but an epoch fit did not validate on purpose (``validation_freq``) is neither
+            saved nor compared, unlike Keras: the validated best is never overwritten.
         save_weights_only: save parameters and model state only, not the optimizer state.
         mode: ``"min"``, ``"max"`` or ``"auto"`` (as ``EarlyStopping``'s: a monitor of no
             known direction raises ValueError in auto mode; another value warns and means
@@ -95,6 +97,21 @@ class ModelCheckpoint(Callback):
             # on purpose, per instance: CallbackList calls the batch hook only when it is set
             self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
 
+    def get_state(self) -> dict[str, Any]:
+        """The best value, the batch counter and the checkpoints written (``saved``, and those
+        ``max_to_keep`` may delete)."""
+        return {
+            "best": self.best,
+            "epoch": self._epoch,
+            "since": self._since,
+            "saved": list(self.saved),
+            "written": list(self._written),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.best, self._epoch, self._since = state["best"], state["epoch"], state["since"]
+        self.saved, self._written = list(state["saved"]), list(state["written"])
+
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         self._epoch = epoch
 
@@ -127,6 +144,10 @@ class ModelCheckpoint(Callback):
     def _save(self, epoch: int, batch: int | None, logs: Logs | None) -> None:
         logs = logs or {}
         what = "saving"
+        if self.save_best_only and batch is None and self._monitor.unvalidated(self._trainer, logs):
+            if self.verbose > 0:  # validation_freq: this epoch's weights are not compared
+                print(f"Epoch {epoch + 1}: not validated, {self.monitor} not compared", flush=True)
+            return
         current = self._monitor.value(logs, "; saving the model") if self.save_best_only else None
         if current is not None:
             self._monitor.resolve(self._trainer)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..core.learning_rate import get_learning_rate, set_learning_rate
@@ -23,7 +25,9 @@ class ReduceLROnPlateau(Callback):
     Args:
         monitor: the metric to watch.
         factor: the multiplier, below 1.
-        patience: epochs without improvement before reducing.
+        patience: epochs without improvement before reducing. With a ``val_`` monitor, an
+            epoch fit did not validate (``validation_freq``) does not count, for ``patience``
+            or ``cooldown``.
         verbose: 1 prints a line at each reduction.
         mode: ``"min"``, ``"max"`` or ``"auto"`` (as ``EarlyStopping``'s: a monitor of no
             known direction raises ValueError in auto mode; another value warns and means
@@ -72,8 +76,17 @@ class ReduceLROnPlateau(Callback):
         if self._trainer is not None and self._trainer.state is not None:
             set_learning_rate(self._trainer.state.opt_state, 0.0)  # raises if there is none
 
+    def get_state(self) -> dict[str, Any]:
+        """The best value and the counters (the learning rate is in the training state)."""
+        return {"best": self.best, "wait": self.wait, "cooldown_counter": self.cooldown_counter}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.best, self.wait, self.cooldown_counter = state["best"], state["wait"], state["cooldown_counter"]
+
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         self._monitor.resolve(self._trainer)
+        if self._monitor.unvalidated(self._trainer, logs):  # validation_freq: not counted
+            return
         current = self._monitor.value(logs)
         if current is None:
             return

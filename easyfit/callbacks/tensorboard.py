@@ -103,6 +103,13 @@ class TensorBoard(Callback):
         self._since = 0
         self._batches = 0
 
+    def get_state(self) -> dict[str, Any]:
+        """The batch counters (``update_freq``, ``profile_batch``)."""
+        return {"since": self._since, "batches": self._batches}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._since, self._batches = state["since"], state["batches"]
+
     def _on_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
         self._batches += 1
         assert self.profile_batch is not None  # the hook is set only then

@@ -17,7 +17,10 @@ A checkpoint is a directory written by Orbax's composite handler with these item
   the input shape, the class names, the batching plan, the optimizer (its name, or its
   state's layout) and the input recipe of the training data (``recipe``: image size, colour
   mode, scale, normalisation, evaluation's resize and crop, class names; the structure of
-  array inputs: ``easyfit.data.recipe``), readable in ``<path>/metadata/metadata``;
+  array inputs: ``easyfit.data.recipe``) and, in a backup, the callbacks' states
+  (``Callback.get_state``), readable in ``<path>/metadata/metadata``;
+* ``callback_arrays``: in a backup, arrays callbacks keep (``EarlyStopping``'s best weights),
+  by callback;
 * ``checksums``: JSON: a hash of every array of the other items and of the metadata, checked
   at load time (a mismatch, or an item that cannot be read, raises CheckpointError naming the
   path and the item).
@@ -143,14 +146,21 @@ def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any], ki
         "data": meta.get("data"),
         "optimizer": meta.get("optimizer"),
         "recipe": meta.get("recipe"),
+        "callbacks": meta.get("callbacks"),
     }
 
 
 def checkpoint_args(
-    state: Any, progress: Progress | None, meta: Mapping[str, Any], *, weights_only: bool = False
+    state: Any,
+    progress: Progress | None,
+    meta: Mapping[str, Any],
+    *,
+    weights_only: bool = False,
+    callback_arrays: Mapping[str, Any] | None = None,
 ) -> ocp.args.Composite:
     """The Orbax save arguments for a training state, where training stands and ``meta``
-    (``seed``, ``input_shape``, ``input_dtype``, ``class_names``)."""
+    (``seed``, ``input_shape``, ``input_dtype``, ``class_names``, a backup's ``callbacks``),
+    and the arrays callbacks keep (a backup's ``callback_arrays``, by callback)."""
     full = _metadata(state, progress, meta, "weights" if weights_only else "full")
     trees: dict[str, Any] = {}
     if weights_only:
@@ -164,6 +174,8 @@ def checkpoint_args(
         if full["has_metrics"]:  # only with a progress
             assert progress is not None
             trees["epoch_metrics"] = progress.metrics
+        if callback_arrays:
+            trees["callback_arrays"] = dict(callback_arrays)
     sums = {
         "metadata": _integrity.json_digest(full),
         "items": {name: _integrity.digests(tree) for name, tree in trees.items()},
@@ -467,6 +479,11 @@ class ResumePoint:
     def restore(self, target: Any, metrics_template: Any) -> tuple[Any, Any]:
         """``(state, the epoch's metric accumulator)`` restored onto ``target``'s structure."""
         return restore(self.read, target, self.meta, metrics_template)
+
+    def read_item(self, name: str, target: Any) -> Any:
+        """Item ``name`` of the checkpoint (``callback_arrays``), restored onto ``target``'s
+        structure, shapes and shardings, checked against its checksums."""
+        return self.read(ocp.args.Composite(**{name: ocp.args.StandardRestore(_abstract(target))}))[name]
 
 
 def fit_completed(callbacks: Iterable[Any]) -> None:

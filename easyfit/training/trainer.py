@@ -205,6 +205,8 @@ class Trainer:
         self._inference_only: str | None = None  # why fit cannot go on (loaded without optimizer)
         self._progress: checkpoint.Progress | None = None
         self._data_fingerprint: dict[str, Any] | None = None  # the last fit's, with a backup
+        self._fit_callbacks: CallbackList | None = None  # the running fit's (their states: backups)
+        self._validation_skipped = False  # the epoch ending was not validated (validation_freq)
 
     # ----------------------------------------------------------------------------- public state
     @property
@@ -527,12 +529,15 @@ class Trainer:
         )
         self.history = history
         self.stop_training = False
+        self._fit_callbacks = cbs
         logs: dict[str, float] = {}
         try:
             cbs.call("on_train_begin")  # in the try: on_train_end lets go of what it took
+            if resume is not None:
+                cbs.restore(resume)  # the callbacks' states the backup holds
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
-                    cbs.call("on_epoch_begin", epoch)
+                    cbs.begin_epoch(epoch, resumed=epoch == initial_epoch and first_batch > 0)
                     waiting = EpochInputWait(loader)
                     if acc is None:
                         acc = self._empty(fns)
@@ -562,6 +567,7 @@ class Trainer:
                     logs["input_wait"] = waiting.finish(epoch, bool(verbose) and epoch == steady)
                     acc = None
                     first_batch = 0
+                    self._validation_skipped = val is not None and not validates(epoch)
                     if val is not None and validates(epoch):
                         val_logs = self._evaluate(val, batch_size, cbs, validation_steps)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
@@ -580,6 +586,7 @@ class Trainer:
             try:
                 cbs.call_all("on_train_end", logs=logs)  # every callback, even after one raised
             finally:
+                self._fit_callbacks, self._validation_skipped = None, False
                 write_back(self._model, self.state)  # the user's NNX module holds the trained state
         checkpoint.fit_completed(callbacks)  # only now may a backup go (BackupAndRestore)
         return history

@@ -114,7 +114,7 @@ def test_resume_at_an_epochs_shorter_last_dispatch(tmp_path, data, reference):
     ref, _ = reference
     trainer = _trainer()
     with pytest.raises(Crash):
-        _fit(trainer, data, [BackupAndRestore(tmp_path / "b", save_freq=1), crash_at(trainer, 0, 2)])
+        _fit(trainer, data, [BackupAndRestore(tmp_path / "b", save_freq=1), crash_at(trainer, 0, 3)])
     point = BackupAndRestore(tmp_path / "b").restore_point()
     assert (point.epoch, point.batch) == (0, 3)
     resumed = _trainer()

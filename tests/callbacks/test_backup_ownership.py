@@ -114,10 +114,11 @@ def test_a_fit_failing_after_its_last_epoch_keeps_the_backup(tmp_path, data, fir
 
 def test_a_model_checkpoint_path_that_is_a_file_keeps_the_backup(tmp_path, data):
     backup_dir = tmp_path / "run"
-    target = tmp_path / "best"
+    target = tmp_path / "best2"  # epoch 2's path: the backup of epoch 1 is written before
     target.write_text("a file of the user's")
+    checkpoint = ModelCheckpoint(tmp_path / "best{epoch}")
     with pytest.raises(ef.CheckpointError, match="is a file"):
-        _fit(_trainer(), data, [BackupAndRestore(backup_dir), ModelCheckpoint(target)], epochs=1)
+        _fit(_trainer(), data, [BackupAndRestore(backup_dir), checkpoint], epochs=2)
     assert target.read_text() == "a file of the user's"
     assert BackupAndRestore(backup_dir).restore_point().epoch == 1
 
@@ -196,7 +197,7 @@ def test_resuming_on_other_arrays_is_refused(tmp_path, data, mnist_arrays):
     backup = tmp_path / "backup"
     crashing = _trainer()
     with pytest.raises(Crash):
-        _fit(crashing, data, [BackupAndRestore(backup, save_freq=1), crash_at(crashing, 0, 0)])
+        _fit(crashing, data, [BackupAndRestore(backup, save_freq=1), crash_at(crashing, 0, 1)])
     x, y = mnist_arrays["train"]
     other = ef.data.Arrays(x[200:400], y[200:400], scale=1 / 255)
     with pytest.raises(ValueError, match=r"the arrays \(their shapes, dtypes or values\) changed"):
@@ -230,7 +231,7 @@ def _crash_with_one_backup(backup_dir, data, epoch, batch):
 def test_with_every_backup_damaged_fit_refuses_to_start_afresh(tmp_path, data):
     # Keras raises when its backup cannot be loaded; easyfit too, once none is intact
     backup_dir = tmp_path / "run"
-    step = _crash_with_one_backup(backup_dir, data, 0, 0)
+    step = _crash_with_one_backup(backup_dir, data, 0, 1)
     metadata = backup_dir / BACKUPS / step / "metadata" / "metadata"
     metadata.write_text(metadata.read_text().replace('"epoch": 0', '"epoch": 1'))
     with (
@@ -258,7 +259,7 @@ def test_model_checkpoint_max_to_keep_deletes_only_its_own_checkpoints(tmp_path,
 
 def test_a_backup_of_an_earlier_easyfit_in_backup_dir_itself_is_resumed_then_deleted(tmp_path, data):
     backup_dir = tmp_path / "run"
-    step = _crash_with_one_backup(backup_dir, data, 1, 0)
+    step = _crash_with_one_backup(backup_dir, data, 1, 1)
     os.rename(backup_dir / BACKUPS / step, backup_dir / step)  # the layout before easyfit-backups/
     shutil.rmtree(backup_dir / BACKUPS)
     os.makedirs(backup_dir / "7")  # a user's folder named like a step

@@ -79,7 +79,9 @@ class Crash(RuntimeError):
 
 def crash_at(trainer, epoch: int, batch: int):
     """A callback that raises :class:`Crash` at the end of ``batch`` of ``epoch`` of
-    ``trainer``'s fit (a dispatch index), as a killed run would stop there."""
+    ``trainer``'s fit (a dispatch index), as a killed run would stop there: before
+    BackupAndRestore's hook of that batch (it runs after the other callbacks there), so the last
+    backup is of an earlier batch."""
     from easyfit.callbacks import LambdaCallback
 
     def crash(b, logs):
@@ -87,3 +89,15 @@ def crash_at(trainer, epoch: int, batch: int):
             raise Crash
 
     return LambdaCallback(on_train_batch_end=crash)
+
+
+def crash_before(trainer, epoch: int, batch: int):
+    """A callback that raises :class:`Crash` as ``batch`` of ``epoch`` of ``trainer``'s fit
+    begins: a run killed after the batch before, every hook of it done (its backup too)."""
+    from easyfit.callbacks import LambdaCallback
+
+    def crash(b, logs):
+        if trainer.progress.epoch == epoch and b == batch:
+            raise Crash
+
+    return LambdaCallback(on_train_batch_begin=crash)

@@ -1,5 +1,5 @@
 """Keras' BackupAndRestore behaviours (keras/src/callbacks/backup_and_restore_test.py), as easyfit
-tests. Keras' interrupting callback becomes tests.helpers' crash_at, and Keras' canary layer
+tests. Keras' interrupting callback becomes tests.helpers' crash_before, and Keras' canary layer
 counting forward passes becomes the optimizer step count and the parameters themselves."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from flax import linen as nn
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
 from easyfit.callbacks.backup_and_restore import BACKUPS
-from tests.helpers import Crash, crash_at, flat_params
+from tests.helpers import Crash, crash_before, flat_params
 
 EPOCH_STEPS = 3  # 10 samples in batches of 4, as in Keras' test
 
@@ -40,11 +40,13 @@ def never_stopped(data):
 
 
 def _crash_after_epoch(n):
+    """Raises as epoch n + 1 (1-based) begins: after every hook of epoch n (its backup too)."""
+
     def crash(epoch, logs):
-        if epoch + 1 == n:
+        if epoch == n:
             raise Crash
 
-    return LambdaCallback(on_epoch_end=crash)
+    return LambdaCallback(on_epoch_begin=crash)
 
 
 # Keras: test_save_freq_unknown_error
@@ -59,7 +61,12 @@ def test_a_run_interrupted_mid_epoch_resumes_at_its_batch(tmp_path, data, never_
     backup_dir = tmp_path / "subdir"
     crashing = _trainer()
     with pytest.raises(Crash):
-        _fit(crashing, data, [BackupAndRestore(backup_dir, save_freq=1), crash_at(crashing, 0, 1)], epochs=2)
+        _fit(
+            crashing,
+            data,
+            [BackupAndRestore(backup_dir, save_freq=1), crash_before(crashing, 0, 2)],
+            epochs=2,
+        )
     assert backup_dir.exists()
     assert int(crashing.state.step) == 2  # interrupted after the second batch
     point = BackupAndRestore(backup_dir).restore_point()

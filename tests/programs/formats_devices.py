@@ -79,7 +79,7 @@ uninterrupted = cached_fit()
 crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3)
 with tempfile.TemporaryDirectory() as tmp:
     try:
-        cached_fit([BackupAndRestore(tmp + "/b", save_freq=2), crash_at(crashing, 1, 4)], trainer=crashing)
+        cached_fit([BackupAndRestore(tmp + "/b", save_freq=2), crash_at(crashing, 1, 5)], trainer=crashing)
     except Crash:
         point = BackupAndRestore(tmp + "/b").restore_point()
         resumed_at = [point.epoch, point.batch, point.position]
