@@ -1,0 +1,205 @@
+"""Arrays through fit, evaluate and predict as Keras 3's
+keras/src/trainers/data_adapters/array_data_adapter_test.py (and, for fit, evaluate and predict
+on arrays, keras/src/trainers/trainer_test.py) pins them down; checked on what reaches the
+model: the rows, labels, weights, shapes and dtypes each step sees (a trainer that records them
+from inside its jitted steps), not the library's attributes.
+
+Where easyfit differs on purpose (docs/keras.md), the test asserts easyfit's documented
+behaviour and says so: a step always sees ``batch_size`` rows, the last batch's padding masked
+(Keras' last batch is smaller: the valid rows are compared), ``shuffle=True`` permutes the whole
+data (as Keras'), ``validation_split`` holds out a seeded random share, a list is one array
+(several inputs or outputs are a tuple or a dict, one level deep), and ``class_weight`` with
+``sample_weight`` multiply.
+
+Skipped, and why:
+
+* The ``array_type`` cases of ``test_basic_flow`` other than NumPy (tf, torch, JAX, sparse,
+  ragged, pandas, scipy): easyfit takes what ``np.asarray`` takes, so dense tensors become NumPy
+  arrays; sparse and ragged tensors are not supported.
+* ``test_tf_sparse_trailing_empty_rows``, ``test_torch_data_loader_nested_input``'s DataLoader:
+  backend iterators easyfit does not have (its dict input case is ported below).
+* ``test_sharding``: Keras' multi-process auto-sharding; easyfit's sharding over devices and
+  processes is tested in tests/test_parallel.py and tests/test_distributed.py.
+* ``test_errors``' ``class_weight`` with ``sample_weight``: easyfit multiplies them
+  (tests/test_structured.py); ``class_weight`` with several outputs: refused, tested there too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import linen as nn
+
+import easyfit as ef
+from easyfit.errors import DataError
+
+
+class Flat(nn.Module):
+    """Every input array flattened and joined (4 features in all), then Dense(4); for a dict of
+    inputs, a tuple of two outputs of 3 and 4 (one model, whose parameters fit both)."""
+
+    @nn.compact
+    def __call__(self, x):
+        leaves = jax.tree_util.tree_leaves(x)
+        h = jnp.concatenate([a.reshape((a.shape[0], -1)) for a in leaves], axis=-1)
+        one, heads = nn.Dense(4)(h), (nn.Dense(3)(h), nn.Dense(4)(h))
+        return heads if isinstance(x, dict) else one
+
+
+def any_labels(y_true, y_pred):
+    """A loss that takes labels of any shape (Seen's loss is 1 per sample whatever it is)."""
+    return jnp.zeros(y_pred.shape[:1])
+
+
+class Seen(ef.Trainer):
+    """Records, for every step it runs (training or evaluation, in order), the valid rows of
+    the batch it sees (``x``, ``y`` and ``sample_weight`` in their structure, as NumPy), and for
+    training steps the sum of the weighted per-sample losses. Its loss is 1 per sample (no
+    gradient): the weighted loss of a step is the sum of its rows' weights."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, optimizer=optax.sgd(0.0), loss=any_labels, steps_per_execution=1, seed=0, **kwargs)
+        self.steps: list[dict] = []
+        self.weights: list[float] = []
+        self._mode = "eval"
+
+    def clear(self) -> None:
+        jax.effects_barrier()
+        self.steps, self.weights = [], []
+
+    def _record(self, mode, batch) -> None:
+        mask = np.asarray(batch.pop("mask")).astype(bool)
+        rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[mask], batch)
+        self.steps.append({"mode": mode, **rows})
+
+    def compute_loss(self, outputs, batch):
+        jax.debug.callback(self._record, self._mode, dict(batch))
+        return super().compute_loss(outputs, batch) * 0.0 + 1.0
+
+    def train_step(self, state, batch):
+        self._mode = "train"  # read while the step is traced: a constant of the training step
+        try:
+            new, metrics = super().train_step(state, batch)
+        finally:
+            self._mode = "eval"
+        jax.debug.callback(lambda total: self.weights.append(float(total)), metrics.loss.total)
+        return new, metrics
+
+    def seen(self, mode: str = "train") -> list[dict]:
+        jax.effects_barrier()
+        return [s for s in self.steps if s["mode"] == mode]
+
+
+@pytest.fixture(scope="module")
+def seen():
+    """One recording trainer for the module (its steps compile once per layout of the data)."""
+    return Seen(Flat())
+
+
+@pytest.fixture
+def trainer(seen):
+    seen.clear()
+    return seen
+
+
+def indexed(n: int, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    """Keras' make_array: ``x[i] == [i] * 4``, ``y[i] == [i] * 4`` (float regression targets)."""
+    x = np.repeat(np.arange(n, dtype=dtype)[:, None], 4, axis=1)
+    return x, x.astype(np.float32)
+
+
+def order(steps: list[dict]) -> list[int]:
+    return [int(v) for s in steps for v in s["x"][:, 0]]
+
+
+# ------------------------------------------------------------------------------- batches
+@pytest.mark.parametrize("shuffle", [False, "batch", True])
+def test_basic_flow(trainer, shuffle):
+    # keras: array_data_adapter_test.py::test_basic_flow (np, float64, each shuffle): 34
+    # samples in batches of 16 are 3 steps of 16, 16 and 2 rows (easyfit pads the last batch
+    # to 16 rows and masks the padding: the step's valid rows are these), x float32, labels
+    # paired with their inputs, every sample once per epoch; "batch" keeps each batch's samples.
+    x, y = indexed(34)
+    trainer.fit(x, y, batch_size=16, epochs=2, shuffle=shuffle, verbose=0)
+    steps = trainer.seen()
+    assert [len(s["x"]) for s in steps] == [16, 16, 2] * 2
+    for s in steps:
+        assert s["x"].dtype == np.float32 and s["x"].shape[1:] == (4,)
+        assert s["y"].dtype == np.float32 and s["y"].shape[1:] == (4,)
+        np.testing.assert_array_equal(s["x"], s["y"])  # x_order == y_order
+    epochs = [order(steps[:3]), order(steps[3:])]
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(34))  # each sample once, none twice
+    if shuffle == "batch":
+        for s, start in zip(steps, [0, 16, 32] * 2, strict=True):
+            assert sorted(order([s])) == list(range(start, start + len(s["x"])))
+    if shuffle:
+        assert epochs[0] != list(range(34)) and epochs[0] != epochs[1]
+    else:
+        assert epochs == [list(range(34))] * 2
+
+
+def test_multi_inputs_and_outputs(trainer):
+    # keras: array_data_adapter_test.py::test_multi_inputs_and_outputs (x a dict, y several
+    # arrays, sample_weight; shuffle=False): each step sees the dict and the outputs' arrays
+    # with 16, 16 then 2 valid rows of the right shapes, float32, and each row's weight. Keras
+    # takes y as a list; easyfit takes several outputs as a tuple (a list is one array, as in
+    # NumPy: these arrays of different shapes are refused, naming the tuple).
+    rng = np.random.default_rng(0)
+    n = 34
+    x1 = np.arange(n, dtype=np.float64)[:, None]  # carries the sample's index
+    x = {"x1": x1, "x2": rng.random((n, 3))}
+    y1, y2 = rng.random((n, 3)), rng.random((n, 4))
+    sw = rng.random(n)
+    trainer.fit(x, (y1, y2), sample_weight=sw, batch_size=16, shuffle=False, verbose=0)
+    steps = trainer.seen()
+    assert [len(s["x"]["x1"]) for s in steps] == [16, 16, 2]
+    for s in steps:
+        i = s["x"]["x1"][:, 0].astype(int)
+        assert sorted(s["x"]) == ["x1", "x2"] and isinstance(s["y"], tuple) and len(s["y"]) == 2
+        assert s["x"]["x1"].dtype == s["y"][0].dtype == s["sample_weight"].dtype == np.float32
+        assert s["x"]["x2"].shape == (len(i), 3) and s["sample_weight"].shape == (len(i),)
+        np.testing.assert_allclose(s["x"]["x2"], x["x2"][i], rtol=1e-6)
+        np.testing.assert_allclose(s["y"][0], y1[i], rtol=1e-6)
+        np.testing.assert_allclose(s["y"][1], y2[i], rtol=1e-6)
+        np.testing.assert_allclose(s["sample_weight"], sw[i], rtol=1e-6)
+    assert order_of(steps) == list(range(n))
+    with pytest.raises(DataError, match=r"y: a list whose items differ in shape .* a dict or a tuple"):
+        trainer.fit(x, [y1, y2], verbose=0)
+
+
+def order_of(steps: list[dict]) -> list[int]:
+    return [int(v) for s in steps for v in s["x"]["x1"][:, 0]]
+
+
+@pytest.mark.parametrize("encoding", ["int", "categorical"])
+def test_class_weights(trainer, encoding):
+    # keras: array_data_adapter_test.py::test_class_weights (int and one-hot labels of 4
+    # classes, {0: .1, 1: .2, 2: .3, 3: .4}): each sample's loss is weighed by its class's
+    # weight (batches of one sample: a step's weighted loss is its sample's weight). Labels as
+    # int64, as NumPy makes them: they reach the step as int32.
+    x = np.arange(4, dtype=np.float32)[:, None].repeat(4, axis=1)
+    y = np.array([[0], [1], [2], [3]]) if encoding == "int" else np.eye(4, dtype=np.float32)
+    weights = {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4}
+    trainer.fit(x, y, class_weight=weights, batch_size=1, verbose=0)
+    got = {int(s["x"][0, 0]): w for s, w in zip(trainer.seen(), trainer.weights, strict=True)}
+    assert got == pytest.approx(weights, rel=1e-6)
+    assert {s["y"].dtype for s in trainer.seen()} == {np.dtype(np.int32 if encoding == "int" else np.float32)}
+
+
+def test_errors(trainer):
+    # keras: array_data_adapter_test.py::test_errors ("Expected all elements of `x` to be
+    # array-like"): easyfit names the argument. A string x is a path to data (a folder), so
+    # easyfit says that it is not one.
+    x, y = indexed(4)
+    with pytest.raises(DataError, match="Invalid: no such directory"):
+        trainer.fit("Invalid", verbose=0)
+    with pytest.raises(DataError, match="x has 4 samples but y has no"):
+        trainer.fit(x, "Invalid", verbose=0)
+    with pytest.raises(DataError, match="sample_weight: expected one number per sample"):
+        trainer.fit(x, y, sample_weight="Invalid", verbose=0)
