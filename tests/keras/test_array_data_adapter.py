@@ -295,9 +295,13 @@ def test_predict_flow_order_and_steps(trainer):
 def test_nested_input_predict(trainer):
     # keras: trainer_test.py::test_nested_input_predict: a tuple, or a dict, of inputs reaches
     # the model as such, and predict gives one row per sample (here the model answers a dict
-    # with a tuple of two outputs: predict returns that tuple).
+    # with a tuple of two outputs: predict returns that tuple). Keras' list of inputs is one
+    # array in easyfit (docs/keras.md): two samples of shape (3, 2) here, which the model built
+    # on other inputs refuses.
     rng = np.random.default_rng(0)
     x1, x2 = rng.random((2, 3, 2))
     assert trainer.predict((x1, x2), verbose=0).shape == (3, 4)
+    with pytest.raises(DataError, match=r"model was built for samples .* received samples of shape \(3, 2\)"):
+        trainer.predict([x1, x2], verbose=0)
     heads = trainer.predict({"a": x1[:, :1], "b": rng.random((3, 3))}, verbose=0)
     assert isinstance(heads, tuple) and [h.shape for h in heads] == [(3, 3), (3, 4)]
