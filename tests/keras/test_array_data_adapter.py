@@ -213,6 +213,9 @@ def test_errors(trainer):
         trainer.fit(x, "Invalid", verbose=0)
     with pytest.raises(DataError, match="sample_weight: expected one number per sample"):
         trainer.fit(x, y, sample_weight="Invalid", verbose=0)
+    # Keras takes any nesting; easyfit one level (docs/keras.md), and names what is deeper
+    with pytest.raises(DataError, match=r"x\['a'\]: a dict inside a dict"):
+        trainer.fit({"a": {"b": x}}, y, verbose=0)
 
 
 @pytest.mark.parametrize(
