@@ -745,10 +745,10 @@ class Trainer:
         """
         if inputs not in ("images", "prepared"):
             raise ValueError(f"inputs={inputs!r}: expected 'images' or 'prepared'")
-        infer = functools.partial(
-            steps.make_infer(self._adapter, self._input_scale, self.precision),
-            jax.device_get(self._require_state()),
-        )
+        # on the host, as JAX arrays: NumPy's are read-only, and an NNX module drawing from the
+        # nnx.Rngs it holds writes its count while the export traces it
+        host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(self._require_state()))
+        infer = functools.partial(steps.make_infer(self._adapter, self._input_scale, self.precision), host)
         spec = self._input_spec or ([], None)
         return export_lib.export_trained(path, infer, spec, self.class_names, self._data.recipe, inputs)
 
