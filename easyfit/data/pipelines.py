@@ -173,7 +173,8 @@ class PipelineRunner:
                 why += ". "
             raise DataError(
                 f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b}); {why}"
-                "For images pass image_size=(height, width) to resize them all"
+                "For images resize them all: ef.data.ImageFolder(path, image_size=(h, w)) (or the "
+                "image_size= of the source you use)"
             )
         if not self.on_gpu:
             return out.as_array()

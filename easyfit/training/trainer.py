@@ -36,7 +36,9 @@ from .._env import arrange_determinism
 from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
+from ..callbacks.progbar import format_value
 from ..data.inputs import DataInputs
+from ..data.sources.arrays import unscaled_note
 from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
@@ -471,6 +473,8 @@ class Trainer:
         )
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)
+        if verbose and (unscaled := unscaled_note(train)):
+            print(f"easyfit: {unscaled}", flush=True)
         if resume is not None:
             initial_epoch = resume.epoch
         plan = loader.plan
@@ -630,7 +634,7 @@ class Trainer:
         batch_size = int(batch_size or self.batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(as_list(callbacks), self, {}), steps)
         if verbose and jax.process_index() == 0:
-            print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
+            print(" - ".join(f"{k}: {format_value(v)}" for k, v in logs.items()), flush=True)
         return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
 
     @contextlib.contextmanager
