@@ -63,10 +63,13 @@ class RegularisedCNN(nn.Module):
 
 
 class NNXRegularised(nnx.Module):
-    """docs/models.md's NNX model, narrower: BatchNorm statistics and a Dropout holding its own
-    ``nnx.Rngs`` stream (a typed PRNG key and a counter in the model state)."""
+    """docs/models.md's NNX model, narrower (BatchNorm statistics; a Dropout with its own
+    ``nnx.Rngs`` stream), which also keeps the ``nnx.Rngs`` it was built with and draws noise
+    from it in ``__call__``, as Flax's NNX tutorials do: typed PRNG keys and counts in the
+    model state, two ways."""
 
     def __init__(self, rngs: nnx.Rngs):
+        self.rngs = rngs
         self.hidden = nnx.Linear(784, 8, rngs=rngs)
         self.norm = nnx.BatchNorm(8, rngs=rngs)
         self.dropout = nnx.Dropout(0.2, rngs=rngs)
@@ -74,18 +77,5 @@ class NNXRegularised(nnx.Module):
 
     def __call__(self, x):
         x = self.norm(self.hidden(x.reshape((x.shape[0], -1))))
-        return self.out(self.dropout(nnx.relu(x)))
-
-
-class NNXHoldingRngs(nnx.Module):
-    """Keeps the ``nnx.Rngs`` it was built with and draws from it in ``__call__`` (Flax's NNX
-    tutorials do): the Rngs' keys and counts are model state."""
-
-    def __init__(self, rngs: nnx.Rngs):
-        self.rngs = rngs
-        self.out = nnx.Linear(784, 10, rngs=rngs)
-
-    def __call__(self, x):
-        x = x.reshape((x.shape[0], -1))
         noise = 0.01 * jax.random.normal(self.rngs.noise(), x.shape)
-        return self.out(x + noise.astype(x.dtype))
+        return self.out(self.dropout(nnx.relu(x + noise.astype(x.dtype))))
