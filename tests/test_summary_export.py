@@ -5,6 +5,7 @@ another process (no easyfit, no model class), for batch sizes it was not traced 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -12,8 +13,10 @@ import numpy as np
 import optax
 import pytest
 from flax import linen as nn
+from flax import nnx
 
 import easyfit as ef
+from tests.helpers.models import NNXRegularised, RegularisedCNN
 
 
 class NormedCNN(nn.Module):
@@ -81,3 +84,34 @@ def test_exported_model_runs_without_easyfit_and_matches_predict(trained, tmp_pa
     fn, meta = ef.persistence.export.load_exported(path)
     assert meta["input_shape"] == [None, 28, 28, 1] and meta["input_dtype"] == "uint8"
     np.testing.assert_allclose(np.asarray(fn(images[:5])), expected[:5], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make, precision",
+    [(lambda: RegularisedCNN(), "float32"), (lambda: NNXRegularised(nnx.Rngs(0)), "bfloat16")],
+    ids=["linen", "nnx"],
+)
+def test_every_public_method_on_models_with_dropout_batchnorm_and_rngs(make, precision, tmp_path):
+    """fit, evaluate, predict, summary, export, save and from_checkpoint (load) on each model
+    kind the docs show: NNX models keep typed PRNG keys in their state, which no dtype cast
+    touches and the summary lists by their key data."""
+    x, y = ef.datasets.sample()["train"]
+    x, y = x[:16], y[:16]
+    data = ef.data.Arrays(x, y, scale=1 / 255)
+    trainer = ef.Trainer(make(), optimizer=optax.adam(1e-3), precision=precision, seed=0)
+    trainer.fit(data, epochs=1, batch_size=8, verbose=0)
+    assert set(trainer.evaluate(data, batch_size=8, verbose=0)) >= {"loss", "accuracy"}
+    expected = trainer.predict(data, batch_size=8, verbose=0)
+    assert expected.shape == (16, 10) and np.isfinite(expected).all()
+    kept: list[str] = []
+    trainer.summary(print_fn=kept.append)
+    assert "Total:" in kept[0]
+    if isinstance(trainer.model, nnx.Module):
+        for key in ("dropout/rngs/key", "rngs/default/key"):  # Dropout's stream, the held Rngs'
+            assert re.search(rf"{key}\s*\|\s*\(2,\)\s*\|\s*uint32", kept[0]), kept[0]
+    fn, _ = ef.persistence.export.load_exported(trainer.export(tmp_path / "exported"))
+    # one batch of predict's size: the NNX model draws noise of the batch's shape
+    np.testing.assert_allclose(np.asarray(fn(x[:8])), expected[:8], rtol=0, atol=1e-5)
+    path = trainer.save(tmp_path / "ckpt")
+    again = ef.Trainer.from_checkpoint(path, make(), optimizer=optax.adam(1e-3), precision=precision)
+    np.testing.assert_allclose(again.predict(data, batch_size=8, verbose=0), expected, rtol=0, atol=1e-6)

@@ -159,7 +159,7 @@ def test_progress_verbose_levels(mnist_dir, capsys):
     note, loss, *lines = capsys.readouterr().out.strip().splitlines()
     assert note.startswith("easyfit: caching the decoded dataset")  # what cache="auto" chose
     assert loss == (
-        "easyfit: loss='sparse_categorical_crossentropy' (none given; integer labels (class indices))"
+        "easyfit: loss='sparse_categorical_crossentropy' (none given; integer labels, read as class indices)"
     )  # the loss the labels chose
     assert [ln.split(" - ")[0] for ln in lines] == ["Epoch 1/2", "Epoch 2/2"]
     assert "val_accuracy:" in lines[-1]

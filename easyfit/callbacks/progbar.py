@@ -11,10 +11,23 @@ from typing import Any
 
 from .callback import Callback, Logs
 
-__all__ = ["ProgbarLogger", "display_mode", "in_notebook", "metric_lines"]
+__all__ = ["ProgbarLogger", "display_mode", "format_value", "in_notebook", "metric_lines"]
 
 _SEP = " - "
 _MIN_BAR = 12  # the bar's width kept while metrics ride along on its line
+
+
+def format_value(value: float) -> str:
+    """``value`` as Keras' progress bar writes it: four decimals, or four significant digits
+    in scientific notation at or below 1e-3 (a learning rate of 2.5e-4 reads ``2.5000e-04``,
+    not ``0.0003``).
+
+    Example:
+        >>> from easyfit.callbacks.progbar import format_value
+        >>> format_value(0.25), format_value(2.5e-4), format_value(0.0)
+        ('0.2500', '2.5000e-04', '0.0000e+00')
+    """
+    return f"{value:.4f}" if abs(value) > 1e-3 else f"{value:.4e}"
 
 
 def _fmt(logs: Logs) -> str:
@@ -22,7 +35,7 @@ def _fmt(logs: Logs) -> str:
 
 
 def _fields(logs: Logs) -> list[str]:
-    return [f"{k}: {v:.4f}" for k, v in logs.items()]
+    return [f"{k}: {format_value(v)}" for k, v in logs.items()]
 
 
 def metric_lines(logs: Logs, width: int | None, indent: str = "  ") -> list[str]:
@@ -137,10 +150,11 @@ class ProgbarLogger(Callback):
         postfix: dict[str, str] = {}
         used = 0
         for k, v in logs.items():
-            used += len(k) + 9  # ", k=0.1234"
+            shown = format_value(v)
+            used += len(k) + len(shown) + 3  # ", k=0.1234"
             if room is not None and used > room:
                 break
-            postfix[k] = f"{v:.4f}"
+            postfix[k] = shown
         return postfix
 
     def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:

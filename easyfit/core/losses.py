@@ -242,7 +242,7 @@ def infer_loss(
     if default is not None:
         return default, "the data source's default for its targets"
     if np.issubdtype(label_dtype, np.integer):
-        return "sparse_categorical_crossentropy", "integer labels (class indices)"
+        return "sparse_categorical_crossentropy", "integer labels, read as class indices"
     if labels is not None and _distributions(np.asarray(labels)):
         return "categorical_crossentropy", "float labels whose rows are one-hot or class probabilities"
     return "mse", "float labels that are not one-hot"

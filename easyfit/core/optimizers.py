@@ -76,12 +76,29 @@ def get_optimizer(optimizer: str | optax.GradientTransformation | None) -> optax
                 "or an optax optimizer such as optax.adam(1e-3)"
             ) from None
         return optax.inject_hyperparams(make)(**kwargs)
-    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+    if _nnx_optimizer(optimizer):
         raise ValueError(
-            f"optimizer={optimizer!r}: expected a Keras optimizer name or an optax "
-            "GradientTransformation (with init and update)"
+            "optimizer=nnx.Optimizer(...): pass the optax transformation instead, e.g. "
+            "optimizer=optax.adam(1e-3), not the nnx.Optimizer (easyfit keeps the optimizer state)"
+        )
+    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+        shown = repr(optimizer)
+        shown = shown if len(shown) <= 80 and "\n" not in shown else f"<{type(optimizer).__qualname__}>"
+        raise ValueError(
+            f"optimizer={shown}: expected a Keras optimizer name or an optax "
+            "GradientTransformation (with init and update), e.g. optax.adam(1e-3)"
         )
     return optimizer
+
+
+def _nnx_optimizer(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is Flax's ``nnx.Optimizer`` (what the NNX tutorials build), which
+    holds its own state and model: easyfit takes the optax transformation inside it."""
+    try:
+        from flax import nnx
+    except ImportError:  # pragma: no cover - flax is a dependency
+        return False
+    return isinstance(optimizer, nnx.Optimizer)
 
 
 def accumulating(tx: optax.GradientTransformation, steps: int | None) -> optax.GradientTransformation:

@@ -42,8 +42,13 @@ _ALIASES = {
 }
 
 
+def _key(a: Any) -> bool:
+    """Whether ``a`` is a typed PRNG key (an NNX ``Rngs`` or ``Dropout`` state): never cast."""
+    return hasattr(a, "dtype") and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)
+
+
 def _floating(a: Any) -> bool:
-    return hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
+    return hasattr(a, "dtype") and not _key(a) and jnp.issubdtype(a.dtype, jnp.floating)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +85,8 @@ class Precision:
     @staticmethod
     def like(tree: Any, reference: Any) -> Any:
         """``tree`` cast leaf by leaf to ``reference``'s dtypes (the model state a step returns
-        keeps the dtypes it came in with, whatever the compute dtype)."""
-        return jax.tree_util.tree_map(lambda a, r: a.astype(r.dtype), tree, reference)
+        keeps the dtypes it came in with, whatever the compute dtype); typed PRNG keys as they are."""
+        return jax.tree_util.tree_map(lambda a, r: a if _key(a) else a.astype(r.dtype), tree, reference)
 
     def initial_scale(self) -> DynamicScale | None:
         """A fresh loss scale for float16, else None."""

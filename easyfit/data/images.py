@@ -235,8 +235,8 @@ class EncodedImages:
         self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
         if self.random_crop and not self.resize:
             raise ValueError(
-                "augment: random_resized_crop needs image_size=(height, width), "
-                "the size the crops are resized to"
+                "augment: random_resized_crop needs image_size, the size the crops are resized to: "
+                "ef.data.ImageFolder(path, image_size=(h, w), augment=...)"
             )
         if color_mode is None or image_size is None:
             sampled = list(sample())
@@ -277,8 +277,8 @@ class EncodedImages:
             (b, data_b), sb = next((n, s[:2]) for n, s in zip(sampled, shapes, strict=True) if s[:2] != sa)
             raise DataError(
                 f"{where}: images differ in size ({a} is {sa[0]}x{sa[1]}{turned(data_a)}, {b} is "
-                f"{sb[0]}x{sb[1]}{turned(data_b)}); pass image_size=(height, width) to resize them "
-                "all"
+                f"{sb[0]}x{sb[1]}{turned(data_b)}); resize them all: "
+                "ef.data.ImageFolder(path, image_size=(h, w)) (or the image_size= of the source you use)"
             )
         return sizes.pop()
 
@@ -350,7 +350,8 @@ class EncodedImages:
             (h, w), (oh, ow) = other.image_size, self.image_size
             raise DataError(
                 f"{other_name}: images are {h}x{w} but those of {name} are "
-                f"{oh}x{ow}; pass image_size=(height, width) to resize them"
+                f"{oh}x{ow}; resize them: ef.data.ImageFolder(path, image_size=(h, w)) (or the "
+                "image_size= of the source you use)"
             )
 
     def decode_device(self, device: str) -> str:
@@ -451,7 +452,10 @@ def _aspect(crop: bool, pad: bool, resize: bool, random_crop: bool, eval_crop: f
     if crop and pad:
         raise ValueError("crop_to_aspect_ratio and pad_to_aspect_ratio: give one of them, not both")
     if not resize:
-        raise ValueError(f"{name}=True: needs image_size=(height, width), the aspect ratio to keep")
+        raise ValueError(
+            f"{name}=True: needs image_size, the aspect ratio to keep: "
+            f"ef.data.ImageFolder(path, image_size=(h, w), {name}=True)"
+        )
     if random_crop:
         raise ValueError(
             f"{name}=True with Augment(random_resized_crop=...): the random crop's window decides "

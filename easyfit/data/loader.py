@@ -85,12 +85,25 @@ def _decide(cache: bool | str, source: Source, placement: Placement) -> tuple[bo
         return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
     need = source.sample_nbytes * source.num_samples
     budget = _agreed(cache_budget(placement))
-    size = f"{need / 2**20:,.0f} MiB per device, budget {budget / 2**20:,.0f} MiB"
+    size = f"{_bytes(need)} per device, budget {_bytes(budget)}"
     if need > budget:
         return False, (
             f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
         )
     return True, f"caching the decoded dataset on the device {when} ({size})"
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in MiB, or in KiB or bytes below one MiB (a small dataset is not "0 MiB").
+
+    Example:
+        >>> from easyfit.data.loader import _bytes
+        >>> _bytes(300 * 2**20), _bytes(12_544), _bytes(100)
+        ('300 MiB', '12 KiB', '100 B')
+    """
+    if n >= 2**20:
+        return f"{n / 2**20:,.0f} MiB"
+    return f"{n / 2**10:,.0f} KiB" if n >= 2**10 else f"{n} B"
 
 
 def _agreed(budget: int) -> int:

@@ -190,7 +190,8 @@ class PipelineRunner:
         return DataError(
             f"{self.source.describe()}: samples of {name} differ in shape ({a} and {b})"
             + (f": {odd}, not {a} as the others" if odd else "")
-            + f"; {why}For images pass image_size=(height, width) to resize them all"
+            + f"; {why}For images resize them all: ef.data.ImageFolder(path, image_size=(h, w)) (or "
+            "the image_size= of the source you use)"
         )
 
     def join(self, runs: list[tuple[Any, ...]]) -> tuple[Any, ...]:

@@ -206,6 +206,20 @@ class ImageRecipe:
     def check_array(self, shape: tuple[int, ...], name: str = "x") -> None:
         """DataError unless uint8 images of ``shape`` (NHWC) can be prepared by this recipe."""
         expected = f"(n, {', '.join(map(str, self.shape))})"
+        one = len(shape) == 3 and shape[2] == self.channels
+        if one and (tuple(shape[:2]) == self.image_size or self.resize):
+            trained = (
+                "of the trained shape" if tuple(shape[:2]) == self.image_size else "(resized as in training)"
+            )
+            raise DataError(
+                f"{name} has shape {tuple(shape)}, one image {trained}: add the batch axis, "
+                f"{name}[None] (an array's first axis counts the images)"
+            )
+        if self.channels == 1 and tuple(shape) == self.image_size:
+            raise DataError(
+                f"{name} has shape {tuple(shape)}, one grayscale image of the trained size: add the "
+                f"batch and channel axes, {name}[None, ..., None]"
+            )
         if len(shape) != 4 or shape[3] != self.channels:
             raise DataError(
                 f"{name}: uint8 images of shape {tuple(shape)}, but the model was trained on "

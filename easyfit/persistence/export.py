@@ -34,8 +34,16 @@ def _pure(tree: Any) -> Any:
     return to_pure() if callable(to_pure) else tree
 
 
+def _host(a: Any) -> Any:
+    """``a`` as a NumPy array; a typed PRNG key (NNX ``Rngs`` and ``Dropout`` state) as its key
+    data, which NumPy can hold (a ``key<fry>`` of shape ``()`` shows as ``uint32`` ``(2,)``)."""
+    if jax.dtypes.issubdtype(getattr(a, "dtype", None), jax.dtypes.prng_key):
+        a = jax.random.key_data(a)
+    return np.asarray(a)
+
+
 def _count(tree: Any) -> tuple[int, int]:
-    leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "shape")]
+    leaves = [_host(a) for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "shape")]
     return sum(int(a.size) for a in leaves), sum(int(a.nbytes) for a in leaves)
 
 
@@ -57,10 +65,10 @@ def summary(
     """
     params = jax.device_get(_pure(params))
     state = jax.device_get(_pure(model_state))
-    table = jax.tree_util.tree_map(np.asarray, params)
+    table = jax.tree_util.tree_map(_host, params)
     lines = [f"{name}: parameters", parameter_overview(table)]
     if jax.tree_util.tree_leaves(state):
-        lines += ["Non-trainable variables", parameter_overview(jax.tree_util.tree_map(np.asarray, state))]
+        lines += ["Non-trainable variables", parameter_overview(jax.tree_util.tree_map(_host, state))]
     n, b = _count(params)
     m, c = _count(state)
     lines += [

@@ -36,6 +36,7 @@ from .._env import arrange_determinism
 from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
+from ..callbacks.progbar import format_value
 from ..core import steps
 from ..core.losses import LossFn
 from ..core.metrics import compute_on_host, epoch_logs
@@ -45,6 +46,7 @@ from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.state import StateMaker, TrainState, inference_params
 from ..data.inputs import DataInputs
+from ..data.sources.arrays import unscaled_note
 from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
@@ -478,6 +480,8 @@ class Trainer:
         )
         if verbose and cache == "auto":
             print(f"easyfit: {why}", flush=True)
+        if verbose and (unscaled := unscaled_note(train)):
+            print(f"easyfit: {unscaled}", flush=True)
         if resume is not None:
             initial_epoch = resume.epoch
         plan = loader.plan
@@ -644,7 +648,7 @@ class Trainer:
         batch_size = int(batch_size or self.batch_size)
         logs = self._evaluate(source, batch_size, CallbackList(as_list(callbacks), self, {}), steps)
         if verbose and jax.process_index() == 0:
-            print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
+            print(" - ".join(f"{k}: {format_value(v)}" for k, v in logs.items()), flush=True)
         return logs if return_dict else logs["loss"] if len(logs) == 1 else list(logs.values())
 
     @contextlib.contextmanager
@@ -763,10 +767,10 @@ class Trainer:
         """
         if inputs not in ("images", "prepared"):
             raise ValueError(f"inputs={inputs!r}: expected 'images' or 'prepared'")
-        infer = functools.partial(
-            steps.make_infer(self._adapter, self._input_scale, self.precision),
-            jax.device_get(self._require_state()),
-        )
+        # on the host, as JAX arrays: NumPy's are read-only, and an NNX module drawing from the
+        # nnx.Rngs it holds writes its count while the export traces it
+        host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(self._require_state()))
+        infer = functools.partial(steps.make_infer(self._adapter, self._input_scale, self.precision), host)
         spec = self._input_spec or ([], None)
         return export_lib.export_trained(path, infer, spec, self.class_names, self._data.recipe, inputs)
 

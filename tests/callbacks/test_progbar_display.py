@@ -15,6 +15,7 @@ import termios
 
 import pytest
 
+from easyfit.callbacks.progbar import format_value
 from tests.helpers import PROGRAMS, ROOT
 
 ROWS = 200  # tall enough that nothing of the run scrolls off
@@ -59,7 +60,7 @@ def test_a_terminal_shows_every_metric_of_the_last_epoch_beside_a_wide_bar(colum
     last = max(i for i, line in enumerate(lines) if line.startswith("Epoch 2/2"))
     below = lines[last + 1 :]
     for name, values in history.items():  # each "name: value" whole on one line under the bar
-        field = f"{name}: {values[-1]:.4f}"
+        field = f"{name}: {format_value(values[-1])}"
         assert any(field in line for line in below), (field, lines)
     assert all(len(line) < columns for line in below)
     assert lines[last].count("█") >= columns // 3  # the epoch's finished bar

@@ -11,9 +11,9 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..recipe import ImageRecipe
 from ..structured_arrays import Structure
-from .base import IndexedSource, int32_labels, narrowed, nonfinite_problem
+from .base import IndexedSource, Subset, int32_labels, narrowed, nonfinite_problem, plain_names
 
-__all__ = ["Arrays"]
+__all__ = ["Arrays", "unscaled_note"]
 
 
 def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
@@ -116,7 +116,8 @@ class Arrays(IndexedSource):
         if images is not None:
             if self._xs.structured or x_leaves[0].dtype != np.uint8:
                 raise ValueError("Arrays: images= takes one uint8 array of images x")
-            if x_leaves[0].ndim == 3 and images.channels == 1:  # (n, h, w) grayscale
+            one = x_leaves[0].shape == images.shape  # one image without its batch axis: said so
+            if x_leaves[0].ndim == 3 and images.channels == 1 and not one:  # (n, h, w) grayscale
                 x_leaves = [x_leaves[0][..., None]]
             images.check_array(x_leaves[0].shape)
             scale = images.scale
@@ -145,7 +146,7 @@ class Arrays(IndexedSource):
         self.x = self._xs.unflatten(self._leaves[: len(self._xs)])
         self.y = self._ys.unflatten(self._leaves[len(self._xs) : len(self._xs) + len(self._ys)])
         self.scale = scale
-        self.class_names = list(class_names) if class_names is not None else None
+        self.class_names = plain_names(class_names)
         refuse_random_crop(augment, "Arrays")
         if augment is not None and self._xs.structured:
             raise ValueError("Arrays: augment= applies to a single image array x, not to a dict or tuple")
@@ -249,3 +250,34 @@ class Arrays(IndexedSource):
     def describe(self) -> str:
         parts = [f"{name}{tuple(a.shape)} {a.dtype}" for name, a in zip(self.outputs, self._leaves)]
         return f"Arrays({', '.join(parts)})"
+
+
+def unscaled_note(source: Any) -> str | None:
+    """A sentence for training data that is one integer array ``x`` (pixels, say) with values
+    above 1 and no ``scale``: the model sees them as they are (Keras does too), which with
+    uint8 images starts the loss far above a scaled run's; None for any other data.
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> from easyfit.data.sources.arrays import unscaled_note
+        >>> x = np.full((4, 2, 2, 1), 255, np.uint8)
+        >>> print(unscaled_note(ef.data.Arrays(x, np.arange(4))))
+        x is uint8 with values up to 255 and no scale: the model sees them as they are ...
+        >>> unscaled_note(ef.data.Arrays(x, np.arange(4), scale=1 / 255)) is None
+        True
+    """
+    while isinstance(source, Subset):
+        source = source.source
+    if not isinstance(source, Arrays) or source.scale is not None or source.images is not None:
+        return None
+    x = source.x
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "iu" or x.size == 0:
+        return None
+    top = int(np.max(x[:1024]))  # the first rows tell: reading all of a large memmap would not pay
+    if top <= 1:
+        return None
+    return (
+        f"x is {x.dtype} with values up to {top} and no scale: the model sees them as they are "
+        "(as in Keras); for pixels in [0, 1] pass ef.data.Arrays(x, y, scale=1/255) to fit "
+        "(scaled on the device, x kept uint8)"
+    )

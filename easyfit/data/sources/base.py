@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -42,6 +42,7 @@ __all__ = [
     "narrowed",
     "nonfinite_problem",
     "outside_classes",
+    "plain_names",
 ]
 
 #: The name a ReaderSource gives its DALI reader (``fn.readers.*(..., name=READER)``).
@@ -167,6 +168,18 @@ def int32_labels(labels: Any, where: Callable[[int], str]) -> np.ndarray:
             "other integer targets pass floats (y.astype('float32')) with a loss such as 'mse'"
         )
     return a.astype(np.int32)
+
+
+@overload
+def plain_names(names: None) -> None: ...
+@overload
+def plain_names(names: Sequence[Any]) -> list[Any]: ...
+def plain_names(names: Sequence[Any] | None) -> list[Any] | None:
+    """``names`` as a list of plain Python values: ``np.unique``'s ``np.str_`` become ``str``
+    (printed ``'cat'``, not ``np.str_('cat')``), NumPy integers ``int``."""
+    if names is None:
+        return None
+    return [n.item() if isinstance(n, np.generic) else n for n in names]
 
 
 def outside_classes(label: int, num_classes: int) -> str:

@@ -16,7 +16,7 @@ from .. import object_store
 from ..check_pool import CheckPool
 from ..images import EncodedImages, read_file, sample_positions
 from ..validation.samples import sample_problem
-from .base import IndexedSource
+from .base import IndexedSource, plain_names
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -327,7 +327,7 @@ def scan_classes(
     for e in dirs(root, "file"):
         reason = "hidden" if e.name.startswith(".") else "beside the class folders"
         tally.add(reason, e.path)
-    names = list(found if class_names is None else class_names)
+    names = list(found) if class_names is None else plain_names(class_names)
     label_of: dict[str, int] = {}
     for label, name in enumerate(names):
         label_of.setdefault(name, label)  # the first, as list.index

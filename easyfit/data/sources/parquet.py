@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import DataError
 from ..images import EncodedImages, first_line, sample_positions
 from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
-from .base import IndexedSource, ReadAtStart, int32_labels
+from .base import IndexedSource, ReadAtStart, int32_labels, plain_names
 from .folder import entries
 
 __all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
@@ -267,7 +267,7 @@ class Parquet(EncodedImages, IndexedSource):
         every = np.concatenate(labels)
         if kinds == {"str"}:
             found, inverse = np.unique(every, return_inverse=True)  # sorted, as class folders
-            self.class_names = [str(v) for v in found] if class_names is None else list(class_names)
+            self.class_names = [str(v) for v in found] if class_names is None else plain_names(class_names)
             lookup = {name: i for i, name in enumerate(self.class_names)}
             unknown = [v for v in found.tolist() if v not in lookup]
             if unknown:
@@ -278,7 +278,7 @@ class Parquet(EncodedImages, IndexedSource):
             self._labels = np.asarray([lookup[v] for v in found.tolist()], np.int32)[inverse.reshape(-1)]
         else:
             self._labels = int32_labels(every, self.locate)
-            names = hf_names if class_names is None else list(class_names)
+            names = hf_names if class_names is None else plain_names(class_names)
             if hf_names is not None and class_names is not None and hf_names != list(class_names):
                 raise DataError(f"{self.root}: its ClassLabel names differ from the training data's")
             self.class_names = names

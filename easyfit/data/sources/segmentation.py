@@ -13,6 +13,7 @@ from ...errors import DataError
 from ..augment import Augment
 from ..images import EncodedImages
 from ..validation.samples import mask_problem
+from .base import plain_names
 from .folder import IMAGE_EXTENSIONS, Files, entries
 
 __all__ = ["SegmentationFolder", "is_segmentation_folder", "mask_problem", "pair_files"]
@@ -146,7 +147,7 @@ class SegmentationFolder(EncodedImages, Files):
         self.files, self.masks = pair_files(os.path.join(self.root, images), os.path.join(self.root, masks))
         self._init_paths(self.files, self.masks)
         self.augment = augment
-        self.class_names = list(class_names) if class_names is not None else None
+        self.class_names = plain_names(class_names)
         self._init_images(
             self.sampled, image_size, color_mode, decoder, None, self.root, normalize, eval_crop
         )
