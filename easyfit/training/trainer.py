@@ -96,41 +96,44 @@ class Trainer:
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
             callbacks then fire once per dispatch, their ``batch`` counting dispatches where
-            Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs enough steps per
-            dispatch to keep the devices busy, more when training from the device cache, never
-            more than an epoch (``easyfit.training.steps.per_dispatch`` gives the rule); on CPUs one
-            step, since XLA's CPU convolutions run slower inside a scan (docs/performance.md).
+            Keras counts steps ([Coming from Keras](keras.md#callbacks)). ``"auto"`` (default):
+            on GPUs enough steps per dispatch to keep the devices busy, more when training from
+            the device cache, never more than an epoch; on CPUs one step, since XLA's CPU
+            convolutions run slower inside a scan ([Performance](performance.md)).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
-            docs/performance.md).
+            [Am I input-bound?](performance.md#am-i-input-bound)).
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
-            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.training.precision``).
+            BatchNorm statistics, loss and metrics stay float32 (see
+            [Mixed precision](models.md#mixed-precision)).
         deterministic: True asks XLA for runs that repeat bit for bit on a GPU: adds
             ``--xla_gpu_deterministic_ops=true`` to ``XLA_FLAGS`` (deterministic kernels, no
             autotuning by timing), which takes effect only if JAX's backend has not started yet;
             otherwise it warns. DALI's random draws are seeded already. Costs speed on a GPU
-            (docs/performance.md); changes nothing on a CPU, where runs repeat bit for bit anyway.
+            ([Do runs repeat?](performance.md#do-runs-repeat)); changes nothing on a CPU, where
+            runs repeat bit for bit anyway.
         gradient_accumulation_steps: None (default), or k >= 2: the optimizer updates once
             every k batches, with the mean of their gradients (``optax.MultiSteps``), as
             Keras' optimizer argument. Batches, not updates, are what ``steps_per_epoch``,
             progress, callbacks and ``state.step`` count; BatchNorm statistics move every
-            batch (docs/models.md).
+            batch ([Gradient accumulation](models.md#gradient-accumulation)).
         ema_momentum: None (default), or m in [0, 1]: keep an exponential moving average of
             the parameters, updated on the device after every batch (Keras' ``use_ema=True,
             ema_momentum=m``); evaluation (validation in fit too), prediction, export and
             ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
-            (docs/models.md).
+            ([EMA](models.md#a-moving-average-of-the-weights-ema)).
 
     Example:
-        >>> import optax, easyfit as ef
+        >>> import optax, tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
         >>> from flax import linen as nn
         >>> class MLP(nn.Module):
         ...     @nn.compact
         ...     def __call__(self, x):
         ...         return nn.Dense(10)(nn.relu(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
-        >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(200, 50), source=MNIST_IDX)
+        >>> root = ef.datasets.sample_folder(tmp + "/mnist", limit=(200, 50))
         >>> with ef.Trainer(MLP(), optimizer=optax.adam(1e-3), seed=0) as trainer:
         ...     history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
         ...     outputs = trainer.predict(root + "/val")

@@ -36,7 +36,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
 
     DALI's reader chooses the order (shuffled in a buffer when training) and shards by device,
     so this source is reader-driven: exactly-once evaluation holds, but the batches depend on
-    the number of pipelines and ``validation_split`` is not available (see docs/data-formats.md).
+    the number of pipelines and ``validation_split`` is not available (see
+    [Data formats](data-formats.md#index-driven-and-reader-driven-sources)).
 
     Building the source reads every record once with the ``lmdb`` package, without decoding,
     in child processes that split the records by key range over the available cores

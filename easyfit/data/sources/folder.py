@@ -370,8 +370,9 @@ class ImageFolder(EncodedImages, ClassFiles):
             ``image_size`` and pad it with black around the center.
 
     Example:
-        >>> import easyfit as ef
-        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(200, 50))
+        >>> import tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
+        >>> root = ef.datasets.sample_folder(tmp + "/mnist", limit=(200, 50))
         >>> train = ef.data.ImageFolder(root + "/train")
         >>> train.class_names[:3], train.image_shape, len(train)
         (['0', '1', '2'], (28, 28, 1), 200)
