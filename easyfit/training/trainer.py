@@ -74,20 +74,21 @@ class Trainer:
             ``train``, ``training`` or ``deterministic`` gets it set for training and evaluation.
         optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``), or a Keras
             name with Keras' defaults: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``,
-            ``"adagrad"`` (see ``easyfit.training.optimizers``).
+            ``"adagrad"`` (see [Optimizers](models.md#optimizers)).
         loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
             ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``), a
             function ``(y_true, y_pred) -> per-sample losses`` (Keras' order), or an optax loss
-            (called in optax's order; the rule: ``easyfit.training.losses``). Models output logits. None:
+            (called in optax's order; see [Losses and metrics](models.md#losses-and-metrics)).
+            Models output logits. None:
             sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
             categorical cross-entropy for one-hot float labels, mse for other float labels
             (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
             dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
-            tuple), as in Keras (``easyfit.training.multi_output``).
+            tuple), as in Keras ([Several inputs and outputs](models.md#several-inputs-and-outputs)).
         metrics: Keras metric names (``"accuracy"``, ``"auc"``, ``"f1_score"``, ...), Keras'
             metric objects (``ef.metrics.AUC()``, ``ef.metrics.MeanIoU(num_classes=3)``, ...),
             functions ``(y_true, y_pred) -> per-sample values`` (called as ``loss`` functions
-            are) or clu metrics (see ``easyfit.training.metrics``).
+            are) or clu metrics (see [Losses and metrics](models.md#losses-and-metrics)).
             None: ``["accuracy"]`` for classification losses, none otherwise. For several
             outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
         loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
@@ -277,7 +278,7 @@ class Trainer:
         :meth:`forward` runs the model, :meth:`compute_loss` gives per-sample losses,
         ``self.optimizer`` is the optax transformation. easyfit's step weights the losses by
         ``sample_weight`` and fit's ``class_weight``, and scales the float16 loss. Steps of an
-        epoch's last chunk past its end are not run (``easyfit.training.steps.compile_train``).
+        epoch's last chunk past its end are not run.
         """
         default = steps.make_train_step(
             self._adapter,
@@ -733,7 +734,7 @@ class Trainer:
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
         ``model.json`` (class names, input recipe): it runs with JAX alone, for any batch size
-        (``easyfit.persistence.export``).
+        ([Summary and export](models.md#summary-and-export)).
 
         Args:
             path: the directory to write.
@@ -760,7 +761,7 @@ class Trainer:
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
         """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
         reached, the seed, and the training data's input recipe as plain JSON, so that ``load``
-        reads data as training did (see ``easyfit.persistence.checkpoint``). Replaces a
+        reads data as training did (see [Checkpoints](checkpoints.md#save-and-load)). Replaces a
         checkpoint already at ``path`` only once the new one is complete.
 
         Args:
