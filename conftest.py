@@ -56,7 +56,10 @@ def _doc_formats(tmp_path_factory) -> _LazyFormats:
 
 
 @pytest.fixture(autouse=True)
-def _doctest_names(doctest_namespace, tmp_path, _doc_formats, mnist_idx):
+def _doctest_names(request, monkeypatch, doctest_namespace, tmp_path, _doc_formats, mnist_idx):
+    if isinstance(request.node, pytest.DoctestItem):
+        # examples on the API page run as copied: MNIST comes from the sample, not the network
+        monkeypatch.setenv("EASYFIT_MNIST_DIR", mnist_idx)
     doctest_namespace["DOCS_TMP"] = str(tmp_path)
     doctest_namespace["MNIST_IDX"] = mnist_idx
     doctest_namespace["MNIST_FORMATS"] = _doc_formats

@@ -112,8 +112,9 @@ def synthetic_images(
         ``out_dir``.
 
     Example:
-        >>> import os, easyfit as ef
-        >>> root = ef.datasets.synthetic_images(DOCS_TMP + "/photos", classes=3,
+        >>> import os, tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
+        >>> root = ef.datasets.synthetic_images(tmp + "/photos", classes=3,
         ...                                     per_class=(2, 1), image_format="png")
         >>> sorted(os.listdir(root + "/train")), len(os.listdir(root + "/val/class_002"))
         (['class_000', 'class_001', 'class_002'], 1)

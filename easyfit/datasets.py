@@ -113,8 +113,8 @@ def mnist(
         ``out_dir``, ready for ``Trainer.fit(out_dir)``.
 
     Example:
-        >>> import os, easyfit as ef
-        >>> root = ef.datasets.mnist(DOCS_TMP + "/digits", limit=(100, 20), source=MNIST_IDX)
+        >>> import os, tempfile, easyfit as ef
+        >>> root = ef.datasets.mnist(tempfile.mkdtemp(), limit=(100, 20))  # downloads once
         >>> sorted(os.listdir(root + "/train"))[:3], len(os.listdir(root + "/val/0")) > 0
         (['0', '1', '2'], True)
     """
@@ -153,8 +153,9 @@ def sample_folder(out_dir: str | os.PathLike, *, limit: tuple[int, int] | None =
         ``out_dir``, ready for ``Trainer.fit(out_dir)``.
 
     Example:
-        >>> import os, easyfit as ef
-        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/sample", limit=(50, 10))
+        >>> import os, tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
+        >>> root = ef.datasets.sample_folder(tmp + "/sample", limit=(50, 10))
         >>> sorted(os.listdir(root + "/train")), len(os.listdir(root + "/val/9"))
         (['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'], 2)
     """

@@ -175,8 +175,8 @@ def agree_on_fit(data: Any, validation_data: Any, **settings: Any) -> None:
     """``fit``'s plan, the same in every process (:func:`agree`) before its first collective:
     its ``settings`` (batch size, epochs, steps per epoch, seed, the model's input spec, ...),
     and the fingerprint of the training and validation data (kind, number of samples, class
-    names, a hash of the files' names and sizes or of the arrays: see
-    ``easyfit.persistence.fingerprint``) with the sample spec the training data declares.
+    names, a hash of the files' names and sizes or of the arrays) with the sample spec the
+    training data declares.
     Nothing is computed in a single process."""
 
     def plan() -> dict[str, Any]:

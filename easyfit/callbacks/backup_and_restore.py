@@ -86,8 +86,10 @@ class BackupAndRestore(Callback):
             a file; or ``save_freq`` is neither ``"epoch"`` nor a positive integer.
 
     Example:
+        >>> import tempfile
+        >>> tmp = tempfile.mkdtemp()
         >>> from easyfit.callbacks import BackupAndRestore
-        >>> backup = BackupAndRestore(DOCS_TMP + "/backup", save_freq=100)
+        >>> backup = BackupAndRestore(tmp + "/backup", save_freq=100)
         >>> backup.restore_point() is None  # nothing to resume from yet
         True
     """

@@ -74,7 +74,8 @@ class Callback:
 
     With ``steps_per_execution=k`` batch hooks fire once per dispatch of k steps and ``batch``
     counts dispatches (0, 1, 2, ...), unlike Keras, which gives the index of the dispatch's
-    first step to the begin hooks and of its last step to the end hooks (see docs/keras.md).
+    first step to the begin hooks and of its last step to the end hooks (see
+    [Coming from Keras](keras.md#callbacks)).
 
     Set ``self.model.stop_training = True`` to stop training (after the current batch; the
     epoch's end hooks still run), ``self.model.stop_evaluating`` / ``stop_predicting`` to end

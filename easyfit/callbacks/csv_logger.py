@@ -49,9 +49,10 @@ class CSVLogger(Callback):
             overwriting it.
 
     Example:
-        >>> import os
+        >>> import os, tempfile
+        >>> tmp = tempfile.mkdtemp()
         >>> from easyfit.callbacks import CSVLogger
-        >>> log = CSVLogger(os.path.join(DOCS_TMP, "log.csv"))
+        >>> log = CSVLogger(os.path.join(tmp, "log.csv"))
         >>> log.on_train_begin()
         >>> log.on_epoch_end(0, {"loss": 0.5, "accuracy": 0.75})
         >>> log.on_train_end()

@@ -24,10 +24,10 @@ class EarlyStopping(Callback):
         verbose: 1 prints a line when stopping and when restoring weights.
         mode: ``"min"``, ``"max"`` or ``"auto"``: ``loss`` is minimised, a metric goes the way
             it declares (easyfit's named metrics do), anything else raises ValueError at the
-            first epoch's end, as in Keras (``easyfit.callbacks._monitor.Monitor``). Another
-            value warns and means ``"auto"``. A monitor missing from the logs warns and
-            changes nothing; an epoch fit did not validate (``validation_freq``) does not
-            count for a ``val_`` monitor: ``patience`` counts validated epochs.
+            first epoch's end, as in Keras. Another value warns and means ``"auto"``. A monitor
+            missing from the logs warns and changes nothing; an epoch fit did not validate
+            (``validation_freq``) does not count for a ``val_`` monitor: ``patience`` counts
+            validated epochs.
         baseline: a value the metric must beat; until then ``patience`` keeps counting.
         restore_best_weights: at the end of training, put back the parameters (and model state)
             of the best epoch (their moving average too, under ``ema_momentum``). The copies

@@ -64,8 +64,10 @@ class MLflowLogger(Tracker):
         ImportError: mlflow is not installed (naming the extra that installs it).
 
     Example:
+        >>> import tempfile
+        >>> tmp = tempfile.mkdtemp()
         >>> from easyfit.callbacks import MLflowLogger
-        >>> logger = MLflowLogger("mnist", tracking_uri="file://" + DOCS_TMP + "/mlruns")
+        >>> logger = MLflowLogger("mnist", tracking_uri="file://" + tmp + "/mlruns")
     """
 
     def __init__(

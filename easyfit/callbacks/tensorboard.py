@@ -54,8 +54,10 @@ class TensorBoard(Callback):
             is a ValueError.
 
     Example:
+        >>> import tempfile
+        >>> tmp = tempfile.mkdtemp()
         >>> from easyfit.callbacks import TensorBoard
-        >>> board = TensorBoard(DOCS_TMP + "/logs", update_freq=50, profile_batch=(10, 12))
+        >>> board = TensorBoard(tmp + "/logs", update_freq=50, profile_batch=(10, 12))
         >>> board.profile_batch
         (10, 12)
     """

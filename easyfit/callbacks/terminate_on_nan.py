@@ -19,7 +19,7 @@ class TerminateOnNaN(Callback):
         raise_error: False (default): stop gracefully (``stop_training``; the epoch's end
             hooks and ``on_train_end`` run). True: raise RuntimeError at once, naming the batch
             and the loss. Unlike Keras, the other callbacks' ``on_train_end`` still runs (they
-            close files and release locks; see docs/keras.md), with the error in
+            close files and release locks; see [Coming from Keras](keras.md#callbacks)), with the error in
             ``sys.exc_info()``; BackupAndRestore keeps its backup.
 
     Example:

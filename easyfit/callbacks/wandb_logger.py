@@ -48,8 +48,10 @@ class WandbLogger(Tracker):
         ImportError: wandb is not installed (naming the extra that installs it).
 
     Example:
+        >>> import tempfile
+        >>> tmp = tempfile.mkdtemp()
         >>> from easyfit.callbacks import WandbLogger
-        >>> logger = WandbLogger(project="mnist", update_freq=100, mode="offline", dir=DOCS_TMP)
+        >>> logger = WandbLogger(project="mnist", update_freq=100, mode="offline", dir=tmp)
     """
 
     def __init__(

@@ -102,9 +102,10 @@ class Augment:
     pipeline seeded apart), so a resumed run does not repeat its draws exactly.
 
     Example:
-        >>> import easyfit as ef
+        >>> import tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
         >>> from flax import linen as nn
-        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(200, 100))
+        >>> root = ef.datasets.sample_folder(tmp + "/mnist", limit=(200, 100))
         >>> aug = ef.data.Augment(crop_padding=2, flip=False, rotation=10)
         >>> train = ef.data.ImageFolder(root + "/train", augment=aug)
         >>> model = nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])

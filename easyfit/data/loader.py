@@ -163,7 +163,8 @@ class Loader:
         prefetch: DALI's prefetch queue depth.
         pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
             device's rows (None: 3 when each GPU has at least 12 cores, 2 from 8, else 1; see
-            docs/performance.md). On a CPU-only machine: pipelines in all (None: 1).
+            [Am I input-bound?](performance.md#am-i-input-bound)). On a CPU-only machine:
+            pipelines in all (None: 1).
         pipelines: reader pipelines per process on CPUs (reader-driven sources; None: 1).
         threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
             so that the training thread only dispatches (None: on GPUs, for indexed sources).

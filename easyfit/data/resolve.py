@@ -26,7 +26,7 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     ``train`` split in Hugging Face's layout (``data/train-*.parquet``: the splits are glob
     patterns, validation the first of :data:`VALIDATION_NAMES` there); else None.
 
-    Each of ``train/`` and ``val/`` may be of any format (:func:`easyfit.data.detect.detect`).
+    Each of ``train/`` and ``val/`` may be of any format (``easyfit.data.detect``).
 
     Example:
         >>> import os, tempfile

@@ -37,14 +37,15 @@ the shardings of the target state. The functions work on plain values (a state, 
 :class:`Progress`, a dict of metadata); ``Trainer.save``/``load`` call them.
 
 Example:
-    >>> import optax, easyfit as ef
+    >>> import optax, tempfile, easyfit as ef
+    >>> tmp = tempfile.mkdtemp()
     >>> from flax import linen as nn
-    >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist-ckpt", limit=(200, 100))
+    >>> root = ef.datasets.sample_folder(tmp + "/mnist-ckpt", limit=(200, 100))
     >>> def model():
     ...     return nn.Sequential([lambda x: x.reshape((x.shape[0], -1)), nn.Dense(10)])
     >>> trainer = ef.Trainer(model(), optimizer=optax.adam(1e-3), seed=0)
     >>> _ = trainer.fit(root, epochs=1, batch_size=50, verbose=0)
-    >>> path = trainer.save(DOCS_TMP + "/ckpt")
+    >>> path = trainer.save(tmp + "/ckpt")
     >>> again = ef.Trainer.from_checkpoint(path, model(), optimizer=optax.adam(1e-3))
     >>> ef.checkpoint.read_metadata(path)["epoch"], int(again.state.step)
     (1, 4)

@@ -77,20 +77,21 @@ class Trainer:
             ``train``, ``training`` or ``deterministic`` gets it set for training and evaluation.
         optimizer: an optax GradientTransformation (default ``optax.adam(1e-3)``), or a Keras
             name with Keras' defaults: ``"adam"``, ``"sgd"``, ``"rmsprop"``, ``"adamw"``,
-            ``"adagrad"`` (see ``easyfit.core.optimizers``).
+            ``"adagrad"`` (see [Optimizers](models.md#optimizers)).
         loss: a Keras loss name (``"sparse_categorical_crossentropy"``,
             ``"categorical_crossentropy"``, ``"binary_crossentropy"``, ``"mse"``, ``"mae"``), a
             function ``(y_true, y_pred) -> per-sample losses`` (Keras' order), or an optax loss
-            (called in optax's order; the rule: ``easyfit.core.losses``). Models output logits. None:
+            (called in optax's order; see [Losses and metrics](models.md#losses-and-metrics)).
+            Models output logits. None:
             sparse categorical cross-entropy for integer labels (shape ``(n,)`` or ``(n, 1)``),
             categorical cross-entropy for one-hot float labels, mse for other float labels
             (``fit`` says which at ``verbose >= 1``). For a model with several outputs (``y`` a
             dict or a tuple), one loss for all or a dict ``{output: loss}`` (a list for a
-            tuple), as in Keras (``easyfit.core.multi_output``).
+            tuple), as in Keras ([Several inputs and outputs](models.md#several-inputs-and-outputs)).
         metrics: Keras metric names (``"accuracy"``, ``"auc"``, ``"f1_score"``, ...), Keras'
             metric objects (``ef.metrics.AUC()``, ``ef.metrics.MeanIoU(num_classes=3)``, ...),
             functions ``(y_true, y_pred) -> per-sample values`` (called as ``loss`` functions
-            are) or clu metrics (see ``easyfit.core.metrics``).
+            are) or clu metrics (see [Losses and metrics](models.md#losses-and-metrics)).
             None: ``["accuracy"]`` for classification losses, none otherwise. For several
             outputs, a dict ``{output: [metrics]}`` (a list of entries for a tuple).
         loss_weights: for several outputs, a dict ``{output: weight}`` (a list for a tuple)
@@ -99,41 +100,44 @@ class Trainer:
             parameters.
         steps_per_execution: optimizer steps per dispatch (one jitted ``lax.scan``); batch
             callbacks then fire once per dispatch, their ``batch`` counting dispatches where
-            Keras counts steps (docs/keras.md). ``"auto"`` (default): on GPUs enough steps per
-            dispatch to keep the devices busy, more when training from the device cache, never
-            more than an epoch (``easyfit.core.steps.per_dispatch`` gives the rule); on CPUs one
-            step, since XLA's CPU convolutions run slower inside a scan (docs/performance.md).
+            Keras counts steps ([Coming from Keras](keras.md#callbacks)). ``"auto"`` (default):
+            on GPUs enough steps per dispatch to keep the devices busy, more when training from
+            the device cache, never more than an epoch; on CPUs one step, since XLA's CPU
+            convolutions run slower inside a scan ([Performance](performance.md)).
         devices: the devices to train on (default: all of ``jax.devices()``).
         num_threads: DALI threads per pipeline (default: chosen from the cores; see
-            docs/performance.md).
+            [Am I input-bound?](performance.md#am-i-input-bound)).
         pipelines_per_device: DALI pipelines per GPU (default: chosen from the cores).
         precision: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"`` (with dynamic loss
             scaling): the dtype of the forward and backward passes; parameters, optimizer state,
-            BatchNorm statistics, loss and metrics stay float32 (see ``easyfit.core.precision``).
+            BatchNorm statistics, loss and metrics stay float32 (see
+            [Mixed precision](models.md#mixed-precision)).
         deterministic: True asks XLA for runs that repeat bit for bit on a GPU: adds
             ``--xla_gpu_deterministic_ops=true`` to ``XLA_FLAGS`` (deterministic kernels, no
             autotuning by timing), which takes effect only if JAX's backend has not started yet;
             otherwise it warns. DALI's random draws are seeded already. Costs speed on a GPU
-            (docs/performance.md); changes nothing on a CPU, where runs repeat bit for bit anyway.
+            ([Do runs repeat?](performance.md#do-runs-repeat)); changes nothing on a CPU, where
+            runs repeat bit for bit anyway.
         gradient_accumulation_steps: None (default), or k >= 2: the optimizer updates once
             every k batches, with the mean of their gradients (``optax.MultiSteps``), as
             Keras' optimizer argument. Batches, not updates, are what ``steps_per_epoch``,
             progress, callbacks and ``state.step`` count; BatchNorm statistics move every
-            batch (docs/models.md).
+            batch ([Gradient accumulation](models.md#gradient-accumulation)).
         ema_momentum: None (default), or m in [0, 1]: keep an exponential moving average of
             the parameters, updated on the device after every batch (Keras' ``use_ema=True,
             ema_momentum=m``); evaluation (validation in fit too), prediction, export and
             ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
-            (docs/models.md).
+            ([EMA](models.md#a-moving-average-of-the-weights-ema)).
 
     Example:
-        >>> import optax, easyfit as ef
+        >>> import optax, tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
         >>> from flax import linen as nn
         >>> class MLP(nn.Module):
         ...     @nn.compact
         ...     def __call__(self, x):
         ...         return nn.Dense(10)(nn.relu(nn.Dense(64)(x.reshape((x.shape[0], -1)))))
-        >>> root = ef.datasets.mnist(DOCS_TMP + "/mnist", limit=(200, 50), source=MNIST_IDX)
+        >>> root = ef.datasets.sample_folder(tmp + "/mnist", limit=(200, 50))
         >>> with ef.Trainer(MLP(), optimizer=optax.adam(1e-3), seed=0) as trainer:
         ...     history = trainer.fit(root, epochs=2, batch_size=50, verbose=0)
         ...     outputs = trainer.predict(root + "/val")
@@ -279,7 +283,7 @@ class Trainer:
         :meth:`forward` runs the model, :meth:`compute_loss` gives per-sample losses,
         ``self.optimizer`` is the optax transformation. easyfit's step weights the losses by
         ``sample_weight`` and fit's ``class_weight``, and scales the float16 loss. Steps of an
-        epoch's last chunk past its end are not run (``easyfit.core.steps.compile_train``).
+        epoch's last chunk past its end are not run.
         """
         default = steps.make_train_step(
             self._adapter,
@@ -750,7 +754,7 @@ class Trainer:
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
         ``model.json`` (class names, input recipe): it runs with JAX alone, for any batch size
-        (``easyfit.persistence.export``).
+        ([Summary and export](models.md#summary-and-export)).
 
         Args:
             path: the directory to write.
@@ -777,7 +781,7 @@ class Trainer:
     def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
         """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
         reached, the seed, and the training data's input recipe as plain JSON, so that ``load``
-        reads data as training did (see ``easyfit.persistence.checkpoint``). Replaces a
+        reads data as training did (see [Checkpoints](checkpoints.md#save-and-load)). Replaces a
         checkpoint already at ``path`` only once the new one is complete.
 
         Args:

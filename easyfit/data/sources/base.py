@@ -412,7 +412,7 @@ class ReaderSource(Source):
     (``pad_last_batch``); the loader masks the padding. Streamed, batches depend on the number
     of pipelines (the device cache reads the source once, unshuffled, and permutes it like an
     indexed source's: ``easyfit.data.cache``); ``validation_split`` is not available
-    (see docs/data-formats.md).
+    (see [Data formats](data-formats.md#index-driven-and-reader-driven-sources)).
 
     Subclasses implement ``num_samples`` and :meth:`read`.
     """

@@ -36,15 +36,15 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
 
     DALI's reader chooses the order (shuffled in a buffer when training) and shards by device,
     so this source is reader-driven: exactly-once evaluation holds, but the batches depend on
-    the number of pipelines and ``validation_split`` is not available (see docs/data-formats.md).
+    the number of pipelines and ``validation_split`` is not available (see
+    [Data formats](data-formats.md#index-driven-and-reader-driven-sources)).
 
     Building the source reads every record once with the ``lmdb`` package, without decoding,
-    in child processes that split the records by key range over the available cores
-    (:mod:`easyfit.data.sources.lmdb_walk`), before DALI touches the file: DALI's reader
-    crashes the process on a damaged database (SIGSEGV on a smashed page, SIGBUS on a
-    truncated file). So a damaged database, a record that is not a ``TensorProtos`` or, when
-    the records hold encoded images, an image that fails the host's checks of other sources'
-    files (:mod:`easyfit.data.validation`) raises DataError naming the database and the
+    in child processes that split the records by key range over the available cores,
+    before DALI touches the file: DALI's reader crashes the process on a damaged database
+    (SIGSEGV on a smashed page, SIGBUS on a truncated file). So a damaged database, a record
+    that is not a ``TensorProtos`` or, when the records hold encoded images, an image that
+    fails the host's checks of other sources' files raises DataError naming the database and the
     first such record in key order (``<path>: record k (in key order): <what is wrong>``). The
     same pass gives every label of encoded records (:meth:`known_labels`). Raw (``BYTE``)
     images are not checked: DALI does not decode them. A ``data.mdb`` written since that pass

@@ -589,8 +589,9 @@ class ImageFolder(EncodedImages, ClassFiles):
             instead of the image extensions (hidden files are left out either way).
 
     Example:
-        >>> import easyfit as ef
-        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(200, 50))
+        >>> import tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
+        >>> root = ef.datasets.sample_folder(tmp + "/mnist", limit=(200, 50))
         >>> train = ef.data.ImageFolder(root + "/train")
         >>> train.class_names[:3], train.image_shape, len(train)
         (['0', '1', '2'], (28, 28, 1), 200)
@@ -701,8 +702,8 @@ class ImageFiles(EncodedImages, Files):
         is_valid_file: as :class:`ImageFolder`'s, for a folder.
 
     Example:
-        >>> import easyfit as ef
-        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/mnist", limit=(20, 10))
+        >>> import tempfile, easyfit as ef
+        >>> root = ef.datasets.sample_folder(tempfile.mkdtemp() + "/mnist", limit=(20, 10))
         >>> images = ef.data.ImageFiles(root + "/val")
         >>> len(images), images.class_names, images.files[0][len(root):]
         (10, None, '/val/0/...png')

@@ -108,12 +108,13 @@ class ImageCSV(EncodedImages, Files):
         root: the folder file names are relative to; default: the CSV's folder.
 
     Example:
-        >>> import numpy as np, easyfit as ef
+        >>> import numpy as np, tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
         >>> for i in range(3):
-        ...     ef.datasets.write_png(f"{DOCS_TMP}/{i}.png", np.full((8, 8), 50 * i, np.uint8))
-        >>> with open(DOCS_TMP + "/targets.csv", "w") as f:
+        ...     ef.datasets.write_png(f"{tmp}/{i}.png", np.full((8, 8), 50 * i, np.uint8))
+        >>> with open(tmp + "/targets.csv", "w") as f:
         ...     _ = f.write("file,brightness,double\\n0.png,0,0\\n1.png,50,100\\n2.png,100,200\\n")
-        >>> data = ef.data.ImageCSV(DOCS_TMP + "/targets.csv")
+        >>> data = ef.data.ImageCSV(tmp + "/targets.csv")
         >>> len(data), data.target_names, data.targets[2].tolist()
         (3, ['brightness', 'double'], [100.0, 200.0])
     """

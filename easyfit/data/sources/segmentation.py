@@ -109,13 +109,14 @@ class SegmentationFolder(EncodedImages, Files):
         masks: the name of the masks' sub-folder.
 
     Example:
-        >>> import numpy as np, os, easyfit as ef
+        >>> import numpy as np, os, tempfile, easyfit as ef
+        >>> tmp = tempfile.mkdtemp()
         >>> for d in ("images", "masks"):
-        ...     os.makedirs(f"{DOCS_TMP}/seg/{d}")
+        ...     os.makedirs(f"{tmp}/seg/{d}")
         >>> for i in range(4):
-        ...     ef.datasets.write_png(f"{DOCS_TMP}/seg/images/{i}.png", np.full((8, 6, 3), 40 * i, np.uint8))
-        ...     ef.datasets.write_png(f"{DOCS_TMP}/seg/masks/{i}.png", np.full((8, 6), i % 2, np.uint8))
-        >>> data = ef.data.SegmentationFolder(DOCS_TMP + "/seg")
+        ...     ef.datasets.write_png(f"{tmp}/seg/images/{i}.png", np.full((8, 6, 3), 40 * i, np.uint8))
+        ...     ef.datasets.write_png(f"{tmp}/seg/masks/{i}.png", np.full((8, 6), i % 2, np.uint8))
+        >>> data = ef.data.SegmentationFolder(tmp + "/seg")
         >>> len(data), data.image_shape, data.mask_shape
         (4, (8, 6, 3), (8, 6))
     """
