@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from ._env import _FLAG, CONNECTIONS, compilation_cache, states_folder
+from ._links import DISTRIBUTION
 
 __all__ = ["Environment", "collect", "problems", "report"]
 
@@ -134,8 +135,8 @@ def collect() -> Environment:
     versions["boto3"] = _version("boto3")
     jax_cuda = next((int(m.group(1)) for n in _installed() if (m := _JAX_CUDA.match(n))), None)
     try:
-        requirements = tuple(metadata.requires("easyfit") or ())
-        requires_python = metadata.metadata("easyfit")["Requires-Python"]
+        requirements = tuple(metadata.requires(DISTRIBUTION) or ())
+        requires_python = metadata.metadata(DISTRIBUTION)["Requires-Python"]
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         requirements, requires_python = (), None
     for line in requirements:  # what problems() checks: every requirement's version
@@ -229,7 +230,7 @@ def _s3(env: Environment) -> str:
     """Whether ``s3://`` paths can be read: boto3 lists and checks the objects, DALI reads them."""
     boto3 = env.versions.get("boto3")
     if boto3 is None:
-        return "not available: boto3 is not installed (pip install 'easyfit[s3]')"
+        return "not available: boto3 is not installed (pip install 'easyfit-flax[s3]')"
     return f"available (boto3 {boto3}; endpoint {env.s3_endpoint or 'AWS'})"
 
 

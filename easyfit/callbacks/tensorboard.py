@@ -22,7 +22,7 @@ class TensorBoard(Callback):
     epoch's end (step = epoch) and, with an integer ``update_freq``, ``batch_<metric>`` every
     that many batches (step = the optimizer step; the running metrics of the epoch).
 
-    Event files are written by ``tensorboardX`` (``pip install "easyfit[tensorboard]"``), which
+    Event files are written by ``tensorboardX`` (``pip install "easyfit-flax[tensorboard]"``), which
     needs neither TensorFlow nor TensorBoard. Only process 0 writes scalars. Histograms and
     graphs, which Keras' TensorBoard also offers, are not written.
 
@@ -79,7 +79,9 @@ class TensorBoard(Callback):
             try:
                 from tensorboardX import SummaryWriter
             except ImportError as e:
-                raise ImportError('TensorBoard needs tensorboardX: pip install "easyfit[tensorboard]"') from e
+                raise ImportError(
+                    'TensorBoard needs tensorboardX: pip install "easyfit-flax[tensorboard]"'
+                ) from e
             self._writers[split] = SummaryWriter(os.path.join(self.log_dir, split))
         return self._writers[split]
 

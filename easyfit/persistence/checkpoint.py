@@ -248,7 +248,7 @@ def _check_shapes(path: str, name: str, args: Any) -> None:
     ("Event loop is closed", TensorStore specs) long after the error was raised. A checkpoint of
     another model fails this way; checked here, from the item's metadata, no read starts.
     """
-    from etils import epath  # Orbax's paths (Orbax requires etils)
+    from etils import epath  # type: ignore[import-untyped]  # Orbax requires etils
 
     target = getattr(args, "item", None)
     if target is None:
