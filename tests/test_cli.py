@@ -107,6 +107,7 @@ def test_a_good_environment_has_no_problems():
         ({"versions": {**GOOD.versions, "flax": None}}, "flax is not installed"),
         ({"backend": "cpu"}, "has an NVIDIA GPU but JAX runs on the CPU"),
         ({"backend": "failed: no CUDA driver"}, "could not start its backend (no CUDA driver)"),
+        ({"other_easyfit": "0.0.21"}, "the distribution easyfit 0.0.21 is installed too"),
     ],
 )
 def test_each_known_bad_combination_is_reported(change, expected):
