@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from ._env import _FLAG, CONNECTIONS, compilation_cache, states_folder
+from ._links import DISTRIBUTION
 
 __all__ = ["Environment", "collect", "problems", "report"]
 
@@ -63,6 +64,9 @@ class Environment:
         initial_states: the folder easyfit keeps initial training states in, or why none.
         s3_endpoint: the S3 endpoint the AWS variables name (``AWS_ENDPOINT_URL_S3`` or
             ``AWS_ENDPOINT_URL``; "" for AWS itself): where ``s3://`` data is read from.
+        other_easyfit: the version of a distribution named ``easyfit`` installed too (the
+            other project of that name on the package index, or easyfit from before its
+            distribution was named easyfit-flax), else None: its files share the import name.
     """
 
     python: str
@@ -81,6 +85,7 @@ class Environment:
     compilation_cache: str = ""
     initial_states: str = ""
     s3_endpoint: str = ""
+    other_easyfit: str | None = None
 
 
 def _version(name: str) -> str | None:
@@ -134,8 +139,8 @@ def collect() -> Environment:
     versions["boto3"] = _version("boto3")
     jax_cuda = next((int(m.group(1)) for n in _installed() if (m := _JAX_CUDA.match(n))), None)
     try:
-        requirements = tuple(metadata.requires("easyfit") or ())
-        requires_python = metadata.metadata("easyfit")["Requires-Python"]
+        requirements = tuple(metadata.requires(DISTRIBUTION) or ())
+        requires_python = metadata.metadata(DISTRIBUTION)["Requires-Python"]
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed
         requirements, requires_python = (), None
     for line in requirements:  # what problems() checks: every requirement's version
@@ -161,6 +166,7 @@ def collect() -> Environment:
         compilation_cache=f"{cache_folder} ({cache_why})" if cache_folder else cache_why,
         initial_states=states_folder() or "off (with the compilation cache)",
         s3_endpoint=os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", ""),
+        other_easyfit=_version("easyfit"),
     )
 
 
@@ -197,6 +203,13 @@ def problems(env: Environment) -> list[str]:
     if env.requires_python and not SpecifierSet(env.requires_python).contains(env.python, prereleases=True):
         found.append(f"Python {env.python} is too old: easyfit needs Python{env.requires_python}")
     found += _requirement_problems(env)
+    if env.other_easyfit is not None:
+        found.append(
+            f"the distribution easyfit {env.other_easyfit} is installed too: on the package index "
+            f"easyfit is another project (pip install easyfit installs it), whose files share the "
+            f"import name easyfit. pip uninstall easyfit, then install {DISTRIBUTION} again "
+            "(pip install -e . in its clone)"
+        )
     if env.versions.get(DALI) is None:
         found.append(
             "NVIDIA DALI is not installed (or does not import): easyfit reads every "
@@ -229,7 +242,7 @@ def _s3(env: Environment) -> str:
     """Whether ``s3://`` paths can be read: boto3 lists and checks the objects, DALI reads them."""
     boto3 = env.versions.get("boto3")
     if boto3 is None:
-        return "not available: boto3 is not installed (pip install 'easyfit[s3]')"
+        return "not available: boto3 is not installed (pip install 'easyfit-flax[s3]')"
     return f"available (boto3 {boto3}; endpoint {env.s3_endpoint or 'AWS'})"
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.callbacks import LambdaCallback, ModelCheckpoint
-from tests.helpers import flat_params
+from tests.helpers import flat_params, run_program
 from tests.helpers.models import NNXMLP, SmallMLP
 
 
@@ -95,6 +95,23 @@ def test_load_refuses_what_is_not_a_complete_checkpoint(tmp_path):
     os.makedirs(tmp_path / "other")
     with pytest.raises(ef.CheckpointError, match="not an easyfit checkpoint"):
         trainer.load(tmp_path / "other")
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_another_model_fails_with_its_traceback_alone(tmp_path):
+    # a fresh interpreter: what Orbax's reads leave behind shows at exit, on stderr
+    proc = run_program("wrong_model_load.py", str(tmp_path / "ckpt"), timeout=300)
+    why = (
+        "item 'state' was saved from another model: "
+        "params/Dense_0/kernel has shape (16, 10) in the checkpoint, (8, 10)"
+    )
+    assert proc.returncode == 1 and f"caught: {tmp_path / 'ckpt'}: {why}" in proc.stdout, proc.stderr
+    lines = proc.stderr.rstrip("\n").splitlines()
+    assert lines[0] == "Traceback (most recent call last):", proc.stderr
+    assert lines[-1].startswith(f"easyfit.errors.CheckpointError: {tmp_path / 'ckpt'}: {why}"), proc.stderr
+    assert proc.stderr.count("Traceback") == 1 and not any(
+        line.startswith(("Exception ignored", "WARNING", "E0", "W0")) for line in lines
+    ), proc.stderr
 
 
 def test_model_checkpoint_every_epoch_with_metrics_in_the_name(run):

@@ -87,7 +87,7 @@ def test_info_says_whether_s3_paths_can_be_read():
     fields = dict(re.findall(r"^(\S+)\s+(.*)$", report(with_boto3), re.M))
     assert fields["s3://"] == "available (boto3 1.44.8; endpoint http://127.0.0.1:9000)"
     fields = dict(re.findall(r"^(\S+)\s+(.*)$", report(GOOD), re.M))
-    assert fields["s3://"] == "not available: boto3 is not installed (pip install 'easyfit[s3]')"
+    assert fields["s3://"] == "not available: boto3 is not installed (pip install 'easyfit-flax[s3]')"
 
 
 def test_a_good_environment_has_no_problems():
@@ -107,6 +107,7 @@ def test_a_good_environment_has_no_problems():
         ({"versions": {**GOOD.versions, "flax": None}}, "flax is not installed"),
         ({"backend": "cpu"}, "has an NVIDIA GPU but JAX runs on the CPU"),
         ({"backend": "failed: no CUDA driver"}, "could not start its backend (no CUDA driver)"),
+        ({"other_easyfit": "0.0.21"}, "the distribution easyfit 0.0.21 is installed too"),
     ],
 )
 def test_each_known_bad_combination_is_reported(change, expected):

@@ -264,11 +264,12 @@ def test_every_link_and_anchor_resolves(page):
 
 
 def test_anchors_named_in_easyfit_messages_resolve():
-    """Messages that send the user to a section (``docs/performance.md#am-i-input-bound``)."""
+    """Messages that send the user to a section (``docs/performance.md#am-i-input-bound``, or
+    ``docs_url("performance.md#am-i-input-bound")``: its address on the docs site)."""
     named = {
         (m.group(1), m.group(2))
         for file in (ROOT / "easyfit").rglob("*.py")
-        for m in re.finditer(r"docs/([\w-]+\.md)#([\w-]+)", file.read_text())
+        for m in re.finditer(r'(?:docs/|docs_url\(")([\w-]+\.md)#([\w-]+)', file.read_text())
     }
     assert named  # the pattern still finds them
     missing = [f"{p}#{a}" for p, a in sorted(named) if not _resolves(ROOT / "docs" / p, a)]

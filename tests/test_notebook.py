@@ -4,6 +4,7 @@ without warnings, and a cell ending in ``history.plot()`` shows one picture."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -43,12 +44,16 @@ def test_a_notebook_shows_progress_without_warnings_and_the_plot_once(widgets, t
     fit, plot, found, magic = (cell.outputs for cell in notebook.cells)
     text = "".join(o.get("text", "") for o in fit if o.output_type == "stream")
     assert "Warning" not in text, text
-    assert "val_accuracy: " in text, text  # every metric, under the bar
+    for epoch in (1, 2):  # every metric, under the bar, on a line that names its epoch
+        line = rf"^Epoch {epoch}/2 - [\d.]+s - loss: [\d.]+ - .* - val_accuracy: "
+        assert re.search(line, text, re.M), text
     assert found[0]["text"].strip() == str(widgets)
     shown = [o for o in fit if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert len(shown) == (2 if widgets else 0)  # a widget per epoch, or tqdm's text bar
     if not widgets:
         assert "Epoch 2/2: 100%|" in text
+    for epoch, widget in enumerate(shown, 1):  # as read where widgets are not rendered: the bar's end
+        assert widget["data"]["text/plain"].startswith(f"Epoch {epoch}/2: 100%|"), widget["data"]
     for outputs in (plot, magic):
         pictures = [o for o in outputs if "image/png" in o.get("data", {})]
         assert len(pictures) == 1 and len(outputs) == 1, outputs

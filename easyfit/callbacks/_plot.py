@@ -68,7 +68,7 @@ def plot_history(
         with it).
 
     Raises:
-        ImportError: matplotlib is missing (``pip install "easyfit[plot]"``).
+        ImportError: matplotlib is missing (``pip install "easyfit-flax[plot]"``).
         ValueError: the history holds no values, or ``metrics`` names one it does not hold.
 
     Example:
@@ -85,7 +85,7 @@ def plot_history(
 
         Figure = _figure_class()
     except ImportError as e:
-        raise ImportError('History.plot needs matplotlib: pip install "easyfit[plot]"') from e
+        raise ImportError('History.plot needs matplotlib: pip install "easyfit-flax[plot]"') from e
     if not any(len(v) for v in history.values()):
         raise ValueError("history: nothing to plot (no epoch has ended yet)")
     panels = _panels(history, metrics)

@@ -25,7 +25,7 @@ def import_extra(module: str, extra: str, owner: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f'{owner} needs {module}: pip install "easyfit[{extra}]"') from e
+        raise ImportError(f'{owner} needs {module}: pip install "easyfit-flax[{extra}]"') from e
 
 
 def run_config(trainer: Any, params: Mapping[str, Any]) -> dict[str, Any]:

@@ -67,7 +67,7 @@ class History(Callback):
             with no ``%matplotlib`` magic.
 
         Raises:
-            ImportError: matplotlib is not installed (``pip install "easyfit[plot]"``).
+            ImportError: matplotlib is not installed (``pip install "easyfit-flax[plot]"``).
             ValueError: no epoch has ended, or ``metrics`` names what the history lacks.
         """
         from ._plot import plot_history

@@ -29,7 +29,7 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 class MLflowLogger(Tracker):
-    """Logs a fit to MLflow (``pip install "easyfit[mlflow]"``, the tracking client).
+    """Logs a fit to MLflow (``pip install "easyfit-flax[mlflow]"``, the tracking client).
 
     At the start of training it records the configuration as the run's parameters (nested keys
     joined by dots: ``recipe.images.shape``) and whole as the artifact ``easyfit_config.json``:

@@ -103,7 +103,9 @@ class ProgbarLogger(Callback):
     (refreshed at most every ``interval`` seconds, the only moments it reads metrics from the
     device); when the epoch ends, the lines under it hold every metric, wrapped to the
     terminal's width. In Jupyter the bar is a live widget (with ipywidgets; a text bar
-    without). When stdout is a file or a pipe, or with ``verbose=2``, one line per epoch (see
+    without), followed by one line per epoch that names it (``Epoch 1/5 - 2.1s - loss: ...``):
+    where widgets are not rendered (a notebook saved and read elsewhere) a widget shows as its
+    text, the bar as it ended. When stdout is a file or a pipe, or with ``verbose=2``, one line per epoch (see
     ``display_mode``).
 
     Args:
@@ -118,6 +120,7 @@ class ProgbarLogger(Callback):
         self._bar: Any = None
         self._barred = False  # this epoch shows a bar (closed once full, or at its end)
         self._notebook = False
+        self._shown: Any = None  # the display of the notebook widget
 
     def _width(self) -> int | None:
         """The terminal's width (None in a notebook: its output area wraps lines itself)."""
@@ -131,14 +134,21 @@ class ProgbarLogger(Callback):
         self._barred = display_mode(self.verbose, sys.stdout.isatty(), self._notebook) == "bar"
         if self._barred:
             steps = self.params.get("steps") or None
-            self._bar = _bar_class(self._notebook)(
+            bar = _bar_class(self._notebook)
+            widget = bar.__module__ == "tqdm.notebook"
+            self._bar = bar(
                 total=steps,
                 desc=f"Epoch {epoch + 1}/{self.params.get('epochs')}",
                 unit="batch",
                 file=sys.stdout,
                 dynamic_ncols=True,
                 leave=True,
+                **({"display": False} if widget else {}),
             )
+            if widget:  # shown here, to show it again as it ends (see _close)
+                from IPython.display import display
+
+                self._shown = display(self._bar.container, display_id=True)
 
     def _postfix(self, logs: Logs) -> dict[str, str]:
         """The metrics that fit on the bar's line beside a bar of at least ``_MIN_BAR``."""
@@ -173,17 +183,24 @@ class ProgbarLogger(Callback):
         if self._bar is not None:
             self._bar.set_postfix({}, refresh=False)  # every metric follows, under the bar
             self._bar.close()
+            if self._shown is not None:
+                # A widget's output keeps, for where widgets are not rendered (a saved notebook
+                # on GitHub, nbconvert), the text of the bar when it was shown: at 0 %. Shown
+                # again, that text is the bar as it ended.
+                self._shown.update(self._bar.container)
+                self._shown = None
             self._bar = None
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         seconds = time.perf_counter() - self._start
-        if self._barred:
+        if self._barred and not self._notebook:
             self._close()
             width = self._width()
             lines = metric_lines(logs or {}, None if width is None else width - 1)
             if lines:
                 print("\n".join(lines), flush=True)
             return
+        self._close()  # a notebook's line names its epoch: a widget may not show in a saved one
         print(
             f"Epoch {epoch + 1}/{self.params.get('epochs')} - {seconds:.1f}s - {_fmt(logs or {})}", flush=True
         )

@@ -25,7 +25,7 @@ class TensorBoard(Callback):
     epoch's end (step = epoch) and, with an integer ``update_freq``, ``batch_<metric>`` every
     that many batches (step = the optimizer step; the running metrics of the epoch).
 
-    Event files are written by ``tensorboardX`` (``pip install "easyfit[tensorboard]"``), which
+    Event files are written by ``tensorboardX`` (``pip install "easyfit-flax[tensorboard]"``), which
     needs neither TensorFlow nor TensorBoard. Only process 0 writes scalars. Histograms and
     graphs, which Keras' TensorBoard also offers, are not written. Each writer makes a new
     event file (named with the process id and a count, as Keras' are) and only appends to it,
@@ -87,7 +87,9 @@ class TensorBoard(Callback):
             try:
                 from tensorboardX import SummaryWriter
             except ImportError as e:
-                raise ImportError('TensorBoard needs tensorboardX: pip install "easyfit[tensorboard]"') from e
+                raise ImportError(
+                    'TensorBoard needs tensorboardX: pip install "easyfit-flax[tensorboard]"'
+                ) from e
             # a name of its own (tensorboardX's is the second and host): a file already
             # there, another run's or another writer's of this second, is never reopened
             suffix = f".{os.getpid()}.{next(_WRITERS)}"

@@ -14,7 +14,7 @@ __all__ = ["WandbLogger"]
 
 
 class WandbLogger(Tracker):
-    """Logs a fit to Weights & Biases (``pip install "easyfit[wandb]"``).
+    """Logs a fit to Weights & Biases (``pip install "easyfit-flax[wandb]"``).
 
     At the start of training it records the configuration: what the trainer knows (optimizer,
     batch size, epochs, steps per epoch and per dispatch, precision, seed, devices, input shape,

@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from .._env import states_folder
+from .._links import DISTRIBUTION
 
 __all__ = ["MAX_BYTES", "folder", "read", "state_key", "write"]
 
@@ -53,7 +54,8 @@ _WRITING = ".writing-"  # an entry's temporary name, until it is whole
 _STALE_SECONDS = 3600.0  # a temporary file this old is no process's any more
 _ENTRY = re.compile(r"[0-9a-f]{64}\.npy")  # a key (state_key's SHA-256) and the suffix
 _TEMPORARY = re.compile(r"\.writing-[A-Za-z0-9_]+\.npy")  # tempfile.mkstemp's names
-_LIBRARIES = ("easyfit", "jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes")
+#: Distributions whose versions are in the key (easyfit's by its name on the package index).
+_LIBRARIES = (DISTRIBUTION, "jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes")
 
 
 folder = states_folder  #: the folder of kept states, or None where easyfit's start-up caches are off

@@ -4,7 +4,7 @@ DALI reads an image folder's objects itself (``fn.io.file.read`` takes ``s3://``
 own AWS SDK client, configured by the standard AWS variables). What easyfit does on the host,
 and the records of WebDataset and TFRecord shards (byte ranges of an object, which
 ``fn.io.file.read`` cannot read: :func:`read_object`, :func:`open_object`), goes through
-boto3 (the optional extra ``easyfit[s3]``), configured by the same variables
+boto3 (the optional extra ``easyfit-flax[s3]``), configured by the same variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``):
 
 * listing: a bucket has no folders, so one paginated listing of a prefix gives the "folders"
@@ -62,7 +62,7 @@ _ATTEMPTS = 3  # boto3's "standard" retry mode: the first try and two retries
 #: ``data/`` once for ``train/`` and ``val/``), in seconds; never for its own prefix.
 LISTING_REUSE = 60.0
 _THREADS = 32  # host-side checks of a batch's objects run this many GETs at a time
-_EXTRA = "pip install 'easyfit[s3]'"
+_EXTRA = "pip install 'easyfit-flax[s3]'"
 
 
 def is_url(path: Any) -> bool:

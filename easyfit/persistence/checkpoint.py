@@ -252,8 +252,49 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _check_shapes(path: str, name: str, args: Any) -> None:
+    """Raises CheckpointError naming the first array of item ``name`` whose saved shape is not
+    the target's, or that the checkpoint lacks, before anything is read.
+
+    Orbax reads an item's arrays concurrently in an event loop that it closes at the first
+    failed read; the reads still in flight then end in that closed loop and print tracebacks
+    ("Event loop is closed", TensorStore specs) long after the error was raised. A checkpoint of
+    another model fails this way; checked here, from the item's metadata, no read starts.
+    """
+    from etils import epath  # type: ignore[import-untyped]  # Orbax requires etils
+
+    target = getattr(args, "item", None)
+    if target is None:
+        return
+    handler = ocp.PyTreeCheckpointHandler()
+    try:
+        saved = handler.metadata(epath.Path(path) / name)
+    except Exception:  # unreadable metadata: the read that follows says so
+        return
+    finally:
+        handler.close()
+    have = ocp.tree.to_flat_dict(getattr(saved, "tree", saved))
+    wanted = ocp.tree.to_flat_dict(ocp.tree.serialize_tree(target, keep_empty_nodes=True))
+    for key in sorted(wanted, key=lambda k: k[0] != "params"):  # the parameters' name first
+        want = wanted[key]
+        if not hasattr(want, "shape"):
+            continue
+        where = "/".join(str(k) for k in key)
+        if key not in have:
+            raise CheckpointError(
+                f"{path}: item {name!r} has no array {where} (saved from another model or optimizer)"
+            )
+        shape = getattr(have[key], "shape", None)
+        if shape is not None and tuple(shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"{path}: item {name!r} was saved from another model: {where} has shape "
+                f"{tuple(shape)} in the checkpoint, {tuple(want.shape)} in this trainer's model"
+            )
+
+
 def _read(path: str, name: str, args: Any) -> Any:
     """Item ``name`` of the checkpoint at ``path``; any failure a CheckpointError naming both."""
+    _check_shapes(path, name, args)
     try:
         with _checkpointer() as checkpointer:  # closed: no Orbax thread outlives the read
             return checkpointer.restore(path, args=ocp.args.Composite(**{name: args}))[name]

@@ -572,7 +572,7 @@ class Trainer:
                         raise interrupted.exception()
                     logs = epoch_logs(acc, self.state)
                     steady = initial_epoch + loader.warmup_epochs  # the first epoch as others
-                    logs["input_wait"] = waiting.finish(epoch, bool(verbose) and epoch == steady)
+                    logs["input_wait"] = waiting.finish(epoch)
                     acc = None
                     first_batch = 0
                     self._validation_skipped = val is not None and not validates(epoch)
@@ -580,6 +580,8 @@ class Trainer:
                         val_logs = self._evaluate(val, batch_size, cbs, validation_steps)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
+                    if verbose and epoch == steady:
+                        waiting.report()  # under the epoch's metrics line
                     if interrupted():
                         raise interrupted.exception()
                     if self.stop_training:

@@ -393,8 +393,8 @@ def test_a_missing_tracker_package_names_the_extra():
                 print(e)
         """)
     assert run_python("-c", code).splitlines() == [
-        'WandbLogger needs wandb: pip install "easyfit[wandb]"',
-        'MLflowLogger needs mlflow: pip install "easyfit[mlflow]"',
+        'WandbLogger needs wandb: pip install "easyfit-flax[wandb]"',
+        'MLflowLogger needs mlflow: pip install "easyfit-flax[mlflow]"',
     ]
 
 

@@ -52,7 +52,7 @@ def test_missing_matplotlib_says_how_to_install_it():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     ).stdout
-    assert 'pip install "easyfit[plot]"' in out
+    assert 'pip install "easyfit-flax[plot]"' in out
 
 
 def test_plot_leaves_out_input_wait_and_a_constant_learning_rate_unless_asked():

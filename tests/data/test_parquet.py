@@ -310,7 +310,7 @@ def test_without_pyarrow_the_error_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as when it is not installed: import fails
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(
-        ImportError, match=r"^reading Parquet needs pyarrow: pip install 'easyfit\[parquet\]'"
+        ImportError, match=r"^reading Parquet needs pyarrow: pip install 'easyfit-flax\[parquet\]'"
     ):
         ef.data.Parquet(path)
 

@@ -7,7 +7,7 @@ bounded by ``cache_bytes``) and hands DALI views of its encoded bytes: no decodi
 The order is easyfit's plan (a pure function of seed and pass), as for every index-driven
 source; what that costs for a dataset larger than the cache is said in docs/data-formats.md.
 
-pyarrow is an optional dependency: ``pip install easyfit[parquet]``.
+pyarrow is an optional dependency: ``pip install easyfit-flax[parquet]``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _pyarrow() -> Any:
         import pyarrow.parquet as pq
     except ImportError:
         raise ImportError(
-            "reading Parquet needs pyarrow: pip install 'easyfit[parquet]' (or pip install pyarrow)"
+            "reading Parquet needs pyarrow: pip install 'easyfit-flax[parquet]' (or pip install pyarrow)"
         ) from None
     return pq
 
