@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
 
-__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children"]
+__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children", "image_problems"]
 
 #: Checker children per pool; None: :func:`default_children`. 0: check in this process.
 CHILDREN: int | None = None
@@ -67,6 +67,7 @@ _RUN = (
     "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
     "importlib.import_module('_easyfit_validation.child').serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
+_RUN_IMAGES = _RUN.replace(".serve(", ".serve_images(")  # the checks of images sent whole
 _VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
 #: Seconds for which a check ahead stands for its sample's stat at its feed (a file replaced
 #: in between is fed unchecked, as one replaced between its feed and DALI's read of it is):
@@ -85,17 +86,117 @@ def default_children() -> int:
     return CHILDREN if CHILDREN is not None else max(1, min(8, available_cores() // 2))
 
 
+def image_problems(
+    chunks: Iterable[tuple[Sequence[int], Sequence[bytes]]], children: int | None = None
+) -> dict[int, str]:
+    """``{index: problem}`` of encoded images held in memory (records' images, read by the
+    caller), checked whole (``validation.encoded.image_problem``) by ``children`` checker
+    processes (default: :func:`default_children`): each chunk of ``(indices, images)`` goes
+    to the next free child while the caller reads the next chunk. In this process where no
+    child can start or one dies."""
+    count = default_children() if children is None else children
+    found: dict[int, str] = {}
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(count):
+            procs.append(_popen(_RUN_IMAGES))
+    except OSError:  # no process can start: all here
+        _end(procs)
+        procs = []
+    free = list(procs)
+    pending: collections.deque[tuple[subprocess.Popen, list[int], list[bytes]]] = collections.deque()
+    limit = encoded.MAX_IMAGE_PIXELS
+    try:
+        for indices, images in chunks:
+            work = (list(indices), [bytes(image) for image in images])
+            try:
+                if not free and pending:
+                    proc, *done = pending.popleft()
+                    try:
+                        _images_answer(proc, *done, found)
+                    except (OSError, EOFError, ValueError):
+                        pending.appendleft((proc, *done))  # checked here below
+                        raise
+                    free.append(proc)
+                if not free:
+                    raise OSError  # every child is gone
+                proc = free.pop()
+                lengths = np.array([len(image) for image in work[1]], "<i8")
+                head = struct.pack("<Qq", len(lengths), -1 if limit is None else limit)
+                assert proc.stdin is not None
+                proc.stdin.write(head + lengths.tobytes() + b"".join(work[1]))
+                proc.stdin.flush()
+                pending.append((proc, *work))
+            except (OSError, EOFError, ValueError):  # a child is gone: the rest here
+                _end(procs)
+                procs, free = [], []
+                for _, *done in [*pending, (None, *work)]:
+                    _images_here(*done, found)
+                pending.clear()
+        while pending:
+            proc, *done = pending.popleft()
+            try:
+                _images_answer(proc, *done, found)
+            except (OSError, EOFError, ValueError):
+                _images_here(*done, found)
+    finally:
+        _end(procs)
+    return found
+
+
+def _popen(run: str) -> subprocess.Popen:
+    """A checker child running ``run`` (see :data:`_RUN`)."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", run, _VALIDATION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _images_answer(proc: subprocess.Popen, indices: list[int], images: list[bytes], found: dict[int, str]) -> None:
+    """Reads a child's answer to the images ``indices`` into ``found`` (those it could not
+    check are checked here)."""
+    assert proc.stdout is not None
+    status = read_exactly(proc.stdout, len(indices))
+    for j, code in enumerate(status):
+        if code == PROBLEM:
+            (size,) = struct.unpack("<I", read_exactly(proc.stdout, 4))
+            found[indices[j]] = read_exactly(proc.stdout, size).decode("utf-8", "surrogateescape")
+        elif code == HERE:
+            _images_here([indices[j]], [images[j]], found)
+
+
+def _images_here(indices: list[int], images: list[bytes], found: dict[int, str]) -> None:
+    for i, image in zip(indices, images, strict=True):
+        problem = encoded.image_problem(image)
+        if problem:
+            found[i] = problem
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    """Ends checker children of :func:`image_problems` (their input closed, then waited for)."""
+    for proc in procs:
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None and not stream.closed:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class _Child:
     """One checker process and the requests it has not answered yet (their sample indices,
     oldest first)."""
 
     def __init__(self, header: bytes):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _RUN, _VALIDATION],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        self.proc = _popen(_RUN)
         self.pending: collections.deque[tuple[np.ndarray, int]] = collections.deque()  # (indices, bytes)
         self.sent = 0  # requests sent so far (the next one's number)
         self.answered = 0  # answers read so far: request k is answered once this passes k
@@ -234,6 +335,13 @@ class CheckPool:
 
         A sample checked ahead (:meth:`ahead`) up to :data:`FRESH_SECONDS` before is taken on
         that check's stamp; every other is stat'ed again."""
+        found = self.problems(indices, problem_of)
+        first = next(iter(found), None)
+        return None if first is None else (first, found[first])
+
+    def problems(self, indices: np.ndarray, problem_of: Problem) -> dict[int, str]:
+        """What :meth:`problem` checks, with every problem found: ``{index: problem}``, in the
+        order of ``indices`` (what ``easyfit check`` lists)."""
         indices = np.asarray(indices, np.int64)
         found: dict[int, str] = {}
         with self._lock:
@@ -263,8 +371,7 @@ class CheckPool:
                 if problem:
                     found[i] = problem
                 self._stamps[i] = 0 if problem else here[i]  # 0 where it cannot be stat'ed
-        bad = [i for i in indices.tolist() if i in found]
-        return (bad[0], found[bad[0]]) if bad else None
+        return {i: found[i] for i in indices.tolist() if i in found}
 
     def _ask(self, indices: np.ndarray, spread: bool = False) -> dict[int, int]:
         """Sends ``indices`` to the children, in contiguous parts, the least busy first: to

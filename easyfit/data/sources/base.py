@@ -38,6 +38,8 @@ __all__ = [
     "ReaderSource",
     "Source",
     "Subset",
+    "bad_sample",
+    "check_hint",
     "int32_labels",
     "narrowed",
     "nonfinite_problem",
@@ -167,6 +169,23 @@ def int32_labels(labels: Any, where: Callable[[int], str]) -> np.ndarray:
             "other integer targets pass floats (y.astype('float32')) with a loss such as 'mse'"
         )
     return a.astype(np.int32)
+
+
+def check_hint(source: Source) -> str:
+    """What a message about a bad file or record adds: the command that lists every bad one of
+    the source's data at once (``fit`` stops at the first); empty for a source of no path."""
+    root = getattr(getattr(source, "source", source), "root", None)  # a Subset's: its source's
+    if not isinstance(root, str):
+        return ""
+    import shlex
+
+    return f" (to list every bad file at once: easyfit check {shlex.quote(root)})"
+
+
+def bad_sample(source: Source, index: int, problem: str) -> DataError:
+    """The DataError for sample ``index`` of ``source``, which its host check found bad:
+    ``"<file or record>: <problem>"`` and :func:`check_hint`."""
+    return DataError(f"{source.locate(index)}: {problem}{check_hint(source)}")
 
 
 def outside_classes(label: int, num_classes: int) -> str:
