@@ -68,14 +68,18 @@ def _check(path: str, workers: int | None) -> int:
 
     count = 0
     for what, problems in checked_sources(path, children=workers):
-        print(f"checked {what}: {len(problems) or 'no'} problem{'' if len(problems) == 1 else 's'}", flush=True)
+        print(
+            f"checked {what}: {len(problems) or 'no'} problem{'' if len(problems) == 1 else 's'}", flush=True
+        )
         for problem in problems:
             print(problem, flush=True)
         count += len(problems)
     if not count:
         print(f"{path}: every file and record passed fit's checks")
         return 0
-    print(f"{count} bad file{'' if count == 1 else 's'} or record{'' if count == 1 else 's'} in {path}. {FIX}")
+    print(
+        f"{count} bad file{'' if count == 1 else 's'} or record{'' if count == 1 else 's'} in {path}. {FIX}"
+    )
     return 1
 
 

@@ -104,44 +104,71 @@ def image_problems(
         _end(procs)
         procs = []
     free = list(procs)
-    pending: collections.deque[tuple[subprocess.Popen, list[int], list[bytes]]] = collections.deque()
-    limit = encoded.MAX_IMAGE_PIXELS
+    pending: collections.deque[tuple[subprocess.Popen, _Images]] = collections.deque()
     try:
         for indices, images in chunks:
-            work = (list(indices), [bytes(image) for image in images])
+            work = _Images(list(indices), [bytes(image) for image in images])
+            if not procs:
+                work.check_here(found)
+                continue
             try:
-                if not free and pending:
-                    proc, *done = pending.popleft()
-                    try:
-                        _images_answer(proc, *done, found)
-                    except (OSError, EOFError, ValueError):
-                        pending.appendleft((proc, *done))  # checked here below
-                        raise
+                if not free:  # one request at a time per child: its answer read first
+                    proc, done = pending[0]
+                    done.answer(proc, found)
+                    pending.popleft()
                     free.append(proc)
-                if not free:
-                    raise OSError  # every child is gone
                 proc = free.pop()
-                lengths = np.array([len(image) for image in work[1]], "<i8")
-                head = struct.pack("<Qq", len(lengths), -1 if limit is None else limit)
-                assert proc.stdin is not None
-                proc.stdin.write(head + lengths.tobytes() + b"".join(work[1]))
-                proc.stdin.flush()
-                pending.append((proc, *work))
+                work.send(proc)
+                pending.append((proc, work))
             except (OSError, EOFError, ValueError):  # a child is gone: the rest here
                 _end(procs)
                 procs, free = [], []
-                for _, *done in [*pending, (None, *work)]:
-                    _images_here(*done, found)
+                for _, done in pending:
+                    done.check_here(found)
                 pending.clear()
-        while pending:
-            proc, *done = pending.popleft()
+                work.check_here(found)
+        for proc, done in pending:
             try:
-                _images_answer(proc, *done, found)
+                done.answer(proc, found)
             except (OSError, EOFError, ValueError):
-                _images_here(*done, found)
+                done.check_here(found)
     finally:
         _end(procs)
     return found
+
+
+class _Images:
+    """A chunk of :func:`image_problems`: the images and their indices."""
+
+    def __init__(self, indices: list[int], images: list[bytes]):
+        self.indices, self.images = indices, images
+
+    def send(self, proc: subprocess.Popen) -> None:
+        """Writes the request of these images to child ``proc`` (``validation.child.serve_images``)."""
+        limit = encoded.MAX_IMAGE_PIXELS
+        lengths = np.array([len(image) for image in self.images], "<i8")
+        assert proc.stdin is not None
+        proc.stdin.write(struct.pack("<Qq", len(lengths), -1 if limit is None else limit) + lengths.tobytes())
+        proc.stdin.write(b"".join(self.images))
+        proc.stdin.flush()
+
+    def answer(self, proc: subprocess.Popen, found: dict[int, str]) -> None:
+        """Reads child ``proc``'s answer into ``found`` (what it could not check is checked here)."""
+        assert proc.stdout is not None
+        status = read_exactly(proc.stdout, len(self.indices))
+        for j, code in enumerate(status):
+            if code == PROBLEM:
+                (size,) = struct.unpack("<I", read_exactly(proc.stdout, 4))
+                found[self.indices[j]] = read_exactly(proc.stdout, size).decode("utf-8", "surrogateescape")
+            elif code == HERE:
+                _Images([self.indices[j]], [self.images[j]]).check_here(found)
+
+    def check_here(self, found: dict[int, str]) -> None:
+        """Checks the images in this process, into ``found``."""
+        for i, image in zip(self.indices, self.images, strict=True):
+            problem = encoded.image_problem(image)
+            if problem:
+                found[i] = problem
 
 
 def _popen(run: str) -> subprocess.Popen:
@@ -154,34 +181,14 @@ def _popen(run: str) -> subprocess.Popen:
     )
 
 
-def _images_answer(proc: subprocess.Popen, indices: list[int], images: list[bytes], found: dict[int, str]) -> None:
-    """Reads a child's answer to the images ``indices`` into ``found`` (those it could not
-    check are checked here)."""
-    assert proc.stdout is not None
-    status = read_exactly(proc.stdout, len(indices))
-    for j, code in enumerate(status):
-        if code == PROBLEM:
-            (size,) = struct.unpack("<I", read_exactly(proc.stdout, 4))
-            found[indices[j]] = read_exactly(proc.stdout, size).decode("utf-8", "surrogateescape")
-        elif code == HERE:
-            _images_here([indices[j]], [images[j]], found)
-
-
-def _images_here(indices: list[int], images: list[bytes], found: dict[int, str]) -> None:
-    for i, image in zip(indices, images, strict=True):
-        problem = encoded.image_problem(image)
-        if problem:
-            found[i] = problem
-
-
 def _end(procs: list[subprocess.Popen]) -> None:
-    """Ends checker children of :func:`image_problems` (their input closed, then waited for)."""
+    """Ends checker processes (see :func:`_stop`)."""
     for proc in procs:
         for stream in (proc.stdin, proc.stdout):
             if stream is not None and not stream.closed:
                 try:
                     stream.close()
-                except OSError:
+                except OSError:  # what was left to write to a dead child
                     pass
     for proc in procs:
         try:
@@ -473,16 +480,4 @@ def _half_pipe(stream: object) -> int:
 def _stop(children: list[_Child]) -> None:
     """Ends the children: their input closed (a child ends at its end) and their output (one
     still answering gets a broken pipe), then waited for, killed where one does not end."""
-    for child in children:
-        for stream in (child.proc.stdin, child.proc.stdout):
-            if stream is not None and not stream.closed:
-                try:
-                    stream.close()
-                except OSError:  # what was left to write to a dead child
-                    pass
-    for child in children:
-        try:
-            child.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            child.proc.kill()
-            child.proc.wait()
+    _end([child.proc for child in children])

@@ -32,8 +32,8 @@ import numpy as np
 from ..errors import DataError
 from . import object_store
 from .check_pool import CheckPool, default_children, image_problems
-from .diagnose import scan_for_bad_record
 from .detect import detect
+from .diagnose import scan_for_bad_record
 from .images import EncodedImages
 from .resolve import split_layout, to_source
 from .sources.base import IndexedSource, ReaderSource, Source
@@ -67,8 +67,9 @@ def check(data: str | os.PathLike | Source, *, children: int | None = None) -> l
         >>> root = ef.datasets.sample_folder(DOCS_TMP + "/check", limit=(20, 10))
         >>> with open(root + "/train/3/bad.png", "wb") as f:
         ...     _ = f.write(b"not an image")
-        >>> ef.data.check(root)  # doctest: +ELLIPSIS
-        ['.../train/3/bad.png: not an encoded image ...']
+        >>> for problem in ef.data.check(root):  # train/ and val/
+        ...     print(problem.removeprefix(root))
+        /train/3/bad.png: not an image (starts with b'not an i')
     """
     return [problem for _, problems in checked_sources(data, children=children) for problem in problems]
 

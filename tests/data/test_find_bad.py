@@ -64,8 +64,13 @@ def test_every_bad_record_of_tfrecord_and_parquet_files_is_listed(tmp_path):
     raw[start + 12 + 20] ^= 0xFF  # a byte of record 4's data: its CRC fails
     open(path, "wb").write(bytes(raw))
     found = ef.data.check(path)
-    assert found[0] == f"{path}: record 2 (byte offset {_offset(path, 2)}): truncated JPEG (no end-of-image marker)"
-    assert found[1].startswith(f"{path}: record 4 (byte offset {start}): the CRC-32C of its data does not match")
+    assert (
+        found[0]
+        == f"{path}: record 2 (byte offset {_offset(path, 2)}): truncated JPEG (no end-of-image marker)"
+    )
+    assert found[1].startswith(
+        f"{path}: record 4 (byte offset {start}): the CRC-32C of its data does not match"
+    )
     assert len(found) == 2
 
     images = [encode(image, "png") for image in IMAGES]
@@ -109,7 +114,15 @@ def test_easyfit_check_prints_every_bad_file_and_exits_non_zero(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[1:4] == expected
-    assert lines[0].startswith(f"checked ImageFolder('{tmp_path / 'data' / 'train'}'") and "3 problems" in lines[0]
-    assert lines[4].startswith(f"checked ImageFolder('{tmp_path / 'data' / 'val'}'") and "no problems" in lines[4]
-    assert lines[5].startswith(f"3 bad files or records in {tmp_path / 'data'}. Remove or replace these files")
+    assert (
+        lines[0].startswith(f"checked ImageFolder('{tmp_path / 'data' / 'train'}'")
+        and "3 problems" in lines[0]
+    )
+    assert (
+        lines[4].startswith(f"checked ImageFolder('{tmp_path / 'data' / 'val'}'")
+        and "no problems" in lines[4]
+    )
+    assert lines[5].startswith(
+        f"3 bad files or records in {tmp_path / 'data'}. Remove or replace these files"
+    )
     assert "is_valid_file=" in lines[5] and len(lines) == 6

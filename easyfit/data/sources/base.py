@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import os
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -177,8 +178,6 @@ def check_hint(source: Source) -> str:
     root = getattr(getattr(source, "source", source), "root", None)  # a Subset's: its source's
     if not isinstance(root, str):
         return ""
-    import shlex
-
     return f" (to list every bad file at once: easyfit check {shlex.quote(root)})"
 
 
