@@ -16,8 +16,11 @@ all that fail:
 * a reader-driven source (Caffe2 LMDB): read in order by DALI, which stops at the first bad
   record (:func:`~easyfit.data.diagnose.scan_for_bad_record`).
 
-Only what the host checks find is listed: an image whose structure is whole but that DALI
-still cannot decode is named by ``fit`` when it reaches it.
+Sources are built as ``fit`` builds them, but for what they sample up front: the image
+settings are given (so no image is sampled), and records or ``.npy`` headers sampled as the
+source is built are left out of the sample when bad (``strict_sample``), listed with the
+others. Only what the host checks find is listed: an image whose structure is whole but that
+DALI still cannot decode is named by ``fit`` when it reaches it.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from .check_pool import CheckPool, default_children, image_problems
 from .detect import detect
 from .diagnose import scan_for_bad_record
 from .images import EncodedImages
-from .resolve import split_layout, to_source
+from .resolve import split_layout
 from .sources.base import IndexedSource, ReaderSource, Source
 from .sources.folder import Files
+from .sources.numpy_folder import NumpyFolder
 from .sources.parquet import Parquet
 from .sources.records import RecordFiles
 
@@ -99,14 +103,15 @@ def checked_sources(
 
 
 def _source(path: str) -> Source:
-    """The source ``fit`` reads ``path`` as, built with its image settings given: a source
-    infers what it is not given from a sample of its images, and stops at the first bad one."""
+    """The source ``fit`` reads ``path`` as, built so that a bad sample stops nothing: the
+    image settings given (a source infers them from a sample of its images, and stops at the
+    first bad one), bad records or headers left out of its sample."""
     kind = detect(path)
-    if issubclass(kind, RecordFiles):  # a record sampled as it is built that cannot be parsed:
-        kind = type(kind.__name__, (kind,), {"strict_sample": False})  # listed, as the others
+    if issubclass(kind, (RecordFiles, NumpyFolder)):
+        kind = type(kind.__name__, (kind,), {"strict_sample": False})
     if issubclass(kind, EncodedImages):
         return cast("Callable[..., Source]", kind)(path, image_size=(32, 32), color_mode="rgb")
-    return to_source(path)
+    return cast("Callable[..., Source]", kind)(path)
 
 
 def source_problems(source: Source, *, children: int | None = None) -> list[str]:

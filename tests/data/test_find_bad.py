@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 import easyfit as ef
-from tests.helpers.formats import break_three, encode, write_folder, write_parquet, write_tfrecord
+from tests.helpers.formats import (
+    break_three,
+    encode,
+    write_folder,
+    write_npy_folder,
+    write_parquet,
+    write_tfrecord,
+)
 
 IMAGES = [np.full((8, 8, 3), 40 * k, np.uint8) for k in range(6)]
 
@@ -65,3 +72,21 @@ def test_the_images_of_records_are_checked_alike_in_children_and_here():
         found = image_problems(iter(chunks), children)
         assert sorted(found) == [1, 2] and found[1].startswith("truncated PNG"), found
         assert found[2].startswith(expected[2])
+
+
+def test_every_bad_file_of_a_numpy_folder_is_listed(tmp_path):
+    root = write_npy_folder(tmp_path / "n", np.ones((6, 4, 4, 1), np.float32), [0, 0, 0, 1, 1, 1])
+    files = ef.data.NumpyFolder(root).files
+    with open(files[1], "wb") as f:  # read as the folder is built, where a fit stops at it
+        f.write(b"junk")
+    np.save(files[2], np.full((4, 4, 1), np.nan, np.float32))
+    raw = open(files[4], "rb").read()
+    with open(files[4], "wb") as f:
+        f.write(raw[:-10])
+    open(files[5], "wb").close()
+    assert ef.data.check(root) == [
+        f"{files[1]}: not a NumPy .npy file (EOF: reading magic string, expected 8 bytes got 4)",
+        f"{files[2]}: holds NaN or inf (first at element 0)",
+        f"{files[4]}: truncated .npy file ({len(raw) - 10} of {len(raw)} bytes)",
+        f"{files[5]}: empty file",
+    ]
