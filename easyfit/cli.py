@@ -66,21 +66,24 @@ def _check(path: str, workers: int | None) -> int:
     """``easyfit check``: the problems, one a line, and a count; 1 when there are any."""
     from .data.find_bad import FIX, checked_sources
 
-    count = 0
-    for what, problems in checked_sources(path, children=workers):
-        print(
-            f"checked {what}: {len(problems) or 'no'} problem{'' if len(problems) == 1 else 's'}", flush=True
-        )
-        for problem in problems:
+    count, unread = 0, []
+    for checked in checked_sources(path, children=workers):
+        if not checked.read:  # its one problem says why
+            unread.append(checked.what)
+        else:
+            n = len(checked.problems)
+            print(f"checked {checked.what}: {n or 'no'} problem{'' if n == 1 else 's'}", flush=True)
+            count += n
+        for problem in checked.problems:
             print(problem, flush=True)
-        count += len(problems)
-    if not count:
+    if unread:
+        print(f"{', '.join(unread)}: not data fit can read; fix what is said above, then check again")
+    if count:
+        s = "" if count == 1 else "s"
+        print(f"{count} bad file{s} or record{s} in {path}. {FIX}")
+    elif not unread:
         print(f"{path}: every file and record passed fit's checks")
-        return 0
-    print(
-        f"{count} bad file{'' if count == 1 else 's'} or record{'' if count == 1 else 's'} in {path}. {FIX}"
-    )
-    return 1
+    return 1 if count or unread else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -158,9 +158,14 @@ def test_easyfit_check_prints_every_bad_file_and_exits_non_zero(tmp_path):
     assert "is_valid_file=" in lines[5] and len(lines) == 6
 
 
-def test_easyfit_check_of_good_data_says_so_and_exits_0(tmp_path, capsys):
+def test_easyfit_check_of_good_data_exits_0_and_of_no_data_1(tmp_path, capsys):
     write_folder(tmp_path / "d")
     assert main(["check", str(tmp_path / "d"), "--workers", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"checked ImageFolder('{tmp_path / 'd'}': 6 images, 2 classes)")
     assert lines[1] == f"{tmp_path / 'd'}: every file and record passed fit's checks" and len(lines) == 2
+    assert main(["check", str(tmp_path / "none")]) == 1  # not data at all: said, and why
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path / 'none'}: no such directory",
+        f"{tmp_path / 'none'}: not data fit can read; fix what is said above, then check again",
+    ]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from .sources.numpy_folder import NumpyFolder
 from .sources.parquet import Parquet
 from .sources.records import RecordFiles
 
-__all__ = ["FIX", "check", "checked_sources"]
+__all__ = ["FIX", "Checked", "check", "checked_sources"]
 
 #: What to do about the problems found, for the command's summary.
 FIX = (
@@ -75,16 +75,22 @@ def check(data: str | os.PathLike | Source, *, children: int | None = None) -> l
         ...     print(problem.removeprefix(root))
         /train/3/bad.png: not an image (starts with b'not an i')
     """
-    return [problem for _, problems in checked_sources(data, children=children) for problem in problems]
+    return [problem for checked in checked_sources(data, children=children) for problem in checked.problems]
 
 
-def checked_sources(
-    data: str | os.PathLike | Source, *, children: int | None = None
-) -> Iterator[tuple[str, list[str]]]:
-    """``(what was checked, its problems)`` for each source of ``data`` (a root's ``train/``
-    and ``val/``: one each), as :func:`check` finds them."""
+class Checked(NamedTuple):
+    """What :func:`checked_sources` found of one source."""
+
+    what: str  #: the source's description, or the path that could not be read as data
+    problems: list[str]  #: one line per bad sample (or, where not ``read``, why)
+    read: bool = True  #: whether the path could be read as data at all
+
+
+def checked_sources(data: str | os.PathLike | Source, *, children: int | None = None) -> Iterator[Checked]:
+    """What :func:`check` finds, one source at a time (a root's ``train/`` and ``val/``: one
+    each)."""
     if isinstance(data, Source):
-        yield data.describe(), source_problems(data, children=children)
+        yield Checked(data.describe(), source_problems(data, children=children))
         return
     path = os.fspath(data)
     layout = split_layout(path)
@@ -92,10 +98,10 @@ def checked_sources(
         try:
             source = _source(part)
         except DataError as e:
-            yield part, [str(e)]
+            yield Checked(part, [str(e)], read=False)
             continue
         try:
-            yield source.describe(), source_problems(source, children=children)
+            yield Checked(source.describe(), source_problems(source, children=children))
         finally:
             close = getattr(source, "close", None)
             if close is not None:
