@@ -1,4 +1,4 @@
-"""The ``easyfit`` command: ``easyfit demo`` and ``easyfit info``.
+"""The ``easyfit`` command: ``easyfit demo``, ``easyfit info`` and ``easyfit check PATH``.
 
 Example:
     >>> from easyfit.cli import main
@@ -48,7 +48,42 @@ def _parser() -> argparse.ArgumentParser:
         description="Prints the versions of easyfit, JAX, Flax, Optax and DALI, JAX's backend "
         "and devices, and warns about combinations known not to work.",
     )
+    check = commands.add_parser(
+        "check",
+        help="list every bad file or record of a data path, in one run",
+        description="Runs fit's checks of each sample (readable, not empty, a whole image...) "
+        "over every file or record of PATH, in parallel, and prints one line per problem and "
+        "a count. Exits with status 1 when any is found.",
+    )
+    check.add_argument("path", metavar="PATH", help="what fit reads: a folder, a record file, s3://...")
+    check.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="checker processes (default: half the cores)"
+    )
     return parser
+
+
+def _check(path: str, workers: int | None) -> int:
+    """``easyfit check``: the problems, one a line, and a count; 1 when there are any."""
+    from .data.find_bad import FIX, checked_sources
+
+    count, unread = 0, []
+    for checked in checked_sources(path, children=workers):
+        if not checked.read:  # its one problem says why
+            unread.append(checked.what)
+        else:
+            n = len(checked.problems)
+            print(f"checked {checked.what}: {n or 'no'} problem{'' if n == 1 else 's'}", flush=True)
+            count += n
+        for problem in checked.problems:
+            print(problem, flush=True)
+    if unread:
+        print(f"{', '.join(unread)}: not data fit can read; fix what is said above, then check again")
+    if count:
+        s = "" if count == 1 else "s"
+        print(f"{count} bad file{s} or record{s} in {path}. {FIX}")
+    elif not unread:
+        print(f"{path}: every file and record passed fit's checks")
+    return 1 if count or unread else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,6 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _parser().error(f"--epochs {args.epochs}: must be at least 1")
         run_demo(args.out, epochs=args.epochs)
         return 0
+    if args.command == "check":
+        if args.workers is not None and args.workers < 0:
+            _parser().error(f"--workers {args.workers}: must be 0 or more")
+        return _check(args.path, args.workers)
     from ._info import collect, report
 
     print(report(collect()))

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 from importlib import metadata
 
 import pytest
 
 from easyfit._info import Environment, collect, problems, report
 from easyfit.cli import main
-from tests.helpers import run_python
+from tests.helpers import ROOT, run_python
+from tests.helpers.formats import break_three, write_folder
 
 
 def easyfit_command(*args: str, cwd, devices: int = 1) -> str:
@@ -123,3 +127,46 @@ def test_console_script_is_declared():
     except metadata.PackageNotFoundError:  # pragma: no cover
         pytest.skip("easyfit is not installed")
     assert {e.name: e.value for e in scripts}.get("easyfit") == "easyfit.cli:main"
+
+
+@pytest.mark.slow
+def test_easyfit_check_prints_every_bad_file_and_exits_non_zero(tmp_path):
+    paths = write_folder(tmp_path / "data" / "train")
+    write_folder(tmp_path / "data" / "val")
+    expected = break_three(paths)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "easyfit.cli", "check", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[1:4] == expected
+    assert (
+        lines[0].startswith(f"checked ImageFolder('{tmp_path / 'data' / 'train'}'")
+        and "3 problems" in lines[0]
+    )
+    assert (
+        lines[4].startswith(f"checked ImageFolder('{tmp_path / 'data' / 'val'}'")
+        and "no problems" in lines[4]
+    )
+    assert lines[5].startswith(
+        f"3 bad files or records in {tmp_path / 'data'}. Remove or replace these files"
+    )
+    assert "is_valid_file=" in lines[5] and len(lines) == 6
+
+
+def test_easyfit_check_of_good_data_exits_0_and_of_no_data_1(tmp_path, capsys):
+    write_folder(tmp_path / "d")
+    assert main(["check", str(tmp_path / "d"), "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"checked ImageFolder('{tmp_path / 'd'}': 6 images, 2 classes)")
+    assert lines[1] == f"{tmp_path / 'd'}: every file and record passed fit's checks" and len(lines) == 2
+    assert main(["check", str(tmp_path / "none")]) == 1  # not data at all: said, and why
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path / 'none'}: no such directory",
+        f"{tmp_path / 'none'}: not data fit can read; fix what is said above, then check again",
+    ]

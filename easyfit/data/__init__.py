@@ -8,6 +8,7 @@ through :class:`~easyfit.data.inputs.DataInputs` (see docs/architecture.md).
 
 from .augment import Augment
 from .detect import detect
+from .find_bad import check
 from .inputs import DataInputs
 from .loader import Loader
 from .plan import Plan, epoch_permutation
@@ -56,6 +57,7 @@ __all__ = [
     "Subset",
     "TFRecord",
     "WebDataset",
+    "check",
     "detect",
     "epoch_permutation",
     "split_layout",

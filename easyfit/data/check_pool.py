@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
 
-__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children"]
+__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children", "image_problems"]
 
 #: Checker children per pool; None: :func:`default_children`. 0: check in this process.
 CHILDREN: int | None = None
@@ -67,6 +67,7 @@ _RUN = (
     "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
     "importlib.import_module('_easyfit_validation.child').serve(sys.stdin.buffer, sys.stdout.buffer)\n"
 )
+_RUN_IMAGES = _RUN.replace(".serve(", ".serve_images(")  # the checks of images sent whole
 _VALIDATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "validation", "__init__.py")
 #: Seconds for which a check ahead stands for its sample's stat at its feed (a file replaced
 #: in between is fed unchecked, as one replaced between its feed and DALI's read of it is):
@@ -85,17 +86,124 @@ def default_children() -> int:
     return CHILDREN if CHILDREN is not None else max(1, min(8, available_cores() // 2))
 
 
+def image_problems(
+    chunks: Iterable[tuple[Sequence[int], Sequence[bytes]]], children: int | None = None
+) -> dict[int, str]:
+    """``{index: problem}`` of encoded images held in memory (records' images, read by the
+    caller), checked whole (``validation.encoded.image_problem``) by ``children`` checker
+    processes (default: :func:`default_children`): each chunk of ``(indices, images)`` goes
+    to the next free child while the caller reads the next chunk. In this process where no
+    child can start or one dies."""
+    count = default_children() if children is None else children
+    found: dict[int, str] = {}
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(count):
+            procs.append(_popen(_RUN_IMAGES))
+    except OSError:  # no process can start: all here
+        _end(procs)
+        procs = []
+    free = list(procs)
+    pending: collections.deque[tuple[subprocess.Popen, _Images]] = collections.deque()
+    try:
+        for indices, images in chunks:
+            work = _Images(list(indices), [bytes(image) for image in images])
+            if not procs:
+                work.check_here(found)
+                continue
+            try:
+                if not free:  # one request at a time per child: its answer read first
+                    proc, done = pending[0]
+                    done.answer(proc, found)
+                    pending.popleft()
+                    free.append(proc)
+                proc = free.pop()
+                work.send(proc)
+                pending.append((proc, work))
+            except (OSError, EOFError, ValueError):  # a child is gone: the rest here
+                _end(procs)
+                procs, free = [], []
+                for _, done in pending:
+                    done.check_here(found)
+                pending.clear()
+                work.check_here(found)
+        for proc, done in pending:
+            try:
+                done.answer(proc, found)
+            except (OSError, EOFError, ValueError):
+                done.check_here(found)
+    finally:
+        _end(procs)
+    return found
+
+
+class _Images:
+    """A chunk of :func:`image_problems`: the images and their indices."""
+
+    def __init__(self, indices: list[int], images: list[bytes]):
+        self.indices, self.images = indices, images
+
+    def send(self, proc: subprocess.Popen) -> None:
+        """Writes the request of these images to child ``proc`` (``validation.child.serve_images``)."""
+        limit = encoded.MAX_IMAGE_PIXELS
+        lengths = np.array([len(image) for image in self.images], "<i8")
+        assert proc.stdin is not None
+        proc.stdin.write(struct.pack("<Qq", len(lengths), -1 if limit is None else limit) + lengths.tobytes())
+        proc.stdin.write(b"".join(self.images))
+        proc.stdin.flush()
+
+    def answer(self, proc: subprocess.Popen, found: dict[int, str]) -> None:
+        """Reads child ``proc``'s answer into ``found`` (what it could not check is checked here)."""
+        assert proc.stdout is not None
+        status = read_exactly(proc.stdout, len(self.indices))
+        for j, code in enumerate(status):
+            if code == PROBLEM:
+                (size,) = struct.unpack("<I", read_exactly(proc.stdout, 4))
+                found[self.indices[j]] = read_exactly(proc.stdout, size).decode("utf-8", "surrogateescape")
+            elif code == HERE:
+                _Images([self.indices[j]], [self.images[j]]).check_here(found)
+
+    def check_here(self, found: dict[int, str]) -> None:
+        """Checks the images in this process, into ``found``."""
+        for i, image in zip(self.indices, self.images, strict=True):
+            problem = encoded.image_problem(image)
+            if problem:
+                found[i] = problem
+
+
+def _popen(run: str) -> subprocess.Popen:
+    """A checker child running ``run`` (see :data:`_RUN`)."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", run, _VALIDATION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    """Ends checker processes (see :func:`_stop`)."""
+    for proc in procs:
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None and not stream.closed:
+                try:
+                    stream.close()
+                except OSError:  # what was left to write to a dead child
+                    pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class _Child:
     """One checker process and the requests it has not answered yet (their sample indices,
     oldest first)."""
 
     def __init__(self, header: bytes):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _RUN, _VALIDATION],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        self.proc = _popen(_RUN)
         self.pending: collections.deque[tuple[np.ndarray, int]] = collections.deque()  # (indices, bytes)
         self.sent = 0  # requests sent so far (the next one's number)
         self.answered = 0  # answers read so far: request k is answered once this passes k
@@ -234,6 +342,13 @@ class CheckPool:
 
         A sample checked ahead (:meth:`ahead`) up to :data:`FRESH_SECONDS` before is taken on
         that check's stamp; every other is stat'ed again."""
+        found = self.problems(indices, problem_of)
+        first = next(iter(found), None)
+        return None if first is None else (first, found[first])
+
+    def problems(self, indices: np.ndarray, problem_of: Problem) -> dict[int, str]:
+        """What :meth:`problem` checks, with every problem found: ``{index: problem}``, in the
+        order of ``indices`` (what ``easyfit check`` lists)."""
         indices = np.asarray(indices, np.int64)
         found: dict[int, str] = {}
         with self._lock:
@@ -263,8 +378,7 @@ class CheckPool:
                 if problem:
                     found[i] = problem
                 self._stamps[i] = 0 if problem else here[i]  # 0 where it cannot be stat'ed
-        bad = [i for i in indices.tolist() if i in found]
-        return (bad[0], found[bad[0]]) if bad else None
+        return {i: found[i] for i in indices.tolist() if i in found}
 
     def _ask(self, indices: np.ndarray, spread: bool = False) -> dict[int, int]:
         """Sends ``indices`` to the children, in contiguous parts, the least busy first: to
@@ -366,16 +480,4 @@ def _half_pipe(stream: object) -> int:
 def _stop(children: list[_Child]) -> None:
     """Ends the children: their input closed (a child ends at its end) and their output (one
     still answering gets a broken pipe), then waited for, killed where one does not end."""
-    for child in children:
-        for stream in (child.proc.stdin, child.proc.stdout):
-            if stream is not None and not stream.closed:
-                try:
-                    stream.close()
-                except OSError:  # what was left to write to a dead child
-                    pass
-    for child in children:
-        try:
-            child.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            child.proc.kill()
-            child.proc.wait()
+    _end([child.proc for child in children])

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DataError
 from .images import first_line, turned
-from .sources.base import IndexedSource, ReaderSource, Source
+from .sources.base import IndexedSource, ReaderSource, Source, check_hint
 
 __all__ = [
     "batch_error",
@@ -32,9 +32,10 @@ __all__ = [
 def batch_error(source: Source, error: RuntimeError, culprit: str | None) -> DataError:
     """A DataError for a batch DALI failed to produce: ``culprit`` (the bad sample and what is
     wrong with it, found by :func:`find_bad_sample` or :func:`scan_for_bad_record` as the
-    source's kind reads it) when one was found, else DALI's own first line."""
+    source's kind reads it) when one was found, with the command that lists every bad one at
+    once (``check_hint``), else DALI's own first line."""
     if culprit:
-        return DataError(culprit)
+        return DataError(culprit + check_hint(source))
     return DataError(f"{source.describe()}: DALI failed to produce a batch: {first_line(error)}")
 
 

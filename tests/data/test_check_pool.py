@@ -301,7 +301,10 @@ def test_a_subclass_that_overrides_sample_problem_has_its_own_check_run(tmp_path
     source = Picky(tmp_path)
     try:
         source.feed(np.array([0, 1, 2]))
-        with pytest.raises(ef.errors.DataError, match=f"^{files[3]}: not wanted$"):
+        with pytest.raises(
+            ef.errors.DataError,
+            match=f"^{files[3]}: not wanted \\(to list every bad file at once: easyfit check ",
+        ):
             source.feed(np.array([4, 3]))
     finally:
         source.close()

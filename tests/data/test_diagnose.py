@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,7 +57,8 @@ def test_a_broken_image_is_named_at_the_first_batch(tmp_path, xy, trainer, kind)
         raw = f.read()
     with open(files[LATE], "wb") as f:
         f.write(BROKEN[kind](raw))
-    with pytest.raises(ef.errors.DataError, match=f"^{files[LATE]}: "):
+    hint = re.escape(f"(to list every bad file at once: easyfit check {tmp_path})")
+    with pytest.raises(ef.errors.DataError, match=f"^{files[LATE]}: .*{hint}$"):
         _fit(trainer, str(tmp_path))
 
 

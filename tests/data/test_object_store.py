@@ -307,3 +307,21 @@ def test_a_prefix_is_listed_anew_each_time_it_is_read(server, mnist):
     assert len(ef.data.ImageFolder(f"s3://{BUCKET}/fresh")) == len(names) - 1
     client.upload_file(os.path.join(local, "train/2", names[-1]), BUCKET, f"fresh/2/{names[-1]}")
     assert len(ef.data.ImageFolder(f"s3://{BUCKET}/fresh")) == len(names)
+
+
+def test_easyfit_check_lists_every_bad_object_of_a_prefix(server, tmp_path):
+    from tests.helpers.formats import break_three, encode, write_folder, write_tfrecord
+
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    expected = break_three(write_folder(tmp_path / "folder"))
+    images = [encode(np.zeros((8, 8, 1), np.uint8)) for _ in range(4)]
+    images[2] = b"notes"
+    os.makedirs(tmp_path / "records")
+    write_tfrecord(tmp_path / "records" / "a.tfrecord", images, [0, 1, 0, 1])
+    folder = _upload(client, str(tmp_path / "folder"), "bad-folder")
+    assert ef.data.check(folder) == [line.replace(str(tmp_path / "folder"), folder) for line in expected]
+    records = _upload(client, str(tmp_path / "records"), "bad-records")
+    found = ef.data.check(records)
+    assert len(found) == 1 and found[0].startswith(f"{records}/a.tfrecord: record 2 ")
+    assert found[0].endswith(": not an image (starts with b'notes')")

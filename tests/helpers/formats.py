@@ -299,3 +299,31 @@ def all_labels(source) -> np.ndarray:
         return np.asarray(next(loader)["y"])
     finally:
         loader.close()
+
+
+# --------------------------------------------------------------------------------- Bad files
+def write_folder(root) -> list[str]:
+    """``root/{a,b}/<k>.jpg``, 3 small JPEGs each; the paths in ImageFolder order."""
+    paths = []
+    for k in range(6):
+        path = os.path.join(root, "ab"[k // 3], f"{k}.jpg")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(encode(np.full((8, 8, 3), 40 * k, np.uint8), "jpeg"))
+        paths.append(path)
+    return paths
+
+
+def break_three(paths: list[str]) -> list[str]:
+    """A truncated JPEG, a file that is not an image and an empty file: their expected lines."""
+    raw = open(paths[1], "rb").read()
+    with open(paths[1], "wb") as f:
+        f.write(raw[: len(raw) // 2])
+    with open(paths[3], "wb") as f:
+        f.write(b"these are notes, not pixels\n")
+    open(paths[5], "wb").close()
+    return [
+        f"{paths[1]}: truncated JPEG (no end-of-image marker)",
+        f"{paths[3]}: not an image (starts with b'these ar')",
+        f"{paths[5]}: empty file",
+    ]

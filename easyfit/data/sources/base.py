@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import os
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast, overload
 
@@ -38,6 +39,8 @@ __all__ = [
     "ReaderSource",
     "Source",
     "Subset",
+    "bad_sample",
+    "check_hint",
     "int32_labels",
     "narrowed",
     "nonfinite_problem",
@@ -180,6 +183,21 @@ def plain_names(names: Sequence[Any] | None) -> list[Any] | None:
     if names is None:
         return None
     return [n.item() if isinstance(n, np.generic) else n for n in names]
+
+
+def check_hint(source: Source) -> str:
+    """What a message about a bad file or record adds: the command that lists every bad one of
+    the source's data at once (``fit`` stops at the first); empty for a source of no path."""
+    root = getattr(getattr(source, "source", source), "root", None)  # a Subset's: its source's
+    if not isinstance(root, str):
+        return ""
+    return f" (to list every bad file at once: easyfit check {shlex.quote(root)})"
+
+
+def bad_sample(source: Source, index: int, problem: str) -> DataError:
+    """The DataError for sample ``index`` of ``source``, which its host check found bad:
+    ``"<file or record>: <problem>"`` and :func:`check_hint`."""
+    return DataError(f"{source.locate(index)}: {problem}{check_hint(source)}")
 
 
 def outside_classes(label: int, num_classes: int) -> str:

@@ -16,7 +16,7 @@ from .. import object_store
 from ..check_pool import CheckPool
 from ..images import EncodedImages, read_file, sample_positions
 from ..validation.samples import sample_problem
-from .base import IndexedSource, plain_names
+from .base import IndexedSource, bad_sample, plain_names
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -460,8 +460,7 @@ class Files(IndexedSource):
         start-up, e.g. between epochs, never reaches DALI unchecked."""
         found = self._pool().problem(indices, self.sample_problem)
         if found is not None:
-            index, problem = found
-            raise DataError(f"{self.locate(index)}: {problem}")
+            raise bad_sample(self, *found)
         return [part[indices] for table in self._tables for part in table]
 
     def close(self) -> None:

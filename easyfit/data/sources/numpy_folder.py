@@ -80,6 +80,10 @@ class NumpyFolder(ClassFiles):
     """
 
     sample_check = None  # its own sample_problem (numpy), in this process
+    #: Whether a file sampled as the source is built (the arrays' shape and dtype) whose
+    #: header cannot be read raises DataError; False (``easyfit check``, which lists every
+    #: one): it is left out of the sample.
+    strict_sample: bool = True
 
     def __init__(
         self,
@@ -91,7 +95,13 @@ class NumpyFolder(ClassFiles):
         allow_empty: bool = False,
     ):
         self._init_files(root, (".npy",), "NumPy files", class_names, allow_empty=allow_empty)
-        headers = [(self.files[i], *_header(self.files[i])[:2]) for i in sample_positions(len(self.files))]
+        headers = []
+        for i in sample_positions(len(self.files)).tolist():
+            try:
+                headers.append((self.files[i], *_header(self.files[i])[:2]))
+            except DataError:
+                if self.strict_sample or (not headers and i == len(self.files) - 1):
+                    raise
         first = headers[0]
         for name, shape, dtype in headers[1:]:
             if (shape, dtype) != first[1:]:

@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import DataError
 from ..images import EncodedImages, first_line, sample_positions
 from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
-from .base import IndexedSource, ReadAtStart, int32_labels, plain_names
+from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
 
 __all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
@@ -519,7 +519,7 @@ class Parquet(EncodedImages, IndexedSource):
                 if not self._checked[i]:  # bytes in memory, checked whole once: they stay as checked
                     problem = _problem(image)
                     if problem:
-                        raise DataError(f"{self.locate(i)}: {problem}")
+                        raise bad_sample(self, i, problem)
                     self._checked[i] = True
                 images[j] = image
         return images, self._labels[indices]

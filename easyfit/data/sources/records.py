@@ -21,7 +21,7 @@ from ...errors import DataError
 from .. import object_store
 from ..images import EncodedImages, sample_positions
 from ..validation.encoded import image_problem
-from .base import IndexedSource, ReadAtStart, int32_labels, outside_classes
+from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, outside_classes
 from .folder import folder_files
 
 __all__ = ["RecordFiles", "list_files"]
@@ -54,6 +54,10 @@ class RecordFiles(EncodedImages, IndexedSource):
     """
 
     files: list[str]
+    #: Whether a record sampled as the source is built (its labels' dtype, its images'
+    #: settings) that cannot be read or parsed raises DataError; False (``easyfit check``,
+    #: which lists every one): it is left out of the sample.
+    strict_sample: bool = True
     _file: np.ndarray
     _offset: np.ndarray
     _length: np.ndarray
@@ -92,14 +96,20 @@ class RecordFiles(EncodedImages, IndexedSource):
         self._labels_lock = threading.Lock()
         self.augment = augment
         self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once
-        picks = sample_positions(len(self._offset))
-        parsed = [self.parse(int(i), self.read(int(i))) for i in picks]
+        picks, parsed = [], []
+        for i in sample_positions(len(self._offset)).tolist():
+            try:
+                parsed.append(self.parse(i, self.read(i)))
+                picks.append(i)
+            except DataError:
+                if self.strict_sample or (not parsed and i == len(self._offset) - 1):
+                    raise
         if labels is None:
             kinds = {np.asarray(lab).dtype.kind for _, lab in parsed}
             self._label_dtype = np.dtype(np.float32 if "f" in kinds else np.int32)
         else:
             self._label_dtype = labels.dtype
-        named = [(self.locate(int(i)), image) for i, (image, _) in zip(picks, parsed, strict=True)]
+        named = [(self.locate(i), image) for i, (image, _) in zip(picks, parsed, strict=True)]
         self._init_images(
             lambda: named, image_size, color_mode, decoder, transform, root, normalize, eval_crop
         )
@@ -163,7 +173,7 @@ class RecordFiles(EncodedImages, IndexedSource):
             image, label = self.parse(int(i), raws[j] if raws is not None else self.read(int(i)))
             problem = image_problem(image, whole=not self._checked[i])
             if problem:
-                raise DataError(f"{self.locate(int(i))}: {problem}")
+                raise bad_sample(self, int(i), problem)
             self._checked[i] = True
             images.append(np.frombuffer(image, np.uint8))
             labels.append(label)

@@ -13,6 +13,11 @@ per file in a first epoch). The answer: n int64 stamps, n status bytes (:data:`U
 :data:`FINE`, :data:`PROBLEM`, :data:`HERE`), then for each :data:`PROBLEM` ``<I length>``
 and its UTF-8 text. The child ends at the end of its input.
 
+:func:`serve_images` checks encoded images sent whole instead (records' images, which have no
+file of their own): per request ``<Q n>``, ``<q max_pixels>``, n int64 lengths and the n
+images' bytes, one after the other; the answer: n status bytes (:data:`FINE`,
+:data:`PROBLEM`, :data:`HERE`), then each problem's text as above.
+
 Standard library only: the child loads this package alone, under a private name, without
 importing easyfit (or numpy, or JAX), so that it starts at once.
 """
@@ -28,7 +33,7 @@ from typing import IO
 from . import encoded
 from .samples import checked_sample, sample_problem, sample_stamp
 
-__all__ = ["FINE", "HERE", "PROBLEM", "UNCHANGED", "read_exactly", "serve"]
+__all__ = ["FINE", "HERE", "PROBLEM", "UNCHANGED", "read_exactly", "serve", "serve_images"]
 
 UNCHANGED = 0  #: stamped as expected: not checked
 FINE = 1  #: checked: nothing wrong
@@ -103,4 +108,34 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
         if sys.byteorder != "little":  # pragma: no cover
             stamps.byteswap()
         stdout.write(stamps.tobytes() + bytes(status) + b"".join(texts))
+        stdout.flush()
+
+
+def serve_images(stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    """Answers requests of encoded images (see the module's docstring) until ``stdin`` ends:
+    :func:`~.encoded.image_problem` of each, its whole structure checked."""
+    while True:
+        try:
+            n, max_pixels = struct.unpack("<Qq", read_exactly(stdin, 16))
+        except EOFError:
+            return
+        lengths = _ints("q", read_exactly(stdin, 8 * n))
+        data = memoryview(read_exactly(stdin, sum(lengths)))
+        encoded.MAX_IMAGE_PIXELS = None if max_pixels < 0 else max_pixels
+        status = bytearray(n)
+        texts = []
+        start = 0
+        for j, length in enumerate(lengths):
+            image = bytes(data[start : start + length])
+            start += length
+            try:
+                problem = encoded.image_problem(image)
+            except Exception:  # noqa: BLE001 - the parent checks it again, and raises
+                status[j] = HERE
+                continue
+            status[j] = PROBLEM if problem else FINE
+            if problem:
+                text = problem.encode("utf-8", "surrogateescape")
+                texts.append(struct.pack("<I", len(text)) + text)
+        stdout.write(bytes(status) + b"".join(texts))
         stdout.flush()
