@@ -53,11 +53,15 @@ BatchLoss = Callable[[Any, Batch], jax.Array]
 
 def prepare_inputs(x: Any, scale: float | None, dtype: Any = jnp.float32) -> Any:
     """Model inputs from what DALI delivered: times ``scale`` (1/255 for 8-bit images), in
-    ``dtype`` (the precision's compute dtype); every array of a dict or tuple of inputs."""
+    ``dtype`` (the precision's compute dtype); every array of a dict or tuple of inputs. An
+    integer input without a scale (token ids, counts) becomes float32, never a 16-bit compute
+    dtype, which would round it (257 is 256 in bfloat16): the model casts it back exactly."""
 
     def one(a: jax.Array) -> jax.Array:
         if scale is not None:
             a = a.astype(jnp.float32) * scale
+        elif jnp.issubdtype(a.dtype, jnp.integer):
+            return a.astype(jnp.float32)
         return a.astype(dtype)
 
     return jax.tree_util.tree_map(one, x)

@@ -58,3 +58,15 @@ def test_float64_values_that_float32_cannot_hold_are_refused_by_name():
             t.evaluate(ones, (y, np.array([1.0, 2.0, 1e300, 0.0])), batch_size=2, verbose=0)
         with pytest.raises(DataError, match=r"^sample_weight: value 1e\+300 at \[2\] is beyond"):
             t.fit(ones, y, sample_weight=np.array([1.0, 1.0, 1e300, 1.0]), batch_size=2, verbose=0)
+
+
+def test_integer_inputs_reach_a_bfloat16_model_exactly_or_are_refused():
+    """Token ids under ``precision="bfloat16"``: 257 and 2049 were rounded to 256 and 2048 on
+    their way in (the compute dtype); they now reach the model as float32, exactly. A value
+    float32 cannot hold (2**24 + 1) is refused by name, index and value."""
+    ids = np.array([[0], [257], [2049], [2**24]], np.int32)
+    with ef.Trainer(Echo(), loss="mse", precision="bfloat16") as t:
+        np.testing.assert_array_equal(t.predict(ids, batch_size=2, verbose=0), ids, strict=False)
+        too_big = np.array([[1], [2**24 + 1]], np.int32)
+        with pytest.raises(DataError, match=r"^x: value 16777217 at \[1, 0\] would be rounded"):
+            t.predict(too_big, batch_size=2, verbose=0)

@@ -37,6 +37,17 @@ def _leaf(name: str, a: np.ndarray, label: bool) -> np.ndarray:
     a, problem = narrowed(a, np.float32 if label else None)
     if problem:
         raise DataError(f"{name}: {problem}")
+    if not label and a.dtype.kind in "iu" and a.dtype.itemsize >= 4 and a.size:
+        # integer inputs reach the model as float32: a value it cannot hold would be rounded
+        wide = a.astype(np.float64)
+        rounded = wide != a.astype(np.float32).astype(np.float64)
+        if rounded.any():
+            at = np.unravel_index(int(np.argmax(rounded)), a.shape)
+            raise DataError(
+                f"{name}: value {a[at]} at [{', '.join(map(str, at))}] would be rounded: integer "
+                "inputs reach the model as float32, which holds every integer only up to 2**24 "
+                "(16777216). Give values that fit (ids renumbered: np.unique(x, return_inverse=True)[1])"
+            )
     return np.ascontiguousarray(a)
 
 
