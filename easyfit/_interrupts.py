@@ -1,7 +1,7 @@
 """What must not be cut short by Ctrl-C: joining background threads, closing pipelines, writing
 a checkpoint.
 
-A KeyboardInterrupt raised inside ``Thread.join`` (Python 3.11 and 3.12) marks the thread as
+A KeyboardInterrupt raised inside ``Thread.join`` (Python 3.10 to 3.12 at least) marks the thread as
 ended although it runs on: the interpreter then exits without waiting for it, and a compilation
 or a DALI pipeline still running while the runtime is torn down aborts the process
 (``terminate called ...``, SIGABRT) or crashes it. So easyfit's background work runs in a
