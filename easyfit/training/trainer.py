@@ -466,7 +466,8 @@ class Trainer:
             # once stalled on a GPU)
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
             abstract, empty = self._abstract_state(head), self._empty_spec(fns)
-            compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
+            with shielded("starting the compilation"):  # a Ctrl-C after the start finds it listed
+                compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
             if spec is not None:  # the state from the spec's shapes, then the chunk itself
                 self._ensure_state(spec, train, labels_too=False)
                 head = next(loader)
@@ -477,8 +478,9 @@ class Trainer:
             ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
             others = [n for n in ends if n != first_count]
             if others:
-                later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
-                compiling.update(dict.fromkeys(others, later))
+                with shielded("starting the compilation"):
+                    later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
+                    compiling.update(dict.fromkeys(others, later))
         except BaseException:
             _wind_down(compiling, loader)
             raise

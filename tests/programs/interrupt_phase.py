@@ -6,8 +6,9 @@ PHASE is where fit is when the program prints ``phase PHASE`` (flushed):
 
 - ``compile``: the first training step compiles (seconds: an unrolled loop) while the state
   initialises; printed when the step is traced.
-- ``chunk``: the first chunk is read, slowly (each feed waits a second), by the loader's thread
-  while the first step compiles, as on a GPU machine; printed at the first feed, once the
+- ``chunk``: the first chunk is read, slowly (each of its four runs' feeds waits a second), by
+  the loader's thread while the first step compiles, as on a GPU machine; printed at the
+  chunk's third feed (DALI fed two ahead for the first run, which gave the shapes), once the
   compilation has begun.
 - ``validation``: the first validation pass reads its data.
 - ``save``: a callback saves the model at the end of the first epoch.
@@ -72,10 +73,13 @@ class Slow(ef.data.Arrays):
     def __init__(self, x, y, role: str):
         super().__init__(x, y)
         self.role = role
+        self.feeds = 0
 
     def feed(self, indices):
-        if self.role == phase == "chunk":  # in the loader's thread
-            if any(t.name == "easyfit-compile" for t in threading.enumerate()):
+        if self.role == phase == "chunk":  # in the loader's thread, 4 feeds a chunk
+            self.feeds += 1
+            if self.feeds == 3:  # the first chunk's third run (DALI fed two for the shapes' run)
+                wait_for(lambda: any(t.name == "easyfit-compile" for t in threading.enumerate()))
                 say("phase chunk")
             time.sleep(1.0)
         if self.role == phase == "validation":
@@ -97,15 +101,17 @@ def save_until_interrupted(epoch, logs):
 
 
 rng = np.random.default_rng(0)
-x, y = rng.random((64, 4, 4, 1), np.float32), np.arange(64) % 10
-trainer = ef.Trainer(Model(), optimizer="adam", seed=0)
+# chunks of 16 samples, one pipeline run each; for "chunk", of 1,024 in four runs of 256
+n, batch, per = (2048, 64, 16) if phase == "chunk" else (32, 4, 4)
+x, y = rng.random((n, 4, 4, 1), np.float32), np.arange(n) % 10
+trainer = ef.Trainer(Model(), optimizer="adam", seed=0, steps_per_execution=per)
 if phase in ("compile", "chunk"):
     trainer._data.loader_options["threaded"] = True  # as on a GPU machine: the loader's thread
 try:
     trainer.fit(
         Slow(x, y, "chunk"),
         epochs=2,
-        batch_size=4,
+        batch_size=batch,
         verbose=0,
         cache=False,
         validation_data=Slow(x[:8], y[:8], "validation"),
