@@ -32,3 +32,36 @@ def test_a_failed_fit_closes_its_training_loader(monkeypatch, tmp_path):
     with pytest.raises(ef.errors.DataError, match="outside the model's 10 outputs"):
         ef.Trainer(SmallMLP()).fit(x, y, batch_size=10, verbose=0)
     assert closed and all(not loader._pipelines._pipes for loader in closed)
+
+
+def test_a_keyboard_interrupt_raised_in_a_callback_goes_through_after_the_cleanup(monkeypatch, trainer):
+    """Raised in a training batch's hook and in a validation batch's: the KeyboardInterrupt
+    itself reaches the caller, after on_interrupt and on_train_end, every loader closed."""
+    import numpy as np
+
+    from easyfit.callbacks import LambdaCallback
+    from easyfit.data.loader import Loader
+
+    closed = []
+    close = Loader.close
+    monkeypatch.setattr(Loader, "close", lambda self: (closed.append(self), close(self))[1])
+    x, y = np.zeros((16, 4, 4, 1), np.float32), np.arange(16) % 10
+    called: list[str] = []
+    for hook in ("on_train_batch_end", "on_test_batch_end"):
+
+        def interrupt(batch, logs):
+            raise KeyboardInterrupt  # as a Ctrl-C landing in the callback
+
+        callbacks = [
+            LambdaCallback(**{hook: interrupt}),
+            LambdaCallback(
+                on_interrupt=lambda logs: called.append("on_interrupt"),
+                on_train_end=lambda logs: called.append("on_train_end"),
+            ),
+        ]
+        closed.clear()
+        called.clear()
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit(x, y, batch_size=4, epochs=2, verbose=0, validation_data=(x, y), callbacks=callbacks)
+        assert called == ["on_interrupt", "on_train_end"], hook
+        assert closed and all(not loader._pipelines._pipes for loader in closed), hook

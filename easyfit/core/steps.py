@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from clu import metrics as clu_metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .._interrupts import Background
 from ..parallel import DATA_AXIS, Placement
 from .models import ModelAdapter
 from .precision import Precision
@@ -391,17 +391,18 @@ def trains(train_step: Callable, placement: Placement, k: int) -> Callable[[int]
     return functools.cache(functools.partial(compile_train, train_step, placement, k))
 
 
-def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> threading.Thread:
+def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> Background:
     """Compiles ``jitted`` (or each of a list, one after the other) for ``args`` (arrays or
     ``jax.ShapeDtypeStruct`` with shardings) in a background thread, into the cache its calls
-    use; join the thread before the first call.
+    use; join it before the first call.
 
     Lets the first step's compilation overlap the work before it (the model's initialisation,
     the input pipeline's start). A failure is left to the first call to report.
 
     The thread is not a daemon: a process that ends while it compiles (say after catching an
     error that fit raised meanwhile) waits for it, since a compilation still running when
-    JAX's exit handler releases the backend aborts the process.
+    JAX's exit handler releases the backend aborts the process. Hence a
+    :class:`~easyfit._interrupts.Background`, whose join a Ctrl-C cannot mark as done.
     """
     functions = jitted if isinstance(jitted, list) else [jitted]
 
@@ -412,6 +413,4 @@ def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: 
             except Exception:  # noqa: BLE001 - the real call compiles again and raises
                 pass
 
-    thread = threading.Thread(target=work, name="easyfit-compile")
-    thread.start()
-    return thread
+    return Background(work, name="easyfit-compile").start()

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._interrupts import Background, shielded
 from ..parallel import Placement
 from .cache import cache_budget
 from .kinds import kind_of
@@ -231,7 +232,7 @@ class Loader:
         chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
         self._ahead = ahead or 2
         self._ahead_at_start = max(self._ahead, min(self.plan.chunks_per_epoch, 2**28 // chunk_bytes))
-        self._thread: threading.Thread | None = None
+        self._thread: Background | None = None
 
     #: Epochs before input comes as in every later one (none: every epoch streams alike).
     warmup_epochs = 0
@@ -352,14 +353,17 @@ class Loader:
                     return
                 iteration += 1
 
-        self._thread = threading.Thread(
-            target=work, args=(self.iteration,), daemon=True, name="easyfit-loader"
-        )
-        self._thread.start()
+        start = self.iteration
+        self._thread = Background(lambda: work(start), daemon=True, name="easyfit-loader").start()
 
     def close(self) -> None:
         """Stops the prefetching thread and releases the pipelines (reading first the last
-        position handed out, if the stream still stands there)."""
+        position handed out, if the stream still stands there). A Ctrl-C meanwhile is held until
+        they are (a loader thread left running while the interpreter exits crashes it)."""
+        with shielded("closing the data loader"):
+            self._close()
+
+    def _close(self) -> None:
         if self._position is not None and not self._closed:
             try:
                 self._position.settle()

@@ -8,7 +8,8 @@ after each step and turns, at that safe point, into a KeyboardInterrupt (SIGINT)
 a job). Either way the callbacks' ``on_interrupt`` (BackupAndRestore writes its backup) and
 ``on_train_end`` run first. A second signal of the same kind acts at once, as usual. Only in the
 main thread, and only for a signal that has Python's default handler (a handler the user
-installed is left alone).
+installed is left alone). What must not be cut short (joins, closing pipelines, a save) runs
+``easyfit._interrupts.shielded``, which holds the signals for this handler too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .._interrupts import DEFERS
 from ..errors import Preempted
 
 __all__ = ["Stop", "deferred_signals"]
@@ -61,6 +63,8 @@ def deferred_signals() -> Iterator[Stop]:
         if stop.signum is None:
             stop.signum = signum
         signal.signal(signum, _DEFAULTS[signum])  # a second one acts at once
+
+    setattr(note, DEFERS, True)  # a shield holds signals for it, as for Python's own
 
     for s in taken:
         signal.signal(s, note)

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -33,6 +34,7 @@ import optax
 
 from .. import distributed
 from .._env import arrange_determinism
+from .._interrupts import Background, shielded
 from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
@@ -490,7 +492,7 @@ class Trainer:
             initial_epoch = resume.epoch
         plan = loader.plan
         start = dict(loader.position())  # read now: the stream moves on at once
-        compiling: dict[int, threading.Thread] = {}
+        compiling: dict[int, Background] = {}
         try:  # a failure before training (bad labels or inputs) leaves nothing running
             # the chunk's shapes as the source declares them or the pipelines' first run tells
             # them (GPUs): the model initialises and the first step compiles while the chunk is read
@@ -505,7 +507,8 @@ class Trainer:
             # once stalled on a GPU)
             first_count = plan.live_steps(resume.batch if resume is not None else 0)
             abstract, empty = self._abstract_state(head), self._empty_spec(fns)
-            compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
+            with shielded("starting the compilation"):  # a Ctrl-C after the start finds it listed
+                compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
             if spec is not None:  # the state from the spec's shapes, then the chunk itself
                 self._ensure_state(spec, train, labels_too=False)
                 head = next(loader)
@@ -516,12 +519,11 @@ class Trainer:
             ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
             others = [n for n in ends if n != first_count]
             if others:
-                later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
-                compiling.update(dict.fromkeys(others, later))
+                with shielded("starting the compilation"):
+                    later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
+                    compiling.update(dict.fromkeys(others, later))
         except BaseException:
-            for thread in compiling.values():
-                thread.join()
-            loader.close()
+            _wind_down(compiling, loader)
             raise
         acc = None
         first_batch = 0
@@ -587,12 +589,11 @@ class Trainer:
                     if self.stop_training:
                         break
         except (KeyboardInterrupt, Preempted):
-            cbs.call("on_interrupt", logs=logs)
+            with shielded("the callbacks' on_interrupt (a backup)"):
+                cbs.call("on_interrupt", logs=logs)
             raise
         finally:
-            for thread in compiling.values():  # not left compiling when the interpreter exits
-                thread.join()
-            loader.close()
+            _wind_down(compiling, loader)
             try:
                 cbs.call_all("on_train_end", logs=logs)  # every callback, even after one raised
             finally:
@@ -793,9 +794,10 @@ class Trainer:
         Returns:
             The absolute path written.
         """
-        return checkpoint.save(
-            path, self._require_state(), self._progress, self.checkpoint_meta, weights_only=weights_only
-        )
+        with shielded("the save in progress"):  # a Ctrl-C meanwhile is raised once the checkpoint is whole
+            return checkpoint.save(
+                path, self._require_state(), self._progress, self.checkpoint_meta, weights_only=weights_only
+            )
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
@@ -988,6 +990,21 @@ class Trainer:
 
     def _optimizer_meta(self, opt_state: Any) -> dict[str, Any]:
         return metadata.optimizer_meta(self._optimizer_name, opt_state)
+
+
+def _wind_down(compiling: Mapping[int, Background], loader: Any) -> None:
+    """Waits for the steps being compiled and closes the training stream (its thread and
+    pipelines), whatever Ctrl-C comes meanwhile: a compilation or a loader thread still running
+    when the interpreter exits aborts the process. Says so when fit stops on an interrupt while
+    a step still compiles (seconds; minutes for a large model)."""
+    running = [c for c in dict.fromkeys(compiling.values()) if c.running()]
+    what = "the compilation in progress" if running else "closing the data loader"
+    with shielded(what):
+        if running and isinstance(sys.exc_info()[1], (KeyboardInterrupt, Preempted)):
+            print(f"easyfit: stopping after {what}", file=sys.stderr, flush=True)
+        for compilation in running:
+            compilation.join()
+        loader.close()
 
 
 def _start_runtime() -> None:
