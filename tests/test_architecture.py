@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import easyfit
 
 PACKAGE = Path(easyfit.__file__).resolve().parent
@@ -166,3 +168,16 @@ def test_callbacks_declare_what_they_use_of_the_trainer_and_the_resume_protocol(
     assert not isinstance(History(), Resumable)
     members = {"progress", "checkpoint_meta", "metric_direction", "save"}
     assert members <= set(vars(TrainerLike)) and all(hasattr(Trainer, m) for m in members)
+
+
+@pytest.mark.parametrize("name", ["state", "steps", "losses", "precision", "learning_rate"])
+def test_the_old_paths_of_the_core_still_import_with_a_warning(name):
+    """The core moved from ``easyfit.training`` to ``easyfit.core``: the old module paths users
+    may hold give the same module, with a DeprecationWarning, for one release."""
+    import importlib
+    import sys
+
+    sys.modules.pop(f"easyfit.training.{name}", None)
+    with pytest.warns(DeprecationWarning, match=f"easyfit.training.{name} moved to easyfit.core.{name}"):
+        old = importlib.import_module(f"easyfit.training.{name}")
+    assert old is importlib.import_module(f"easyfit.core.{name}")
