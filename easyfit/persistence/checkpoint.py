@@ -285,6 +285,9 @@ def _check_shapes(path: str, name: str, args: Any) -> None:
                 f"{path}: item {name!r} has no array {where} (saved from another model or optimizer)"
             )
         shape = getattr(have[key], "shape", None)
+        dtype = getattr(want, "dtype", None)
+        if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            want = jax.eval_shape(jax.random.key_data, want)  # a key is saved as its key data
         if shape is not None and tuple(shape) != tuple(want.shape):
             raise CheckpointError(
                 f"{path}: item {name!r} was saved from another model: {where} has shape "
