@@ -11,9 +11,10 @@ batch size.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -126,6 +127,25 @@ def summary_input(shape: Any, dtype: Any = None, what: str = "input_shape") -> A
     )
 
 
+@contextlib.contextmanager
+def _methods_kept(model: Any) -> Iterator[None]:
+    """Puts back the methods of ``model``'s classes as they were: ``nnx.tabulate`` replaces them
+    while it runs and restores them only when the model runs through, so that a model failing
+    on the inputs (a wrong ``input_shape``) would keep the replacements, for every later call."""
+    from flax import nnx
+
+    saved = {t: dict(vars(t)) for t in {type(node) for _, node in nnx.iter_graph(model)}}
+    try:
+        yield
+    finally:
+        for cls, before in saved.items():
+            for name in set(vars(cls)) - set(before):
+                delattr(cls, name)
+            for name, value in before.items():
+                if vars(cls).get(name) is not value:
+                    setattr(cls, name, value)
+
+
 def layer_table(adapter: ModelAdapter, variables: Any, x: Any, width: int | None = None) -> str:
     """The model's layers in the order it calls them, each with its type, inputs, output shapes
     and parameters (Flax's ``tabulate``: linen's ``Module.tabulate``, ``nnx.tabulate``), for the
@@ -144,7 +164,8 @@ def layer_table(adapter: ModelAdapter, variables: Any, x: Any, width: int | None
 
         model = nnx.merge(adapter.module, *variables, copy=True)
         model.eval()
-        text = nnx.tabulate(model, x, console_kwargs=console, column_kwargs=columns)
+        with _methods_kept(model):
+            text = nnx.tabulate(model, x, console_kwargs=console, column_kwargs=columns)
     else:
         rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
         text = adapter.module.tabulate(
