@@ -98,6 +98,11 @@ class ModelAdapter:
         out = jax.eval_shape(lambda p, m, x: self.apply(p, m, x, False)[0], params, model_state, x)
         return _sample_shapes(out)
 
+    def eval_flags(self) -> dict[str, bool]:
+        """The keyword that puts a linen model in evaluation mode (``{"train": False}``), if it
+        takes one."""
+        return self._flag(train=False)
+
     def _flag(self, train: bool) -> dict[str, bool]:
         if self.train_flag is None:
             return {}

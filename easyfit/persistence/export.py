@@ -1,18 +1,20 @@
-"""A trained model's parameter table, and its inference function exported with ``jax.export``.
+"""A model's summary, and its inference function exported with ``jax.export``.
 
-:func:`summary` lists every parameter array with its shape and size (clu's
-``parameter_overview``), then the totals: trainable parameters, non-trainable variables (such as
-BatchNorm statistics) and bytes. :func:`export` writes the inference function as serialized
-StableHLO with the trained weights inside, and the class names beside it: it loads and runs with
-JAX alone (:func:`load_exported`, or the three lines shown in its docstring), without easyfit
-and without the model's Python class, for any batch size.
+:func:`summary` shows the model's layers in the order it calls them, with their output shapes
+and parameters (:func:`layer_table`: Flax's ``tabulate``), then the totals: trainable
+parameters, non-trainable variables (such as BatchNorm statistics) and bytes. :func:`export`
+writes the inference function as serialized StableHLO with the trained weights inside, and the
+class names beside it: it loads and runs with JAX alone (:func:`load_exported`, or the three
+lines shown in its docstring), without easyfit and without the model's Python class, for any
+batch size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -20,12 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._files import write_files
+from ..core.models import ModelAdapter
 from ..data.recipe import ImageRecipe
 
-__all__ = ["export", "export_trained", "load_exported", "summary"]
+__all__ = ["export", "export_trained", "layer_table", "load_exported", "summary", "summary_input"]
 
 FUNCTION = "model.stablehlo"
 META = "model.json"
+_WIDE = 1000  # a console width no table reaches: each column as wide as its cells
 
 
 def _pure(tree: Any) -> Any:
@@ -34,43 +38,43 @@ def _pure(tree: Any) -> Any:
     return to_pure() if callable(to_pure) else tree
 
 
-def _host(a: Any) -> Any:
-    """``a`` as a NumPy array; a typed PRNG key (NNX ``Rngs`` and ``Dropout`` state) as its key
-    data, which NumPy can hold (a ``key<fry>`` of shape ``()`` shows as ``uint32`` ``(2,)``)."""
-    if jax.dtypes.issubdtype(getattr(a, "dtype", None), jax.dtypes.prng_key):
-        a = jax.random.key_data(a)
-    return np.asarray(a)
-
-
 def _count(tree: Any) -> tuple[int, int]:
-    leaves = [_host(a) for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "shape")]
-    return sum(int(a.size) for a in leaves), sum(int(a.nbytes) for a in leaves)
+    """Elements and bytes of ``tree``'s arrays, from their shapes and dtypes (abstract leaves
+    too: a model summarised before fit); a typed PRNG key counts as its key data."""
+
+    def data(a: Any) -> Any:
+        return jax.random.key_data(a) if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key) else a
+
+    arrays = [a for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "shape") and hasattr(a, "dtype")]
+    leaves = jax.tree_util.tree_leaves(jax.eval_shape(lambda t: [data(a) for a in t], arrays))
+    sizes = [(int(np.prod(a.shape)), np.dtype(a.dtype).itemsize) for a in leaves]
+    return sum(n for n, _ in sizes), sum(n * b for n, b in sizes)
 
 
 def summary(
-    params: Any, model_state: Any, name: str = "model", print_fn: Callable[[str], Any] | None = None
+    params: Any,
+    model_state: Any,
+    name: str = "model",
+    print_fn: Callable[[str], Any] | None = None,
+    layers: str | None = None,
 ) -> str:
-    """The parameter table of ``params`` and the totals, printed with ``print_fn`` if given
-    (``Trainer.summary``).
+    """The layer table ``layers`` (:func:`layer_table`; without it, ``name``), then the totals
+    of ``params`` and ``model_state`` (arrays or ``jax.ShapeDtypeStruct``), printed with
+    ``print_fn`` if given (``Trainer.summary``).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from easyfit.persistence.export import summary
         >>> params = {"Dense_0": {"kernel": jnp.zeros((784, 10)), "bias": jnp.zeros(10)}}
-        >>> for line in summary(params, {}).splitlines()[-3:]:
-        ...     print(line)
+        >>> print(summary(params, {}))
+        Model: model
         Trainable parameters: 7,850 (30.7 KiB)
         Non-trainable variables: 0 (0 B)
         Total: 7,850 (30.7 KiB)
     """
-    params = jax.device_get(_pure(params))
-    state = jax.device_get(_pure(model_state))
-    table = jax.tree_util.tree_map(_host, params)
-    lines = [f"{name}: parameters", parameter_overview(table)]
-    if jax.tree_util.tree_leaves(state):
-        lines += ["Non-trainable variables", parameter_overview(jax.tree_util.tree_map(_host, state))]
-    n, b = _count(params)
-    m, c = _count(state)
+    n, b = _count(_pure(params))
+    m, c = _count(_pure(model_state))
+    lines = [layers if layers is not None else f"Model: {name}"]
     lines += [
         f"Trainable parameters: {n:,} ({_size(b)})",
         f"Non-trainable variables: {m:,} ({_size(c)})",
@@ -82,6 +86,97 @@ def summary(
     return text
 
 
+def summary_input(shape: Any, dtype: Any = None, what: str = "input_shape") -> Any:
+    """A batch of one zero sample of ``shape`` (one sample's: a tuple of ints, or a dict or a
+    tuple of them for a model of several inputs, which then takes a dict or a tuple), in
+    ``dtype`` (float32 by default, which the model is given in training whatever the data's
+    dtype; a dict or a tuple of dtypes for several inputs).
+
+    Raises:
+        ValueError: ``shape`` or ``dtype`` is not one of those, naming ``what``.
+
+    Example:
+        >>> from easyfit.persistence.export import summary_input
+        >>> summary_input((28, 28, 1)).shape
+        (1, 28, 28, 1)
+        >>> {k: v.dtype.name for k, v in summary_input({"a": (4,), "b": ()}, {"b": "int32"}).items()}
+        {'a': 'float32', 'b': 'int32'}
+    """
+
+    def pick(key: Any) -> Any:
+        if isinstance(dtype, Mapping):
+            return dtype.get(key)
+        return dtype[key] if isinstance(dtype, (list, tuple)) else dtype
+
+    if isinstance(shape, Mapping):
+        return {k: summary_input(v, pick(k), f"{what}[{k!r}]") for k, v in shape.items()}
+    if isinstance(shape, (list, tuple)) and all(isinstance(d, (int, np.integer)) for d in shape):
+        if any(int(d) < 0 for d in shape):
+            raise ValueError(f"{what}={shape!r}: a sample's shape has no negative sizes")
+        try:
+            dtype = jnp.dtype(dtype if dtype is not None else "float32")
+        except TypeError as e:
+            raise ValueError(f"input_dtype for {what}: {dtype!r} is not a dtype") from e
+        return jnp.zeros((1, *map(int, shape)), dtype)
+    several = isinstance(shape, (list, tuple)) and shape
+    if several and all(isinstance(v, (list, tuple, Mapping)) for v in shape):
+        return tuple(summary_input(v, pick(i), f"{what}[{i}]") for i, v in enumerate(shape))
+    raise ValueError(
+        f"{what}={shape!r}: expected one sample's shape without the batch axis, a tuple of ints "
+        "such as (28, 28, 1), or a dict or a tuple of such shapes for a model of several inputs"
+    )
+
+
+@contextlib.contextmanager
+def _methods_kept(model: Any) -> Iterator[None]:
+    """Puts back the methods of ``model``'s classes as they were: ``nnx.tabulate`` replaces them
+    while it runs and restores them only when the model runs through, so that a model failing
+    on the inputs (a wrong ``input_shape``) would keep the replacements, for every later call."""
+    from flax import nnx
+
+    saved = {t: dict(vars(t)) for t in {type(node) for _, node in nnx.iter_graph(model)}}
+    try:
+        yield
+    finally:
+        for cls, before in saved.items():
+            for name in set(vars(cls)) - set(before):
+                delattr(cls, name)
+            for name, value in before.items():
+                if vars(cls).get(name) is not value:
+                    setattr(cls, name, value)
+
+
+def layer_table(adapter: ModelAdapter, variables: Any, x: Any, width: int | None = None) -> str:
+    """The model's layers in the order it calls them, each with its type, inputs, output shapes
+    and parameters (Flax's ``tabulate``: linen's ``Module.tabulate``, ``nnx.tabulate``), for the
+    inputs ``x`` (a batch of one sample: the batch axis shows as 1).
+
+    A linen model is traced on abstract values (no computation). An NNX model runs once, on a
+    copy of it made from ``variables`` (``(params, model_state)``) in evaluation mode: its
+    random keys and batch statistics are left as they were. ``width`` (characters): longer cells
+    wrap rather than being cut, so that every shape shows whole; None: as wide as the cells need.
+    """
+    console = {"width": _WIDE if width is None else int(width)}
+    console.update(force_terminal=False, force_jupyter=False)  # plain text, also in a notebook
+    columns = {"overflow": "fold"}
+    if adapter.kind == "nnx":
+        from flax import nnx
+
+        model = nnx.merge(adapter.module, *variables, copy=True)
+        model.eval()
+        with _methods_kept(model):
+            text = nnx.tabulate(model, x, console_kwargs=console, column_kwargs=columns)
+    else:
+        rngs = {"params": jax.random.key(0), "dropout": jax.random.key(1)}
+        text = adapter.module.tabulate(
+            rngs, x, console_kwargs=console, column_kwargs=columns, **adapter.eval_flags()
+        )
+    # up to the table's last line: the totals that follow it are summary's
+    lines = text.rstrip().splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("└")), default=len(lines) - 1)
+    return "\n".join(line.rstrip() for line in lines[: last + 1]).strip("\n")
+
+
 def _size(nbytes: int) -> str:
     """``nbytes`` in the largest binary unit that keeps it at least 1: ``30.7 KiB``."""
     size, unit = float(nbytes), "B"
@@ -90,15 +185,6 @@ def _size(nbytes: int) -> str:
             break
         size, unit = size / 1024, bigger
     return f"{nbytes} B" if unit == "B" else f"{size:,.1f} {unit}"
-
-
-def parameter_overview(tree: Mapping[str, Any]) -> str:
-    """clu's table of ``tree``'s arrays: name, shape, size, mean and std (without clu's own
-    total under it: the summary ends with one set of totals)."""
-    from clu import parameter_overview as overview
-
-    text = overview.get_parameter_overview(dict(tree), include_stats=True)
-    return "\n".join(line for line in text.splitlines() if not line.startswith("Total:"))
 
 
 def _specs(shape: Any, dtype: Any, batch: Any) -> Any:

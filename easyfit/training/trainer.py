@@ -24,7 +24,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -743,16 +743,53 @@ class Trainer:
         return result
 
     # ------------------------------------------------------------- summary, export, checkpoints
-    def summary(self, print_fn: Any = None) -> None:
-        """Prints the parameter table per module and the totals: trainable, non-trainable
-        (BatchNorm statistics) and bytes. Returns None, as Keras' ``Model.summary``.
+    def summary(
+        self,
+        input_shape: Any = None,
+        *,
+        input_dtype: Any = None,
+        print_fn: Callable[[str], Any] | None = None,
+        line_length: int | None = None,
+    ) -> None:
+        """Prints the model's layers in the order it calls them, with their output shapes and
+        parameters, then the totals: trainable, non-trainable (BatchNorm statistics, NNX random
+        keys) and bytes. Returns None, as Keras' ``Model.summary``.
+
+        Before ``fit``, ``input_shape`` builds the model for the table (as Keras' ``build``;
+        the trainer's parameters are not made: ``fit`` makes them from its data). After
+        ``fit``, the trained model for the training data's shape.
 
         Args:
+            input_shape: one sample's shape, without the batch axis: ``(28, 28, 1)``; a dict or
+                a tuple of shapes for a model of several inputs. Default: the training data's.
+            input_dtype: the inputs' dtype (default float32, as the model receives them in
+                training); a dict or a tuple of dtypes for several inputs.
             print_fn: called once with the whole text (None: ``print``); e.g.
                 ``lines.append`` to keep it.
+            line_length: the table's width in characters, its longer cells wrapped (None: as
+                wide as its cells need, nothing wrapped).
+
+        Raises:
+            RuntimeError: before ``fit`` without ``input_shape``.
+            ValueError: ``input_shape`` or ``input_dtype`` is not a shape or a dtype.
         """
-        state = self._require_state()
-        export_lib.summary(state.params, state.model_state, type(self._model).__name__, print_fn or print)
+        if input_shape is None and self._input_spec is not None and self._input_spec[1] is not None:
+            input_shape = self._input_spec[0]
+        if input_shape is None:
+            raise RuntimeError(
+                "summary: the model's input shape is not known yet: pass one sample's shape "
+                "(trainer.summary(input_shape=(28, 28, 1))), or call fit first"
+            )
+        x = export_lib.summary_input(input_shape, input_dtype)
+        check_int("line_length", line_length, 20, none=True)
+        if self.state is not None:
+            variables = (self.state.params, self.state.model_state)
+        elif self._adapter.kind == "nnx":
+            variables = self._nnx_variables
+        else:  # shapes only: the model traced on abstract inputs
+            variables = jax.eval_shape(self._adapter.init, jax.random.key(self.seed), x)
+        table = export_lib.layer_table(self._adapter, variables, x, line_length)
+        export_lib.summary(*variables, type(self._model).__name__, print_fn or print, layers=table)
 
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
