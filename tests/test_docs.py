@@ -98,6 +98,8 @@ def test_mkdocs_build_strict(tmp_path):
     output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)  # no colours
     warnings = [line for line in output.splitlines() if re.match(r"\s*(WARNING|ERROR)\b", line)]
     assert proc.returncode == 0 and not warnings, "\n".join(warnings) or output[-4000:]
+    configs = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "site").rglob("*.toml"))
+    assert not configs, f"the site publishes {configs}"
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "Trains a Flax model on data read by DALI" in api  # the docstrings made it in
     assert not re.findall(r":(?:meth|func|class|attr|mod|exc):", api)  # roles rendered as code
@@ -127,6 +129,45 @@ def test_mkdocs_build_strict(tmp_path):
     assert not internal_paths, internal_paths
     plain = re.findall(r"docs/[\w-]+\.md", text)
     assert not plain, f"cross-references as plain text instead of links: {plain}"
+
+
+def test_site_publishes_pages_and_their_assets_only():
+    """Of docs/, mkdocs publishes the pages and the site's stylesheets, scripts and images, and not
+    docs/ruff.toml (the line length of the docs' code blocks, for ``ruff format``). Read from
+    mkdocs' own list of the files a build copies, without building."""
+    from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
+
+    files = get_files(load_config(str(ROOT / "mkdocs.yml")))
+    assert "ruff.toml" in {f.src_uri for f in files}  # the list holds the file, excluded
+    published = {f.src_uri for f in files if not f.inclusion.is_excluded()}
+    others = sorted(p for p in published if not p.endswith((".md", ".css", ".js", ".png")))
+    assert not others, f"mkdocs.yml's exclude_docs should leave out {others}"
+
+
+def _nav_pages(items: list) -> list[str]:
+    """The page files of a part of mkdocs.yml's ``nav``, its sections' pages included."""
+    pages = []
+    for item in items:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        pages += _nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_contributor_pages_have_their_own_section():
+    """The pages for those who change easyfit (CONTRIBUTOR_PAGES) are the site's "Contributing"
+    section, and in no section of the user's guide."""
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    sections = {title: value for item in nav for title, value in item.items() if isinstance(value, list)}
+    assert set(_nav_pages(sections["Contributing"])) == CONTRIBUTOR_PAGES
+    elsewhere = [
+        f"{title}: {page}"
+        for title, value in sections.items()
+        if title != "Contributing"
+        for page in _nav_pages(value)
+        if page in CONTRIBUTOR_PAGES
+    ]
+    assert not elsewhere, elsewhere
 
 
 def _public_names() -> set[str]:
