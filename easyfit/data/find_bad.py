@@ -67,8 +67,8 @@ def check(data: str | os.PathLike | Source, *, children: int | None = None) -> l
     one line that says why.
 
     Example:
-        >>> import easyfit as ef
-        >>> root = ef.datasets.sample_folder(DOCS_TMP + "/check", limit=(20, 10))
+        >>> import tempfile, easyfit as ef
+        >>> root = ef.datasets.sample_folder(tempfile.mkdtemp() + "/check", limit=(20, 10))
         >>> with open(root + "/train/3/bad.png", "wb") as f:
         ...     _ = f.write(b"not an image")
         >>> for problem in ef.data.check(root):  # train/ and val/
