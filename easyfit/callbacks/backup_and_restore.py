@@ -69,7 +69,8 @@ class BackupAndRestore(Callback):
     runs after the others, wherever it is listed, so that a backup holds what they did there.
     A fit resumed in the middle of an epoch calls that epoch's ``on_epoch_begin`` again, as it
     was called when the epoch began (the same learning rate), then puts the backup's training
-    state and callback states back (see docs/callbacks.md).
+    state and callback states back (see
+    [Callbacks](callbacks.md#keeping-a-callbacks-state-through-a-backup)).
 
     Args:
         backup_dir: where the backups live (one per training run); not empty or None, and

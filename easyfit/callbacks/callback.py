@@ -85,7 +85,8 @@ class Callback:
     A callback that keeps state across epochs (counters, a best value) keeps it through a
     backup too by returning it from ``get_state`` as plain JSON values and taking it back in
     ``set_state``: ``BackupAndRestore`` records it in every backup and a resumed fit puts it
-    back (see docs/callbacks.md, "Keeping a callback's state through a backup").
+    back (see [Keeping a callback's state through a backup](
+    callbacks.md#keeping-a-callbacks-state-through-a-backup)).
 
     A hook may also be given per instance (``self.on_train_batch_end = fn`` in ``__init__``):
     a callback that wants batch hooks only in some configurations then costs nothing in the

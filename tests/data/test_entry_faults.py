@@ -119,7 +119,8 @@ def test_a_jpeg_replaced_by_a_broken_one_between_epochs_is_named_in_every_run(tm
         out["results"]
         == [
             f"{out['path']}: JPEG segment FFDB at byte 20 has length 61440, past the end of the file"
-            f" ({os.path.getsize(out['path'])} bytes)"
+            f" ({os.path.getsize(out['path'])} bytes) (to list every bad file at once: easyfit check "
+            f"{tmp_path})"
         ]
         * 3
     )

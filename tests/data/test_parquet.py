@@ -17,7 +17,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.sources.parquet import hf_splits
-from tests.helpers import Crash, crash_at, flat_params
+from tests.helpers import Crash, crash_before, flat_params
 from tests.helpers.formats import encode, write_hf_splits, write_parquet
 from tests.helpers.models import SmallMLP
 from tests.helpers.stream import loader_batches
@@ -166,7 +166,7 @@ def test_a_fit_resumes_mid_epoch_from_a_backup_bit_for_bit(from_shards, hf_root,
 
     crashing = ef.Trainer(SmallMLP(), optimizer=optax.adam(1e-3), seed=3, steps_per_execution=1)
     with pytest.raises(Crash):
-        _fit(hf_root, [BackupAndRestore(tmp_path / "b", save_freq=2), crash_at(crashing, 1, 2)], crashing)
+        _fit(hf_root, [BackupAndRestore(tmp_path / "b", save_freq=2), crash_before(crashing, 1, 3)], crashing)
     saved = BackupAndRestore(tmp_path / "b").restore_point()
     assert (saved.epoch, saved.batch) == (1, 3)  # mid-epoch: 3 of the 5 steps of epoch 1 done
     resumed = _fit(hf_root, [BackupAndRestore(tmp_path / "b", save_freq=2)])

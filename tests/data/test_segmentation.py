@@ -157,7 +157,7 @@ def test_a_resumed_fit_with_random_crops_and_flips_ends_bit_exact(seg_root, tmp_
         pass
 
     def crash(batch, logs):  # in the second epoch, after a backup at its first batch
-        if len(seen) == 4 and not crashed:
+        if len(seen) == 5 and not crashed:
             crashed.append(batch)
             raise Crash
 
