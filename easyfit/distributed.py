@@ -32,7 +32,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["agree", "agree_on_fit", "initialize", "is_main_process"]
+__all__ = ["agree", "agree_on_fit", "agree_on_pass", "initialize", "is_main_process"]
 
 #: Seconds after which a silent process is declared dead and the others stop.
 HEARTBEAT_TIMEOUT_S = 30
@@ -190,6 +190,19 @@ def agree_on_fit(data: Any, validation_data: Any, **settings: Any) -> None:
         }
 
     agree("fit", plan)
+
+
+def agree_on_pass(what: str, data: Any, **settings: Any) -> None:
+    """``evaluate``'s or ``predict``'s plan, the same in every process (:func:`agree`) before
+    its first collective: its ``settings`` (batch size, steps) and the data's fingerprint.
+    Nothing is computed in a single process."""
+
+    def plan() -> dict[str, Any]:
+        from .persistence.fingerprint import data_fingerprint
+
+        return {**settings, "data": data_fingerprint(data)}
+
+    agree(what, plan)
 
 
 def _runtime() -> Any:

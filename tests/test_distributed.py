@@ -141,6 +141,14 @@ def test_processes_given_different_batch_sizes_both_stop_naming_it(mnist_dir, tm
         assert "Epoch 1/" not in output  # stopped before training
 
 
+def test_processes_predicting_with_different_batch_sizes_both_stop_naming_it(mnist_dir, tmp_path):
+    """``predict`` (and ``evaluate``) called alone agree too: no hang in their collectives."""
+    procs = _launch(mnist_dir, tmp_path, "--predict-only", each=((), ("--batch-size", "100")))
+    for output in _both_refuse(procs):
+        assert "ValueError: the processes differ at predict" in output, output[-3000:]
+        assert "process 1 has batch_size=100, process 0 has 200" in output, output[-3000:]
+
+
 def test_processes_given_different_data_both_stop_naming_it(mnist_dir, tmp_path):
     """Process 1's copy of the data has one file renamed: as many samples, the same classes;
     only the data's fingerprint (its files' names and sizes) tells them apart."""

@@ -653,6 +653,7 @@ class Trainer:
         for note in self._data.left_out(source) if verbose and jax.process_index() == 0 else ():
             print(f"easyfit: {note}", flush=True)
         batch_size = int(batch_size or self.batch_size)
+        distributed.agree_on_pass("evaluate", source, batch_size=batch_size, steps=steps)
         logs = self._evaluate(source, batch_size, CallbackList(as_list(callbacks), self, {}), steps)
         if verbose and jax.process_index() == 0:
             print(" - ".join(f"{k}: {format_value(v)}" for k, v in logs.items()), flush=True)
@@ -725,6 +726,7 @@ class Trainer:
         for note in self._data.left_out(source) if verbose and jax.process_index() == 0 else ():
             print(f"easyfit: {note}", flush=True)
         batch_size = int(batch_size or self.batch_size)
+        distributed.agree_on_pass("predict", source, batch_size=batch_size, steps=steps)
         cbs = CallbackList(as_list(callbacks), self, {})
         outputs = []
         with self._pass(source, batch_size, predict=True, steps=steps) as (loader, infer):

@@ -31,6 +31,9 @@ ap.add_argument(
 )
 ap.add_argument("--batch-size", type=int, default=200, help="this process's batch size")
 ap.add_argument("--fit-only", action="store_true", help="no loader pass, no evaluate, predict or save")
+ap.add_argument(
+    "--predict-only", action="store_true", help="only predict on val/ with --batch-size (an untrained model)"
+)
 args = ap.parse_args()
 
 ef.distributed.initialize(
@@ -53,7 +56,7 @@ class Die(ef.callbacks.Callback):
             os._exit(3)
 
 
-if not args.fit_only:
+if not (args.fit_only or args.predict_only):
     # Which samples reach this process's devices, through the real loader.
     n = 1000
     placement = Placement.create()
@@ -73,6 +76,13 @@ if not args.fit_only:
         json.dump(seen, f)
 
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+if args.predict_only:
+    try:
+        trainer.predict(args.root + "/val", batch_size=args.batch_size, verbose=0)
+    except (ValueError, TimeoutError) as e:
+        print(f"{type(e).__name__}: {e}", flush=True)
+        sys.exit(4)
+    sys.exit(0)
 try:
     history = trainer.fit(
         args.root, epochs=args.epochs, batch_size=args.batch_size, verbose=2, callbacks=[Die()]
