@@ -13,6 +13,23 @@ from pathlib import Path
 import pytest
 
 collect_ignore = ["tests/programs", "tests/dali_repro"]
+# the core's old module paths: each replaces itself by the moved module (a doctest would collect
+# the same module twice, and each warns on import)
+collect_ignore += [
+    f"easyfit/training/{name}.py"
+    for name in (
+        "state",
+        "initial_states",
+        "steps",
+        "losses",
+        "metrics",
+        "precision",
+        "optimizers",
+        "learning_rate",
+        "multi_output",
+        "models",
+    )
+]
 
 # The suite never writes easyfit's compilation cache into the developer's home: this process
 # and every program it starts inherit the off switch (set before anything imports easyfit).
