@@ -89,3 +89,19 @@ def test_files_written_together_are_renamed_only_once_all_are_written(tmp_path):
     write_files({str(link): b"through the link"})
     assert link.is_symlink() and first.read_bytes() == b"through the link"
     assert stat.S_IMODE(first.stat().st_mode) == 0o640
+
+
+def test_only_easyfit_s_own_staging_files_are_ever_removed(tmp_path):
+    """Canaries beside the target, one named as a staging file would be: neither a write, a
+    failed write nor the writability check removes or changes them."""
+    canaries = {tmp_path / "notes.txt": b"mine", tmp_path / ".a.bin.easyfit-tmp-00000000": b"mine too"}
+    for path, data in canaries.items():
+        path.write_bytes(data)
+    (tmp_path / "dir").mkdir()
+    write_files({str(tmp_path / "a.bin"): b"new"})
+    check_writable(str(tmp_path / "a.bin"))
+    with pytest.raises(OSError):
+        write_files({str(tmp_path / "a.bin"): b"newer", str(tmp_path / "dir"): b"x"})
+    assert (tmp_path / "a.bin").read_bytes() == b"new"
+    assert all(path.read_bytes() == data for path, data in canaries.items())
+    assert sorted(os.listdir(tmp_path)) == sorted(["a.bin", "dir", *(p.name for p in canaries)])
