@@ -19,6 +19,7 @@ from easyfit.data.check_pool import CheckPool
 from easyfit.data.sources.folder import path_table
 from easyfit.data.validation import encoded
 from easyfit.data.validation.samples import checked_sample, sample_stamp
+from tests.helpers.internals import checker_pool
 
 
 def _checkers() -> list[int]:
@@ -82,7 +83,8 @@ def test_a_damaged_jpeg_in_a_streamed_folder_is_named_by_a_checker_child(tmp_pat
     source.sample_problem = lambda index: None  # this process's check off: only a child's can name it
     with pytest.raises(ef.errors.DataError, match=f"^{files[33]}: "):
         trainer.fit(source, epochs=1, batch_size=8, cache=False, verbose=0)
-    assert source._checks is not None and source._checks.children >= 1
+    pool = checker_pool(source)
+    assert pool is not None and pool.children >= 1
     source.close()
 
 
