@@ -39,10 +39,11 @@ from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
 
-__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children", "image_problems"]
+__all__ = ["CHILDREN_SETTING", "FRESH_SECONDS", "CheckPool", "default_children", "image_problems"]
 
-#: Checker children per pool; None: :func:`default_children`. 0: check in this process.
-CHILDREN: int | None = None
+#: The environment variable that sets the checker children of each pool: a whole number, 0 to
+#: check in this process; unset, :func:`default_children` chooses from the cores.
+CHILDREN_SETTING = "EASYFIT_CHECKERS"
 
 #: Loads ``easyfit.data.validation`` (its ``__init__.py``: argv[1]) under a private name,
 #: without importing easyfit, and serves on stdin/stdout. Run with ``-I -S``: no folder of
@@ -69,9 +70,21 @@ Problem = Callable[[int], "str | None"]
 
 
 def default_children() -> int:
-    """Checker children for this machine: half its cores, 1 to 8 (the other half decodes and
-    trains)."""
-    return CHILDREN if CHILDREN is not None else max(1, min(8, available_cores() // 2))
+    """Checker children of a pool: ``EASYFIT_CHECKERS`` where it is set (0: check in this
+    process), else half the machine's cores, 1 to 8 (the other half decodes and trains).
+
+    Raises:
+        ValueError: ``EASYFIT_CHECKERS`` is not a whole number of 0 or more.
+    """
+    given = os.environ.get(CHILDREN_SETTING, "").strip()
+    if not given:
+        return max(1, min(8, available_cores() // 2))
+    if not given.isdigit():
+        raise ValueError(
+            f"{CHILDREN_SETTING}={given!r}: expected the number of checker processes per data "
+            "source, a whole number (0: check the files in the training process)"
+        )
+    return int(given)
 
 
 def image_problems(

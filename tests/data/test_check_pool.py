@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import sys
 import threading
@@ -220,6 +221,24 @@ def test_where_no_child_can_start_the_checks_run_in_this_process(tmp_path, monke
 
     assert pool.problem(_in_order(files), here) == (4, "empty file")
     assert pool.children == 0 and sorted(asked) == list(range(6))
+
+
+def test_the_number_of_checkers_is_set_by_easyfit_checkers(tmp_path, monkeypatch):
+    files = _folder(tmp_path, 4)
+    monkeypatch.setenv("EASYFIT_CHECKERS", "0")  # checks in this process: no child starts
+    others = set(_checkers())
+    pool = _pool(files)
+    try:
+        assert pool.problem(_in_order(files), ef.data.ImageFolder(tmp_path).sample_problem) is None
+        assert pool.children == 0 and set(_checkers()) == others
+    finally:
+        pool.close()
+    monkeypatch.setenv("EASYFIT_CHECKERS", " 3 ")
+    assert check_pool.default_children() == 3
+    for bad in ("-1", "two", "1.5"):
+        monkeypatch.setenv("EASYFIT_CHECKERS", bad)
+        with pytest.raises(ValueError, match=f"^EASYFIT_CHECKERS='{re.escape(bad)}': expected the number"):
+            check_pool.default_children()
 
 
 def test_a_child_that_dies_leaves_the_checks_to_this_process(tmp_path):
