@@ -59,9 +59,9 @@ def child(root: str, batch: int, classes: int, children: int | None) -> None:
     import easyfit as ef
 
     if children is not None:
-        from easyfit.data import check_pool
+        from easyfit.data.check_pool import CHILDREN_SETTING
 
-        check_pool.CHILDREN = children
+        os.environ[CHILDREN_SETTING] = str(children)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from startup import _model
 

@@ -61,10 +61,10 @@ def import_while(work: Callable[[], T], *names: str) -> T:
     """``work()``, run in a background thread while this thread imports the modules ``names``
     (those not imported yet); its result, or its exception raised here.
 
-    For work that waits without holding the interpreter lock: on a GPU machine JAX's runtime
-    takes about a second to start (the Trainer's devices), in which DALI's import (half a second
-    of Python) can run. The import stays in the calling thread, and nothing else runs Python of
-    easyfit's until both are done: a package that imports itself circularly, as DALI does, breaks
+    For work that waits without holding the interpreter lock: while JAX's runtime starts on a
+    GPU machine (the Trainer's devices), DALI's import, which is mostly Python, can run. The
+    import stays in the calling thread, and nothing else runs Python of easyfit's until both
+    are done: a package that imports itself circularly, as DALI does, breaks
     when two threads import it at once (Python hands one of them a partially made module). A
     failed import is left to the next ``import`` of the module to raise.
 

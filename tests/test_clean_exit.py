@@ -8,6 +8,7 @@ import pytest
 
 import easyfit as ef
 from tests.helpers import run_program
+from tests.helpers.internals import built_pipelines
 
 
 @pytest.mark.slow
@@ -31,7 +32,7 @@ def test_a_failed_fit_closes_its_training_loader(monkeypatch, tmp_path):
     x, y = np.zeros((20, 4, 4, 1), np.float32), np.full(20, 12)  # labels beyond 10 outputs
     with pytest.raises(ef.errors.DataError, match="outside the model's 10 outputs"):
         ef.Trainer(SmallMLP()).fit(x, y, batch_size=10, verbose=0)
-    assert closed and all(not loader._pipelines._pipes for loader in closed)
+    assert closed and all(not built_pipelines(loader) for loader in closed)
 
 
 def test_a_keyboard_interrupt_raised_in_a_callback_goes_through_after_the_cleanup(monkeypatch, trainer):
@@ -64,4 +65,4 @@ def test_a_keyboard_interrupt_raised_in_a_callback_goes_through_after_the_cleanu
         with pytest.raises(KeyboardInterrupt):
             trainer.fit(x, y, batch_size=4, epochs=2, verbose=0, validation_data=(x, y), callbacks=callbacks)
         assert called == ["on_interrupt", "on_train_end"], hook
-        assert closed and all(not loader._pipelines._pipes for loader in closed), hook
+        assert closed and all(not built_pipelines(loader) for loader in closed), hook

@@ -14,6 +14,7 @@ import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
 from easyfit.data import Loader
 from easyfit.parallel import Placement
+from tests.helpers.internals import built_pipelines
 
 SIZE = (24, 24)
 MEAN, STD = np.array(ef.data.images.IMAGENET[0]), np.array(ef.data.images.IMAGENET[1])
@@ -89,7 +90,7 @@ def test_a_random_resized_crop_is_cut_from_the_decoded_image_without_peeking_at_
     loader = Loader(source, plan, Placement.create(), training=True)
     try:
         cropped = np.asarray(next(loader)["x"])
-        graph = loader._pipelines._pipes[0].serialize()  # built by the first chunk
+        graph = built_pipelines(loader)[0].serialize()  # built by the first chunk
     finally:
         loader.close()
     assert b"PeekImageShape" not in graph and b"decoders__ImageSlice" not in graph

@@ -20,6 +20,7 @@ from flax import linen as nn
 
 import easyfit as ef
 from tests.helpers import flat_params
+from tests.helpers.internals import declared_chunk_spec, init_compilations, model_adapter, thread_the_loader
 
 
 class Notes:
@@ -114,7 +115,7 @@ def test_an_initialisation_compiled_for_the_cpu_gives_the_default_compilations_v
     tx = optax.adamw(1e-3)
     maker = state_module.StateMaker(adapt(model)[0], tx, ema=True, host=jax.local_devices(backend="cpu")[0])
     made = maker.make(7, (8, 8, 1))
-    assert maker._init_cpu._cache_size() == 1 and maker._init._cache_size() == 0  # the CPU's options
+    assert init_compilations(maker) == (1, 0)  # compiled with the CPU's options
     init_rng, _ = jax.random.split(jax.random.PRNGKey(7))
     p_rng, d_rng = jax.random.split(init_rng)
     zeros = np.zeros((1, 8, 8, 1), np.float32)
@@ -134,7 +135,7 @@ def test_the_label_and_class_weight_checks_take_the_output_shapes_the_initialisa
     trainer.fit(root + "/train", epochs=0, batch_size=32, verbose=0, class_weight={0: 2.0})
     assert notes.initialising == 1
     assert notes.inferring == 0  # no trace of the model for its output shapes
-    adapter = trainer._adapter
+    adapter = model_adapter(trainer)
     assert adapter.output_shapes(trainer.state.params, trainer.state.model_state, [28, 28, 1]) == (10,)
     assert notes.inferring == 0
     # another input shape was never initialised: traced for it (and refused by the Dense)
@@ -180,8 +181,11 @@ def test_a_fit_compiling_from_the_chunk_spec_trains_as_one_waiting_for_the_chunk
     params = {}
     for threaded in (False, True):  # True: the loader thread of GPU machines, and its spec
         notes = Notes()
-        trainer = ef.Trainer(Recorder(notes), optimizer="adam", seed=0, steps_per_execution=2)
-        trainer._data.loader_options.update(threaded=threaded, pipelines_per_device=2)
+        trainer = ef.Trainer(
+            Recorder(notes), optimizer="adam", seed=0, steps_per_execution=2, pipelines_per_device=2
+        )
+        if threaded:
+            thread_the_loader(trainer)
         trainer.fit(root + "/train", epochs=2, batch_size=16, verbose=0, cache=False)
         assert notes.initialising == 1
         params[threaded] = flat_params(trainer.state.params)
@@ -216,7 +220,8 @@ def test_the_first_step_runs_the_program_compiled_ahead_for_its_shapes(root):
                 trainer = ef.Trainer(
                     Recorder(Notes()), optimizer="adam", metrics=["accuracy"], steps_per_execution=2
                 )
-                trainer._data.loader_options.update(threaded=threaded)
+                if threaded:
+                    thread_the_loader(trainer)
                 trainer.fit(root + "/train", epochs=1, batch_size=16, verbose=0, cache=False)  # 4 steps
                 assert handler.names.count("jit(run)") == 1, (threaded, handler.names)
     finally:
@@ -297,8 +302,8 @@ def test_an_image_sources_declared_outputs_are_its_pipelines_so_the_spec_needs_n
     plan = ef.data.Plan(len(source), 8, seed=0, steps_per_execution=2, num_shards=placement.num_shards)
     loader = Loader(source, plan, placement, threaded=True, pipelines_per_device=2, training=training)
     try:
-        spec = loader._pipelines.chunk_spec()  # from the declaration: no run waited for
-        assert not loader._pipelines._first_ran.is_set()
+        spec, ran = declared_chunk_spec(loader)
+        assert not ran  # from the declaration: no run waited for
         assert _layout(spec) == _layout(loader.chunk_spec())
         assert _layout(spec) == _layout(next(loader))  # the first run checked it too
     finally:
@@ -349,7 +354,7 @@ def test_outputs_that_are_not_the_declared_ones_stop_the_fit_naming_both(root, m
     source = ef.data.ImageFolder(root + "/train", image_size=(28, 28))
     monkeypatch.setattr(source, "output_spec", lambda: [((28, 28, 3), np.uint8), ((), np.int32)])
     trainer = ef.Trainer(Recorder(Notes()), optimizer="sgd", seed=0)
-    trainer._data.loader_options.update(threaded=True)
+    thread_the_loader(trainer)
     with pytest.raises(RuntimeError, match=r"\(28, 28, 1\) uint8.* not the \(28, 28, 3\) uint8"):
         trainer.fit(source, epochs=1, batch_size=16, verbose=0, cache=False)
 

@@ -15,6 +15,7 @@ import pytest
 
 import easyfit as ef
 from tests.helpers import flat_params
+from tests.helpers.internals import compilations, holds_compiled_steps, kept_streams, step_functions
 from tests.helpers.models import NNXMLP, SmallMLP
 
 
@@ -179,10 +180,10 @@ def test_each_step_function_compiles_once(mnist_arrays):
         cache=False,
     )
     trainer.evaluate(x[1000:1500], y[1000:1500], batch_size=96)
-    (fns,) = trainer._steps.configurations()
-    assert fns.train(3)._cache_size() == 1  # not again for the second chunk or epoch
-    assert fns.train(2)._cache_size() == 1  # the last chunk: 11 steps = 3 + 3 + 3 + 2
-    assert fns.eval._cache_size() == 1
+    fns = step_functions(trainer)
+    assert compilations(fns.train(3)) == 1  # not again for the second chunk or epoch
+    assert compilations(fns.train(2)) == 1  # the last chunk: 11 steps = 3 + 3 + 3 + 2
+    assert compilations(fns.eval) == 1
 
 
 # Each trainer fits one epoch (validation included, from the device cache), evaluates and
@@ -241,9 +242,9 @@ def test_close_releases_kept_loaders_and_the_trainer_works_on():
     model = nn.Sequential([lambda v: v.reshape((v.shape[0], -1)), nn.Dense(10)])
     with ef.Trainer(model, seed=0) as trainer:
         trainer.fit(x, y, epochs=1, batch_size=16, validation_data=(x, y), verbose=0)
-        kept = trainer._data._kept._streams  # noqa: SLF001 - what close must empty
+        kept = kept_streams(trainer)  # what close must empty
         assert kept
         before = trainer.evaluate(x, y)
-    assert not kept and not trainer._steps  # noqa: SLF001
+    assert not kept and not holds_compiled_steps(trainer)
     assert trainer.evaluate(x, y) == pytest.approx(before)  # rebuilds what it needs
     trainer.close()

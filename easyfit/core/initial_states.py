@@ -1,6 +1,6 @@
 """Initial training states kept on disk: a re-run of an unchanged script reads the state its
-seed gave last time instead of lowering, loading and running the initialisation again (2-3 s
-of a warm start-up with a ResNet-50 on a GPU machine: docs/performance.md).
+seed gave last time instead of lowering, loading and running the initialisation again, which
+is a large part of a warm start-up (docs/performance.md).
 
 A state initialised on a CPU device is a pure function of what this module hashes into its key:
 the initialisation's program as JAX traced it (its jaxpr, printed in full, and its constants),
@@ -43,8 +43,8 @@ __all__ = ["MAX_BYTES", "folder", "read", "state_key", "write"]
 log = logging.getLogger("easyfit")
 
 #: The folder's cap in bytes: after an entry is written, the least recently used others are
-#: removed until the folder holds at most this much (a ResNet-50's state with its SGD momentum
-#: is about 200 MB). A state larger than this is not kept.
+#: removed until the folder holds at most this much, room for the states of several large models.
+#: A state larger than this is not kept.
 MAX_BYTES = 2 << 30
 
 _FORMAT = b"easyfit initial state 1"

@@ -343,13 +343,17 @@ class AUC(_CountMetric):
 
 
 class _PrecisionRecall(_CountMetric):
+    """Precision's and Recall's arguments and counts; ``_NAME`` is the default ``name``."""
+
+    _NAME: ClassVar[str]
+
     def __init__(
         self,
-        thresholds: float | Sequence[float] | None,
-        top_k: int | None,
-        class_id: int | None,
-        name: str,
-        from_logits: bool,
+        thresholds: float | Sequence[float] | None = None,
+        top_k: int | None = None,
+        class_id: int | None = None,
+        name: str | None = None,
+        from_logits: bool = True,
     ):
         kind = type(self).__name__
         if thresholds is None:
@@ -362,7 +366,7 @@ class _PrecisionRecall(_CountMetric):
         self.thresholds = thresholds
         self.top_k = top_k
         self.class_id = class_id
-        self.name = name
+        self.name = self._NAME if name is None else name
         self.from_logits = from_logits
         self._values = values
 
@@ -402,15 +406,7 @@ class Precision(_PrecisionRecall):
     a list gives one value per threshold), over every entry of the outputs, or only the top
     ``top_k`` of each row, or only column ``class_id``."""
 
-    def __init__(
-        self,
-        thresholds: float | Sequence[float] | None = None,
-        top_k: int | None = None,
-        class_id: int | None = None,
-        name: str = "precision",
-        from_logits: bool = True,
-    ):
-        super().__init__(thresholds, top_k, class_id, name, from_logits)
+    _NAME = "precision"
 
     def result(self, c: dict[str, jax.Array]) -> jax.Array:
         return self._single(_divide_no_nan(c["tp"], c["tp"] + c["fp"]))
@@ -419,15 +415,7 @@ class Precision(_PrecisionRecall):
 class Recall(_PrecisionRecall):
     """Keras' ``Recall``: ``tp / (tp + fn)``, with ``Precision``'s arguments."""
 
-    def __init__(
-        self,
-        thresholds: float | Sequence[float] | None = None,
-        top_k: int | None = None,
-        class_id: int | None = None,
-        name: str = "recall",
-        from_logits: bool = True,
-    ):
-        super().__init__(thresholds, top_k, class_id, name, from_logits)
+    _NAME = "recall"
 
     def result(self, c: dict[str, jax.Array]) -> jax.Array:
         return self._single(_divide_no_nan(c["tp"], c["tp"] + c["fn"]))
@@ -595,17 +583,12 @@ class CategoricalAccuracy(_Average):
         return (outputs.argmax(-1) == _true_class(labels, outputs)).astype(jnp.float32)
 
 
-class SparseCategoricalAccuracy(_Average):
+class SparseCategoricalAccuracy(CategoricalAccuracy):
     """Keras' ``SparseCategoricalAccuracy``: whether the argmax of the outputs is the label's
-    class index."""
+    class index (the same values: the labels' class is found from either layout)."""
 
     def __init__(self, name: str = "sparse_categorical_accuracy"):
-        self.name = name
-
-    def values(
-        self, outputs: jax.Array, labels: jax.Array, mask: jax.Array | None, activation: str | None
-    ) -> jax.Array:
-        return (outputs.argmax(-1) == _true_class(labels, outputs)).astype(jnp.float32)
+        super().__init__(name)
 
 
 class SparseTopKCategoricalAccuracy(_Average):

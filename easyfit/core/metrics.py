@@ -14,6 +14,7 @@ classification metrics (``"auc"``, ``"f1_score"``, ``ef.metrics.MeanIoU(3)``, ..
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -269,22 +270,25 @@ def build_collection(
     return clu_metrics.Collection.create(**fields)
 
 
+#: ``compute()`` jitted, one function per collection class. Collections made by
+#: ``Collection.create`` share one class name and often one shape, so a single jit shared by them
+#: could hand one collection the cached computation of another (with the other's metric names).
+#: Kept here, not on clu's classes; weak keys, so a collection class no longer used is dropped.
+_COMPUTE: weakref.WeakKeyDictionary[type, Callable[[Any], dict[str, jax.Array]]] = weakref.WeakKeyDictionary()
+
+
 def _metric_values(acc: Any) -> dict[str, jax.Array]:
-    """``acc.compute()`` jitted, one jitted function per collection class (kept on the class):
-    collections made by ``Collection.create`` are classes of one name and often one shape, so a
-    jit shared by them could hand one collection the cached computation of another (with the
-    other's metric names)."""
+    """``acc.compute()``, through the jitted function of its collection class."""
     cls = type(acc)
-    compute = cls.__dict__.get("_easyfit_compute")
+    compute = _COMPUTE.get(cls)
     if compute is None:
-        compute = jax.jit(lambda a: a.compute())
-        cls._easyfit_compute = compute
+        compute = _COMPUTE[cls] = jax.jit(lambda a: a.compute())
     return compute(acc)
 
 
 def compute_on_host(acc: Any) -> dict[str, float]:
     """The values of a clu metric collection on the host, in field order (loss first, as
-    Keras). One jitted call: eager ops would each compile on a GPU, seconds in the first epoch.
+    Keras), computed in one jitted call rather than op by op (each eager op compiles on a GPU).
     A metric of several values (``F1Score(average=None)``: one per class) is logged as
     ``<name>_0``, ``<name>_1``, ..., the logs holding numbers only.
     """

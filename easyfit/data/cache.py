@@ -1,24 +1,18 @@
 """The device cache: decode once with DALI, then shuffle and batch on the device.
 
-The decoded chunks are recorded into blocks of a few chunks each, allocated as the recording
-reaches them (so that nothing the size of the dataset exists before the first step), then
-scattered, by sample index, into one array per output (per array of structured ``x`` and ``y``,
-and the sample weights), replicated on every device in the source's order; from then on each
-chunk is a gather of the indices the :class:`~easyfit.data.plan.Plan` gives, so the same
-samples come in the same steps as when streaming, and no input pipeline is left. The cache is
-filled one of two ways, chosen by the source's kind (:mod:`easyfit.data.kinds`):
+The decoded samples are kept on every device, one array per output (per array of structured
+``x`` and ``y``, and the sample weights), in the source's order. Each later chunk is a gather of
+the indices the :class:`~easyfit.data.plan.Plan` gives, so the same samples come in the same
+steps as when streaming, and no input pipeline runs. The cache is filled one of two ways,
+chosen by the source's kind (:mod:`easyfit.data.kinds`):
 
-* :class:`Recording`: while the stream goes through DALI, every decoded chunk is also kept until
-  every sample has been seen (the first full epoch; more chunks when an epoch is shorter than a
-  pass, ``steps_per_epoch``, or starts mid-pass). For sources fed by the plan.
-* :class:`OneRead`: before the first chunk, the reader pipelines read the dataset once,
-  unshuffled; each reads its contiguous shard in order, so the ``j``-th row of shard ``k`` is
-  sample ``k * n // shards + j`` of the source's own order (an LMDB's key order) whatever the
-  number of pipelines (:meth:`~easyfit.data.reader_pipelines.ReaderPipelines.slots`). For
-  sources read by DALI's reader, which picks its own order and cannot seek: recording the
-  reader's first (shuffled) epoch instead would leave a fit resumed inside that epoch unable to
-  fill its cache (the reader, restarted from its checkpoint, never reads the samples already
-  trained on again), and make the first epoch depend on the number of pipelines.
+* :class:`Recording`, for sources fed in the plan's order: the chunks decoded while training
+  are also kept until every sample has been seen. Memory grows block by block as the recording
+  goes, so nothing the size of the dataset is allocated before the first step.
+* :class:`OneRead`, for sources read by DALI's own reader (which picks its order and cannot
+  seek): before the first chunk, the reader pipelines read the dataset once, in order. Recording
+  the reader's shuffled first epoch instead could not fill the cache of a fit resumed inside that
+  epoch, and would make the first epoch depend on the number of pipelines.
 """
 
 from __future__ import annotations

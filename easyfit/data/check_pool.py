@@ -1,34 +1,22 @@
-"""The host checks of a streamed source's samples (``easyfit.data.validation``), run in a pool
-of checker child processes, ahead of the feed where the plan says what comes next.
+"""Host checks of a streamed source's samples, run in checker child processes ahead of the feed.
 
-Why children: a check is pure Python (it walks an image's headers and markers) and, run in
-the DALI feed callback, it holds the GIL one file after the other, before the batch can be
-fed: epoch 1 pays it on the critical path and epoch 2 does not. Children check in parallel,
-with a GIL of their own each, and the parent only waits on a pipe (the GIL released). Each
-child is started as a script that loads ``easyfit.data.validation`` alone (standard library
-only: see ``validation/child.py``), is sent the check's *name* (a key of
-``validation.samples.SAMPLE_CHECKS``: a child cannot be handed a source's bound method), and
-then answers requests of samples (their paths, rows of the source's path table, and the
-stamps they were checked with) with their stamps (``os.stat``) and, for those whose stamp is
-not the one they were checked with, what their check finds. The paths travel with their
-requests: a child holds none of a large folder's, and starts at once.
+The checks (``easyfit.data.validation``) are pure Python and would hold the GIL in DALI's feed
+callback, so :class:`CheckPool` runs them in child processes, each with its own GIL, while the
+parent waits on a pipe. A child loads ``easyfit.data.validation`` alone (standard library only,
+see ``validation/child.py``), is told the check by name (a key of
+``validation.samples.SAMPLE_CHECKS``), and answers requests of samples with their stamps and,
+where a sample changed since it was last checked, what its check finds.
 
-Ahead of the feed: :meth:`CheckPool.ahead` sends the samples never checked (nor sent) among
-the next batches' without waiting, spread over every child. The feed (:meth:`CheckPool.problem`)
-reads the answers to the requests that hold its samples, and those sent to the same child
-before them (a child answers in order), never later ones. A sample checked ahead up to
-:data:`FRESH_SECONDS` before its feed is fed on that check's stamp; every other sample (e.g.
-at every later epoch) is stat'ed again by a child, and checked again where its files changed,
-so a file replaced between epochs is checked before DALI reads it. (A stat of the feed would
-queue behind the latest checks ahead, and the feed wait for them.) The requests a child has
-not answered yet stay below half a pipe's capacity (else the oldest answer is waited for
-first), so that writing one never waits on a child that waits on its answers being read.
+:meth:`CheckPool.ahead` sends the samples of the next batches to the children without waiting;
+:meth:`CheckPool.problem`, called by the feed, reads the answers for its own samples. A sample
+checked less than :data:`FRESH_SECONDS` before its feed is taken as checked; any other is stamped
+again and checked again if its files changed, so a file replaced between epochs is checked before
+DALI reads it.
 
-Fallbacks: where no child can start (or one dies), and for a source that names no check, the
-checks run in this process, one sample after the other, as the source's ``sample_problem``;
-objects in a bucket (``s3://``) are stamped as listed and checked by concurrent GETs
-(``easyfit.data.object_store``). A check that raises in a child is run again here, so that
-the exception is raised in this process.
+Where no child can start (or one dies), or the source names no check, the checks run in this
+process through the source's ``sample_problem``. Objects in a bucket (``s3://``) are checked by
+concurrent reads (``easyfit.data.object_store``). A check that raises in a child is run again
+here, so that its exception is raised in this process.
 """
 
 from __future__ import annotations
@@ -51,10 +39,11 @@ from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
 
-__all__ = ["CHILDREN", "FRESH_SECONDS", "CheckPool", "default_children", "image_problems"]
+__all__ = ["CHILDREN_SETTING", "FRESH_SECONDS", "CheckPool", "default_children", "image_problems"]
 
-#: Checker children per pool; None: :func:`default_children`. 0: check in this process.
-CHILDREN: int | None = None
+#: The environment variable that sets the checker children of each pool: a whole number, 0 to
+#: check in this process; unset, :func:`default_children` chooses from the cores.
+CHILDREN_SETTING = "EASYFIT_CHECKERS"
 
 #: Loads ``easyfit.data.validation`` (its ``__init__.py``: argv[1]) under a private name,
 #: without importing easyfit, and serves on stdin/stdout. Run with ``-I -S``: no folder of
@@ -81,9 +70,21 @@ Problem = Callable[[int], "str | None"]
 
 
 def default_children() -> int:
-    """Checker children for this machine: half its cores, 1 to 8 (the other half decodes and
-    trains)."""
-    return CHILDREN if CHILDREN is not None else max(1, min(8, available_cores() // 2))
+    """Checker children of a pool: ``EASYFIT_CHECKERS`` where it is set (0: check in this
+    process), else half the machine's cores, 1 to 8 (the other half decodes and trains).
+
+    Raises:
+        ValueError: ``EASYFIT_CHECKERS`` is not a whole number of 0 or more.
+    """
+    given = os.environ.get(CHILDREN_SETTING, "").strip()
+    if not given:
+        return max(1, min(8, available_cores() // 2))
+    if not given.isdigit():
+        raise ValueError(
+            f"{CHILDREN_SETTING}={given!r}: expected the number of checker processes per data "
+            "source, a whole number (0: check the files in the training process)"
+        )
+    return int(given)
 
 
 def image_problems(

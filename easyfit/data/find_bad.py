@@ -139,7 +139,7 @@ def source_problems(source: Source, *, children: int | None = None) -> list[str]
     elif isinstance(source, (RecordFiles, Parquet)):
         bad = _record_problems(source, children)
     else:
-        workers = default_children() if children is None else max(1, children)
+        workers = max(1, default_children() if children is None else children)  # threads here
         with concurrent.futures.ThreadPoolExecutor(workers, "easyfit-check") as threads:
             problems = threads.map(_problem_of(source), range(n), chunksize=256)
             bad = {i: p for i, p in enumerate(problems) if p}

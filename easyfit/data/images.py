@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
 from typing import Any, cast
 
 import numpy as np
@@ -477,30 +475,3 @@ def read_file(path: str) -> bytes:
             return f.read()
     except OSError as e:
         raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
-
-
-_MOVED = (
-    "easyfit.data.images.MAX_IMAGE_PIXELS moved to "
-    "easyfit.data.validation.encoded.MAX_IMAGE_PIXELS: {} that name instead (the old one "
-    "has no effect on the check)"
-)
-
-
-def __getattr__(name: str) -> Any:
-    """Refuses a read of the old name of the pixel limit, naming the new place."""
-    if name == "MAX_IMAGE_PIXELS":
-        raise AttributeError(_MOVED.format("read"))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _Module(ModuleType):
-    """This module, refusing an assignment to the old name of the pixel limit, which would
-    otherwise be taken silently and change nothing (a module ``__getattr__`` sees reads only)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "MAX_IMAGE_PIXELS":
-            raise AttributeError(_MOVED.format("set"))
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Module

@@ -1,5 +1,8 @@
-"""Exact resume: a run killed (SIGKILL), crashed or interrupted (Ctrl-C) and started again ends
-with the parameters of a run never stopped, bit for bit on CPU."""
+"""BackupAndRestore. Exact resume: a run killed (SIGKILL), crashed or interrupted (Ctrl-C) and
+started again ends with the parameters of a run never stopped, bit for bit on CPU. Then Keras'
+behaviours (keras/src/callbacks/backup_and_restore_test.py; each test names its Keras case, see
+tests/keras/README.md): Keras' interrupting callback becomes tests.helpers' crash_before, and
+its canary layer counting forward passes the optimizer step count and the parameters."""
 
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ import sys
 import numpy as np
 import optax
 import pytest
+from flax import linen as nn
 
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, LambdaCallback
 from easyfit.callbacks.backup_and_restore import BACKUPS
-from tests.helpers import PROGRAMS, Crash, crash_at, flat_params, last_json
+from tests.helpers import PROGRAMS, Crash, crash_at, crash_before, flat_params, last_json
+from tests.helpers.internals import compilations, step_functions
 from tests.helpers.models import SmallMLP
 
 
@@ -122,8 +127,8 @@ def test_resume_at_an_epochs_shorter_last_dispatch(tmp_path, data, reference):
     assert history.epoch == [0, 1]
     assert int(resumed.state.step) == int(ref.state.step) == 20
     assert np.array_equal(flat_params(resumed.params), flat_params(ref.params))
-    (fns,) = resumed._steps.configurations()
-    assert fns.train(1)._cache_size() == fns.train(3)._cache_size() == 1
+    fns = step_functions(resumed)
+    assert compilations(fns.train(1)) == compilations(fns.train(3)) == 1
 
 
 def test_ctrl_c_backs_up_runs_on_train_end_and_reraises(tmp_path, data, reference):
@@ -162,3 +167,149 @@ def test_backup_kept_on_request_and_refused_for_other_batching(tmp_path, data):
     assert (point.epoch, point.batch) == (1, 0)
     with pytest.raises(ValueError, match="batch_size: 100 -> 50"):
         _fit(_trainer(), data, [BackupAndRestore(tmp_path / "b")], batch_size=50)
+
+
+# Keras' behaviours, on a Dense(1) regression: 10 samples in batches of 4, as in Keras' tests.
+
+EPOCH_STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def dense_data():
+    rng = np.random.default_rng(0)
+    return ef.data.Arrays(rng.random((10, 3), np.float32), rng.random((10, 1), np.float32))
+
+
+def _dense_trainer():
+    return ef.Trainer(nn.Dense(1), optimizer="sgd", loss="mse", seed=0, steps_per_execution=1)
+
+
+def _dense_fit(trainer, data, callbacks, epochs):
+    return trainer.fit(data, epochs=epochs, batch_size=4, verbose=0, callbacks=callbacks)
+
+
+@pytest.fixture(scope="module")
+def never_stopped(dense_data):
+    trainer = _dense_trainer()
+    _dense_fit(trainer, dense_data, [], epochs=5)
+    return trainer
+
+
+def _crash_after_epoch(n):
+    """Raises as epoch n + 1 (1-based) begins: after every hook of epoch n (its backup too)."""
+
+    def crash(epoch, logs):
+        if epoch == n:
+            raise Crash
+
+    return LambdaCallback(on_epoch_begin=crash)
+
+
+# Keras: test_save_freq_unknown_error
+def test_an_unknown_save_freq_is_refused():
+    for bad in ("batch", 0.15):
+        with pytest.raises(ValueError, match="save_freq"):
+            BackupAndRestore("backup_dir", save_freq=bad)
+
+
+# Keras: test_best_case_step
+def test_a_run_interrupted_mid_epoch_resumes_at_its_batch(tmp_path, dense_data, never_stopped):
+    backup_dir = tmp_path / "subdir"
+    crashing = _dense_trainer()
+    with pytest.raises(Crash):
+        _dense_fit(
+            crashing,
+            dense_data,
+            [BackupAndRestore(backup_dir, save_freq=1), crash_before(crashing, 0, 2)],
+            epochs=2,
+        )
+    assert backup_dir.exists()
+    assert int(crashing.state.step) == 2  # interrupted after the second batch
+    point = BackupAndRestore(backup_dir).restore_point()
+    assert (point.epoch, point.batch) == (0, 2)
+    resumed = _dense_trainer()
+    history = _dense_fit(resumed, dense_data, [BackupAndRestore(backup_dir, save_freq=1)], epochs=5)
+    assert history.epoch[-1] == 4
+    assert int(resumed.state.step) == 5 * EPOCH_STEPS  # every batch trained once, none twice
+    np.testing.assert_array_equal(flat_params(resumed.params), flat_params(never_stopped.params))
+
+
+# Keras: test_best_case_epoch
+def test_a_run_interrupted_at_an_epoch_end_resumes_at_the_next_epoch(tmp_path, dense_data, never_stopped):
+    backup_dir = tmp_path / "subdir"
+    crashing = _dense_trainer()
+    with pytest.raises(Crash):
+        callbacks = [BackupAndRestore(backup_dir, save_freq="epoch"), _crash_after_epoch(2)]
+        _dense_fit(crashing, dense_data, callbacks, epochs=6)
+    assert backup_dir.exists()
+    assert int(crashing.state.step) == 2 * EPOCH_STEPS
+    resumed = _dense_trainer()
+    history = _dense_fit(resumed, dense_data, [BackupAndRestore(backup_dir)], epochs=5)
+    assert history.epoch == [2, 3, 4]
+    assert int(resumed.state.step) == 5 * EPOCH_STEPS
+    np.testing.assert_array_equal(flat_params(resumed.params), flat_params(never_stopped.params))
+
+
+def _corrupt_largest_file(backup):
+    files = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(backup, "state")) for f in fs]
+    largest = max(files, key=os.path.getsize)
+    with open(largest, "r+b") as f:
+        f.write(b"0")
+
+
+def _backups(backup_dir):
+    return sorted(int(n) for n in os.listdir(backup_dir / BACKUPS) if n.isdigit())
+
+
+# Keras: test_backup_corrupted
+def test_with_double_checkpoint_a_corrupted_backup_falls_back_to_the_previous(
+    tmp_path, dense_data, never_stopped
+):
+    backup_dir = tmp_path / "subdir"
+    crashing = _dense_trainer()
+    with pytest.raises(Crash):
+        _dense_fit(
+            crashing,
+            dense_data,
+            [BackupAndRestore(backup_dir, save_freq="epoch", double_checkpoint=True), _crash_after_epoch(2)],
+            epochs=6,
+        )
+    latest, previous = _backups(backup_dir)[::-1]  # the current and the previous state, both kept
+    _corrupt_largest_file(backup_dir / BACKUPS / str(latest))
+    resumed = _dense_trainer()
+    with pytest.warns(RuntimeWarning, match="is damaged, set aside"):
+        callbacks = [BackupAndRestore(backup_dir, double_checkpoint=True)]
+        history = _dense_fit(resumed, dense_data, callbacks, epochs=5)
+    assert history.epoch == [1, 2, 3, 4]  # from the previous backup, after epoch 1
+    assert history.epoch[-1] == 4
+    assert int(resumed.state.step) == 5 * EPOCH_STEPS
+    np.testing.assert_array_equal(flat_params(resumed.params), flat_params(never_stopped.params))
+
+
+# Keras: test_backup_corrupted (double_checkpoint off, Keras' default: one backup only)
+def test_without_double_checkpoint_only_the_latest_backup_is_kept(tmp_path, dense_data):
+    backup_dir = tmp_path / "subdir"
+    crashing = _dense_trainer()
+    with pytest.raises(Crash):
+        _dense_fit(crashing, dense_data, [BackupAndRestore(backup_dir), _crash_after_epoch(2)], epochs=6)
+    assert len(_backups(backup_dir)) == 1
+
+
+# Keras: test_model_deleted_case_epoch
+def test_a_finished_fit_deletes_the_backup(tmp_path, dense_data):
+    backup_dir = tmp_path / "subdir"
+    assert not backup_dir.exists()
+    _dense_fit(_dense_trainer(), dense_data, [BackupAndRestore(backup_dir, save_freq="epoch")], epochs=2)
+    assert not backup_dir.exists()
+
+
+# Keras: test_backup_dir_empty_error
+def test_an_empty_backup_dir_is_refused():
+    with pytest.raises(ValueError, match="empty backup_dir"):
+        BackupAndRestore(backup_dir="", save_freq="epoch")
+
+
+# Keras: test_backup_dir_none_error
+def test_a_none_backup_dir_is_refused():
+    with pytest.raises(ValueError, match="empty backup_dir"):
+        BackupAndRestore(backup_dir=None, save_freq="epoch")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ from easyfit.data.check_pool import CheckPool
 from easyfit.data.sources.folder import path_table
 from easyfit.data.validation import encoded
 from easyfit.data.validation.samples import checked_sample, sample_stamp
+from tests.helpers.internals import checker_pool
 
 
 def _checkers() -> list[int]:
@@ -82,7 +84,8 @@ def test_a_damaged_jpeg_in_a_streamed_folder_is_named_by_a_checker_child(tmp_pat
     source.sample_problem = lambda index: None  # this process's check off: only a child's can name it
     with pytest.raises(ef.errors.DataError, match=f"^{files[33]}: "):
         trainer.fit(source, epochs=1, batch_size=8, cache=False, verbose=0)
-    assert source._checks is not None and source._checks.children >= 1
+    pool = checker_pool(source)
+    assert pool is not None and pool.children >= 1
     source.close()
 
 
@@ -218,6 +221,24 @@ def test_where_no_child_can_start_the_checks_run_in_this_process(tmp_path, monke
 
     assert pool.problem(_in_order(files), here) == (4, "empty file")
     assert pool.children == 0 and sorted(asked) == list(range(6))
+
+
+def test_the_number_of_checkers_is_set_by_easyfit_checkers(tmp_path, monkeypatch):
+    files = _folder(tmp_path, 4)
+    monkeypatch.setenv("EASYFIT_CHECKERS", "0")  # checks in this process: no child starts
+    others = set(_checkers())
+    pool = _pool(files)
+    try:
+        assert pool.problem(_in_order(files), ef.data.ImageFolder(tmp_path).sample_problem) is None
+        assert pool.children == 0 and set(_checkers()) == others
+    finally:
+        pool.close()
+    monkeypatch.setenv("EASYFIT_CHECKERS", " 3 ")
+    assert check_pool.default_children() == 3
+    for bad in ("-1", "two", "1.5"):
+        monkeypatch.setenv("EASYFIT_CHECKERS", bad)
+        with pytest.raises(ValueError, match=f"^EASYFIT_CHECKERS='{re.escape(bad)}': expected the number"):
+            check_pool.default_children()
 
 
 def test_a_child_that_dies_leaves_the_checks_to_this_process(tmp_path):

@@ -4,7 +4,6 @@ pixel limit, a self-referencing symlink in an image folder."""
 from __future__ import annotations
 
 import os
-import re
 import struct
 import zlib
 
@@ -62,23 +61,6 @@ def test_the_pixel_limit_can_be_changed(monkeypatch):
     assert "PNG of 28x28 pixels, more than MAX_IMAGE_PIXELS (783" in encoded.image_problem(png)
     monkeypatch.setattr(encoded, "MAX_IMAGE_PIXELS", None)
     assert encoded.image_problem(huge_png(4096)) is None
-
-
-def test_the_old_name_of_the_pixel_limit_is_refused_naming_the_new_one():
-    # the limit moved to validation.encoded; a value set under the old name would change nothing
-    from easyfit.data import images
-
-    moved = re.escape(
-        "easyfit.data.images.MAX_IMAGE_PIXELS moved to easyfit.data.validation.encoded.MAX_IMAGE_PIXELS: "
-    )
-    with pytest.raises(AttributeError, match="^" + moved + "set that name"):
-        images.MAX_IMAGE_PIXELS = 10
-    with pytest.raises(AttributeError, match="^" + moved + "read that name"):
-        images.MAX_IMAGE_PIXELS  # noqa: B018 (reading is what raises)
-    assert "MAX_IMAGE_PIXELS" not in vars(images)
-    images.SAMPLED = images.SAMPLED  # other names are set as before
-    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
-        images.nothing_here  # noqa: B018
 
 
 @pytest.mark.parametrize("fmt,kind", [("jpeg", "JPEG"), ("bmp", "BMP"), ("webp", "WebP")])

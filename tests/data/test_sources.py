@@ -11,6 +11,7 @@ import pytest
 import easyfit as ef
 from easyfit.data import Loader
 from tests.helpers import Crash, crash_at, crash_before, flat_params
+from tests.helpers.internals import runs_per_chunk
 from tests.helpers.models import SmallMLP
 from tests.helpers.stream import loader_batches
 
@@ -160,7 +161,7 @@ def test_an_lmdb_read_in_runs_delivers_every_record_once_per_epoch(roots, train_
     for shuffle in (False, True):  # 300 rows a chunk: 2 runs of 150; 7 runs an epoch: 4 chunks
         plan = ef.data.Plan(source.num_samples, 100, shuffle=shuffle, seed=0, steps_per_execution=3)
         loader = Loader(source, plan, ef.parallel.Placement.create())
-        assert loader._pipelines._unit_runs == 2  # noqa: SLF001
+        assert runs_per_chunk(loader) == 2
         assert loader.plan.chunks_per_epoch == 4
         try:
             for _ in range(2):

@@ -33,6 +33,7 @@ import numpy as np
 from flax import linen as nn
 
 import easyfit as ef
+from tests.helpers.internals import thread_the_loader
 
 phase, folder = sys.argv[1:3]
 LOOP = 300 if phase in ("compile", "chunk") else 2  # the unrolled loop: seconds to compile, or none
@@ -106,7 +107,7 @@ n, batch, per = (2048, 64, 16) if phase == "chunk" else (32, 4, 4)
 x, y = rng.random((n, 4, 4, 1), np.float32), np.arange(n) % 10
 trainer = ef.Trainer(Model(), optimizer="adam", seed=0, steps_per_execution=per)
 if phase in ("compile", "chunk"):
-    trainer._data.loader_options["threaded"] = True  # as on a GPU machine: the loader's thread
+    thread_the_loader(trainer)  # as on a GPU machine: the loader's thread
 try:
     trainer.fit(
         Slow(x, y, "chunk"),
