@@ -26,8 +26,8 @@ first), so that writing one never waits on a child that waits on its answers bei
 
 Fallbacks: where no child can start (or one dies), and for a source that names no check, the
 checks run in this process, one sample after the other, as the source's ``sample_problem``;
-objects in a bucket (``s3://``) are stamped as listed and checked by concurrent GETs
-(``easyfit.data.object_store``). A check that raises in a child is run again here, so that
+files whose every read is a request (objects in a bucket) are stamped as listed and checked by
+concurrent reads (``easyfit.data.storage``). A check that raises in a child is run again here, so that
 the exception is raised in this process.
 """
 
@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from .._env import available_cores
-from . import object_store
+from .storage import storage_for
 from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
@@ -275,10 +275,13 @@ class CheckPool:
         self._lock = threading.Lock()
         self._children: list[_Child] = []
         self._remote: np.ndarray | None = None  # the objects' stamps, as listed
-        if object_store.is_url(self._path(0, 0)):
-            columns = [[self._path(k, i) for i in range(n)] for k in range(len(self._tables))]
-            listed = object_store.Stamps([p for column in columns for p in column])
-            parts = [listed.stamps(np.arange(k * n, (k + 1) * n)) for k in range(len(columns))]
+        self._storage = storage_for(self._path(0, 0))
+        if self._storage.remote:  # checked here, by concurrent reads: no child reads them
+            stamp = self._storage.stamp
+            parts = [
+                np.fromiter((stamp(self._path(k, i)) or 0 for i in range(n)), np.int64, n)
+                for k in range(len(self._tables))
+            ]
             self._remote = parts[0]
             for more in parts[1:]:
                 self._remote = np.where((self._remote == 0) | (more == 0), 0, self._remote * 1_000_003 ^ more)
@@ -370,10 +373,7 @@ class CheckPool:
                 stamps = [self._stamp_here(i) for i in indices.tolist()]
                 here = {i: s for i, s in zip(indices.tolist(), stamps) if s == 0 or s != self._stamps[i]}
             due_here = list(here)
-            if self._remote is not None:  # GETs: waited on together
-                problems = object_store.check_all(problem_of, due_here)
-            else:
-                problems = [problem_of(i) for i in due_here]
+            problems = self._storage.map(problem_of, due_here)  # a bucket's GETs: waited on together
             for i, problem in zip(due_here, problems, strict=True):
                 if problem:
                     found[i] = problem
