@@ -36,6 +36,7 @@ __all__ = [
     "stamp_of",
     "storage_for",
     "storage_of",
+    "unfollowable",
 ]
 
 _T = TypeVar("_T")
@@ -81,13 +82,15 @@ def _split(folder: str, found: list[os.DirEntry]) -> tuple[list[os.DirEntry], li
             elif entry.is_symlink() and not os.path.exists(entry.path):
                 os.stat(entry.path)  # raises: the loop's or the missing target's error
         except OSError as e:
-            link = (
-                f"; a symbolic link to {os.readlink(entry.path)!r}: fix or remove it"
-                if entry.is_symlink()
-                else ""
-            )
-            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e}){link}") from None
+            raise unfollowable(entry, e) from None
     return files, dirs
+
+
+def unfollowable(entry: os.DirEntry, error: OSError) -> DataError:
+    """The DataError for a local entry that cannot be followed (a link's loop, a missing
+    target), naming it and, for a link, where it points."""
+    link = f"; a symbolic link to {os.readlink(entry.path)!r}: fix or remove it" if entry.is_symlink() else ""
+    return DataError(f"{entry.path}: cannot be followed ({error.strerror or error}){link}")
 
 
 def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:

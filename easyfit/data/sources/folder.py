@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import DataError
 from ..check_pool import CheckPool
 from ..images import EncodedImages, read_file, sample_positions
-from ..storage import entries, storage_for
+from ..storage import entries, storage_for, unfollowable
 from ..storage import listed as _listed
 from ..validation.samples import sample_problem
 from .base import IndexedSource, bad_sample, plain_names
@@ -205,12 +205,7 @@ def walk_files(
                         os.stat(e.path)  # raises: a loop's or a missing target's error
                         tally.add("neither files nor folders", e.path)
                 except OSError as err:
-                    link = (
-                        f"; a symbolic link to {os.readlink(e.path)!r}: fix or remove it"
-                        if e.is_symlink()
-                        else ""
-                    )
-                    raise DataError(f"{e.path}: cannot be followed ({err.strerror or err}){link}") from None
+                    raise unfollowable(e, err) from None
         files.sort()
         found.extend(files)
         if subs:
