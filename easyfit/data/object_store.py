@@ -42,7 +42,6 @@ __all__ = [
     "exists",
     "is_url",
     "known",
-    "list_files",
     "listing",
     "open_object",
     "read_object",
@@ -196,8 +195,8 @@ class Entry(NamedTuple):
 class Listing:
     """The objects under ``url`` (``s3://bucket/prefix``), listed once (paginated).
 
-    :meth:`isdir`, :meth:`entries` and :meth:`files` answer as ``os.path.isdir``,
-    ``easyfit.data.sources.folder.entries`` and ``folder_files`` do for a local folder, for
+    :meth:`isdir` and :meth:`entries` answer as ``os.path.isdir`` and
+    ``easyfit.data.storage.entries`` do for a local folder, for
     ``url`` and any prefix under it: a "folder" is a key part followed by a slash.
     """
 
@@ -247,11 +246,6 @@ class Listing:
         if kind == "file":
             return list(self._files.get(url, ()))
         return list(self._dirs.get(url, {}).values())
-
-    def files(self, url: str, extensions: tuple[str, ...]) -> list[str]:
-        """What ``easyfit.data.sources.folder.folder_files`` gives of a local folder: the
-        sorted objects directly under ``url`` whose names end with ``extensions`` (any case)."""
-        return sorted(e.path for e in self.entries(url) if e.name.lower().endswith(extensions))
 
 
 _listings: list[Listing] = []
@@ -320,19 +314,6 @@ def exists(url: str) -> bool:
         raise _failure(url, e) from None
     _known[url] = (int(found["ContentLength"]), str(found.get("ETag", "")))
     return True
-
-
-def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
-    """What ``easyfit.data.sources.records.list_files`` gives of a local path, for ``root``: the
-    object itself when its name ends with ``suffixes``, else the sorted objects directly under
-    the prefix that do."""
-    if root.lower().endswith(suffixes):
-        _head(root)
-        return [root]
-    files = listing(root).files(root, suffixes)
-    if not files:
-        raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
-    return files
 
 
 class _Ranged(io.RawIOBase):
