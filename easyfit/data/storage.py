@@ -103,7 +103,7 @@ def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
 
     Example:
         >>> import os
-        >>> from easyfit.data.sources.folder import entries
+        >>> from easyfit.data.storage import entries
         >>> os.symlink("loop", DOCS_TMP + "/loop")
         >>> entries(DOCS_TMP)
         Traceback (most recent call last):
