@@ -15,7 +15,7 @@ DALI reads it.
 
 Where no child can start (or one dies), or the source names no check, the checks run in this
 process through the source's ``sample_problem``. Objects in a bucket (``s3://``) are checked by
-concurrent reads (``easyfit.data.object_store``). A check that raises in a child is run again
+concurrent reads (``easyfit.data.storage``). A check that raises in a child is run again
 here, so that its exception is raised in this process.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from .._env import available_cores
-from . import object_store
+from .storage import storage_for
 from .validation import encoded
 from .validation.child import FINE, HERE, PROBLEM, read_exactly
 from .validation.samples import sample_stamp
@@ -276,10 +276,13 @@ class CheckPool:
         self._lock = threading.Lock()
         self._children: list[_Child] = []
         self._remote: np.ndarray | None = None  # the objects' stamps, as listed
-        if object_store.is_url(self._path(0, 0)):
-            columns = [[self._path(k, i) for i in range(n)] for k in range(len(self._tables))]
-            listed = object_store.Stamps([p for column in columns for p in column])
-            parts = [listed.stamps(np.arange(k * n, (k + 1) * n)) for k in range(len(columns))]
+        self._storage = storage_for(self._path(0, 0))
+        if self._storage.remote:  # checked here, by concurrent reads: no child reads them
+            stamp = self._storage.stamp
+            parts = [
+                np.fromiter((stamp(self._path(k, i)) or 0 for i in range(n)), np.int64, n)
+                for k in range(len(self._tables))
+            ]
             self._remote = parts[0]
             for more in parts[1:]:
                 self._remote = np.where((self._remote == 0) | (more == 0), 0, self._remote * 1_000_003 ^ more)
@@ -371,10 +374,7 @@ class CheckPool:
                 stamps = [self._stamp_here(i) for i in indices.tolist()]
                 here = {i: s for i, s in zip(indices.tolist(), stamps) if s == 0 or s != self._stamps[i]}
             due_here = list(here)
-            if self._remote is not None:  # GETs: waited on together
-                problems = object_store.check_all(problem_of, due_here)
-            else:
-                problems = [problem_of(i) for i in due_here]
+            problems = self._storage.map(problem_of, due_here)  # a bucket's GETs: waited on together
             for i, problem in zip(due_here, problems, strict=True):
                 if problem:
                     found[i] = problem

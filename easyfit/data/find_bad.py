@@ -33,7 +33,6 @@ from typing import NamedTuple, cast
 import numpy as np
 
 from ..errors import DataError
-from . import object_store
 from .check_pool import CheckPool, default_children, image_problems
 from .detect import detect
 from .diagnose import scan_for_bad_record
@@ -44,6 +43,7 @@ from .sources.folder import Files
 from .sources.numpy_folder import NumpyFolder
 from .sources.parquet import Parquet
 from .sources.records import RecordFiles
+from .storage import storage_of
 
 __all__ = ["FIX", "Checked", "check", "checked_sources"]
 
@@ -160,7 +160,7 @@ def _record_problems(source: RecordFiles | Parquet, children: int | None) -> dic
     """Records read and parsed here (what cannot be is a problem), their images checked in
     checker children while the next ones are read."""
     unread: dict[int, str] = {}
-    remote = object_store.is_url(source.files[0])
+    storage = storage_of(source.files)
 
     def image(i: int) -> bytes | str:
         try:
@@ -174,7 +174,7 @@ def _record_problems(source: RecordFiles | Parquet, children: int | None) -> dic
     def chunks() -> Iterator[tuple[Sequence[int], Sequence[bytes]]]:
         for start in range(0, source.num_samples, _CHUNK):
             indices = range(start, min(source.num_samples, start + _CHUNK))
-            read = object_store.check_all(image, indices) if remote else [image(i) for i in indices]
+            read = storage.map(image, indices)  # a bucket's GETs: waited on together
             kept = [(i, r) for i, r in zip(indices, read, strict=True) if isinstance(r, bytes)]
             unread.update((i, r) for i, r in zip(indices, read, strict=True) if isinstance(r, str))
             yield [i for i, _ in kept], [r for _, r in kept]  # type: ignore[misc]

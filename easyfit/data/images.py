@@ -16,8 +16,8 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import DataError
-from . import object_store
 from .recipe import ImageRecipe
+from .storage import storage_for
 from .validation.encoded import HEAD, header_channels, image_kind, image_problem
 
 __all__ = ["EncodedImages", "first_line", "peek_shapes", "stored_channels"]
@@ -468,10 +468,4 @@ def _aspect(crop: bool, pad: bool, resize: bool, random_crop: bool, eval_crop: f
 
 def read_file(path: str) -> bytes:
     """The bytes of ``path``; DataError naming it when it cannot be read."""
-    if object_store.is_url(path):
-        return object_store.read_object(path)
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
+    return storage_for(path).read(path)

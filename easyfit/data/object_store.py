@@ -1,4 +1,5 @@
-"""Object storage (``s3://bucket/prefix``): what easyfit does on the host for data in a bucket.
+"""Object storage (``s3://bucket/prefix``): the client behind ``easyfit.data.storage.S3Storage``,
+what easyfit does on the host for data in a bucket.
 
 DALI reads an image folder's objects itself (``fn.io.file.read`` takes ``s3://`` paths: its
 own AWS SDK client, configured by the standard AWS variables). What easyfit does on the host,
@@ -11,10 +12,9 @@ boto3 (the optional extra ``easyfit-flax[s3]``), configured by the same variable
   (the key parts between slashes) and the objects under it (:class:`Listing`), as
   ``os.path.isdir`` and ``easyfit.data.sources.folder.entries`` would;
 * the state of an object, for the checks that a local file gets from ``os.stat``: its size and
-  ETag, from the listing (:func:`stamps`, :func:`size`);
+  ETag, from the listing (:func:`known`, :func:`size`);
 * the bytes easyfit reads itself (the images sampled for the image settings, the host-side
-  check of each image before DALI decodes it): whole or ranged GETs (:func:`read_object`,
-  :func:`object_problem`).
+  check of each image before DALI decodes it): whole or ranged GETs (:func:`read_object`).
 
 Every request is bounded by a connect and a read timeout and a few retries, and every failure
 (an unreachable endpoint, a missing bucket, denied access) raises DataError naming the URL.
@@ -28,31 +28,29 @@ import os
 import posixpath
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
-import numpy as np
-
 from ..errors import DataError
-from .validation.urls import URL_SCHEMES
 
 __all__ = [
     "CONNECT_TIMEOUT",
     "READ_TIMEOUT",
+    "SCHEMES",
     "Listing",
-    "Stamps",
-    "available",
     "check_all",
-    "list_files",
-    "open_object",
-    "stamp",
+    "exists",
     "is_url",
+    "known",
     "listing",
-    "object_problem",
+    "open_object",
     "read_object",
     "size",
     "split_url",
 ]
+
+#: ``s3://bucket/key`` and ``gs://bucket/key``: an object in a bucket.
+SCHEMES = ("s3://", "gs://")
 
 #: Seconds to wait for a connection to the endpoint, and for each answer, per attempt.
 CONNECT_TIMEOUT = 5.0
@@ -73,7 +71,7 @@ def is_url(path: Any) -> bool:
         >>> is_url("s3://bucket/data"), is_url("/data")
         (True, False)
     """
-    return isinstance(path, str) and path.startswith(URL_SCHEMES)
+    return isinstance(path, str) and path.startswith(SCHEMES)
 
 
 def split_url(url: str) -> tuple[str, str]:
@@ -95,15 +93,6 @@ def split_url(url: str) -> tuple[str, str]:
     if not bucket:
         raise DataError(f"{url}: no bucket; write s3://<bucket>/<prefix>")
     return bucket, key.strip("/")
-
-
-def available() -> str | None:
-    """None when s3:// paths can be read (boto3 installed), else why not and the fix."""
-    try:
-        import boto3  # noqa: F401
-    except ImportError:
-        return f"boto3 is not installed ({_EXTRA})"
-    return None
 
 
 _clients: dict[tuple[str | None, ...], Any] = {}  # by settings and timeouts
@@ -206,8 +195,8 @@ class Entry(NamedTuple):
 class Listing:
     """The objects under ``url`` (``s3://bucket/prefix``), listed once (paginated).
 
-    :meth:`isdir`, :meth:`entries` and :meth:`files` answer as ``os.path.isdir``,
-    ``easyfit.data.sources.folder.entries`` and ``folder_files`` do for a local folder, for
+    :meth:`isdir` and :meth:`entries` answer as ``os.path.isdir`` and
+    ``easyfit.data.storage.entries`` do for a local folder, for
     ``url`` and any prefix under it: a "folder" is a key part followed by a slash.
     """
 
@@ -258,11 +247,6 @@ class Listing:
             return list(self._files.get(url, ()))
         return list(self._dirs.get(url, {}).values())
 
-    def files(self, url: str, extensions: tuple[str, ...]) -> list[str]:
-        """What ``easyfit.data.sources.folder.folder_files`` gives of a local folder: the
-        sorted objects directly under ``url`` whose names end with ``extensions`` (any case)."""
-        return sorted(e.path for e in self.entries(url) if e.name.lower().endswith(extensions))
-
 
 _listings: list[Listing] = []
 _listings_lock = threading.Lock()
@@ -287,22 +271,16 @@ def listing(url: str) -> Listing:
     return made
 
 
-def _object(url: str) -> tuple[int, str] | None:
+def known(url: str) -> tuple[int, str] | None:
+    """``(size, ETag)`` of a listed (or asked) object; None when it was not."""
     return _known.get(url)
 
 
 def size(url: str) -> int:
     """The size of a listed object, -1 when it was not listed (as a local file that cannot be
     stat'ed)."""
-    known = _object(url)
-    return -1 if known is None else known[0]
-
-
-def stamp(url: str) -> int | None:
-    """What ``easyfit.data.validation.files.file_stamp`` gives of a local file, for a listed object:
-    a number from its size and ETag; None when it was not listed."""
-    known = _object(url)
-    return None if known is None else hash(known)
+    found = known(url)
+    return -1 if found is None else found[0]
 
 
 def _head(url: str) -> tuple[int, str]:
@@ -315,17 +293,27 @@ def _head(url: str) -> tuple[int, str]:
     return known
 
 
-def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
-    """What ``easyfit.data.sources.records.list_files`` gives of a local path, for ``root``: the
-    object itself when its name ends with ``suffixes``, else the sorted objects directly under
-    the prefix that do."""
-    if root.lower().endswith(suffixes):
-        _head(root)
-        return [root]
-    files = listing(root).files(root, suffixes)
-    if not files:
-        raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
-    return files
+def exists(url: str) -> bool:
+    """Whether object ``url`` exists: listed, else asked of the store (one HEAD request); a
+    failure other than a missing object raises DataError naming it."""
+    if url in _known:
+        return True
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, key = split_url(url)
+    if not key:
+        return False
+    client = _client(url)
+    try:
+        found = client.head_object(Bucket=bucket, Key=key)
+    except ClientError as e:
+        if str(e.response.get("Error", {}).get("Code", "")) in ("NoSuchKey", "404", "NotFound"):
+            return False
+        raise _failure(url, e) from None
+    except BotoCoreError as e:
+        raise _failure(url, e) from None
+    _known[url] = (int(found["ContentLength"]), str(found.get("ETag", "")))
+    return True
 
 
 class _Ranged(io.RawIOBase):
@@ -333,7 +321,7 @@ class _Ranged(io.RawIOBase):
 
     def __init__(self, url: str):
         self.url = url
-        self.length = size(url) if _object(url) else _head(url)[0]
+        self.length = size(url) if known(url) else _head(url)[0]
         self.pos = 0
 
     def readable(self) -> bool:
@@ -366,25 +354,6 @@ def open_object(url: str, buffer: int = 1 << 20) -> io.BufferedReader:
     return io.BufferedReader(_Ranged(url), buffer)
 
 
-class Stamps:
-    """The state of listed objects, as ``easyfit.data.check_pool``'s children stamp those of
-    local files: one int64 per object from its size and ETag, never 0 (0: not listed).
-
-    Objects are not listed again as they are fed: one replaced in the bucket during a fit is
-    not checked again.
-    """
-
-    def __init__(self, paths: Sequence[str]):
-        def one(path: str) -> int:
-            known = _object(path)
-            return 0 if known is None else (hash(known) or 1)
-
-        self._stamps = np.fromiter(map(one, paths), np.int64, len(paths))
-
-    def stamps(self, indices: np.ndarray) -> np.ndarray:
-        return self._stamps[indices]
-
-
 def read_object(url: str, start: int = 0, length: int | None = None) -> bytes:
     """The bytes of object ``url`` (``length`` bytes from ``start`` when given: a ranged GET);
     DataError naming it when it cannot be read."""
@@ -393,28 +362,6 @@ def read_object(url: str, start: int = 0, length: int | None = None) -> bytes:
     extra = {} if length is None and start == 0 else {"Range": f"bytes={start}-{start + (length or 0) - 1}"}
     body = _call(url, lambda: client.get_object(Bucket=bucket, Key=key, **extra)["Body"].read())
     return bytes(body)
-
-
-def object_problem(
-    url: str, check: Callable[..., str | None] | None, head: int, tail: int, whole: int
-) -> str | None:
-    """What ``easyfit.data.validation.files.file_problem`` says of a local file, for object ``url``:
-    why it cannot be read or is empty, or what ``check(head, tail, size, data)`` finds wrong
-    with its first ``head`` and last ``tail`` bytes (and all of them when it is at most
-    ``whole`` bytes: one GET, else two ranged GETs)."""
-    known = _object(url)
-    try:
-        n = known[0] if known is not None else len(read_object(url))
-        if n == 0:
-            return "empty file"
-        if check is None:
-            return None
-        if n <= whole:
-            data = read_object(url)
-            return check(data[:head], data[-tail:], len(data), data)
-        return check(read_object(url, 0, head), read_object(url, n - tail, tail), n, None)
-    except DataError as e:
-        return f"cannot be read ({str(e).removeprefix(url + ': ')})"
 
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None

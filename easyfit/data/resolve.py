@@ -7,13 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
-from . import object_store
 from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
 from .sources.base import Source, Subset
 from .sources.folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
-from .sources.parquet import hf_splits, is_parquet_pattern
+from .sources.parquet import hf_splits
+from .storage import storage_for
 
 __all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
 
@@ -38,16 +38,17 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
         ['train', 'test']
     """
     root = os.fspath(root)
-    remote = object_store.is_url(root)  # s3://bucket/prefix: its folders, of one listing
-    isdir = object_store.listing(root).isdir if remote else os.path.isdir
-    train = os.path.join(root, "train")
-    if not isdir(train):
-        splits = hf_splits(root) if not remote and os.path.isdir(root) else {}
+    listing = storage_for(root).listdir(root)  # one listing, shared with hf_splits
+    if listing is None:
+        return None
+    folders = {e.name for e in listing.dirs}
+    if "train" not in folders:
+        splits = hf_splits(listing)
         if "train" not in splits:
             return None
         return splits["train"], next((splits[v] for v in VALIDATION_NAMES if v in splits), None)
-    val = next((os.path.join(root, v) for v in VALIDATION_NAMES if isdir(os.path.join(root, v))), None)
-    return train, val
+    val = next((os.path.join(root, v) for v in VALIDATION_NAMES if v in folders), None)
+    return os.path.join(root, "train"), val
 
 
 def to_source(
@@ -125,12 +126,8 @@ def _image_paths(data: Any) -> bool:
         return False
     path = os.fspath(data)
     if path.lower().endswith(IMAGE_EXTENSIONS):
-        return object_store.is_url(path) or os.path.isfile(path)
-    return (
-        not is_parquet_pattern(path)
-        and (object_store.is_url(path) or os.path.isdir(path))
-        and detect(path) is ImageFolder
-    )
+        return storage_for(path).isfile(path)
+    return detect(path) is ImageFolder  # (its errors are those of reading the path as data)
 
 
 def _image_files(data: Any, like: Source | None, recipe: Mapping[str, Any] | None) -> ImageFiles:

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..data import object_store
+from ..data.storage import storage_of
 
 __all__ = ["data_fingerprint", "fingerprint_changes"]
 
@@ -47,11 +47,11 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
     }
     files = getattr(base, "files", None)
     if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
-        remote = object_store.is_url(files[0])  # s3://: sizes from the bucket's listing
-        paths = files if remote else [os.path.abspath(f) for f in files]
-        top = os.path.commonpath(paths)
-        top = top if (len(set(paths)) > 1 if remote else os.path.isdir(top)) else os.path.dirname(top)
-        size = object_store.size if remote else _size
+        storage = storage_of(files)  # in a bucket: sizes from its listing
+        paths = [storage.absolute(f) for f in files]
+        top = os.path.commonpath(paths)  # the folder above them, or the one file's
+        top = top if len(set(paths)) > 1 else os.path.dirname(top)
+        size = storage.size
         found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
         layout = getattr(base, "records_layout", None)
         if callable(layout):  # record files: a rewrite of the same size moves records or labels
@@ -69,13 +69,6 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
     if indices is not None:
         found["subset"] = _hash(np.ascontiguousarray(indices, dtype=np.int64).tobytes())
     return found
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1
 
 
 #: The fingerprint's keys, as a message names them.

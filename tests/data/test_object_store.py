@@ -326,3 +326,21 @@ def test_easyfit_check_lists_every_bad_object_of_a_prefix(server, tmp_path):
     found = ef.data.check(records)
     assert len(found) == 1 and found[0].startswith(f"{records}/a.tfrecord: record 2 ")
     assert found[0].endswith(": not an image (starts with b'notes')")
+
+
+@pytest.mark.slow
+def test_an_objects_stamp_is_the_same_in_another_process(mnist, monkeypatch):
+    from easyfit.data.storage import storage_for
+    from tests.helpers import run_python
+
+    url = f"s3://{BUCKET}/mnist/train/0"
+    listing = storage_for(url).listdir(url)
+    path = listing.files[0].path
+    here = storage_for(path).stamp(path)
+    assert here is not None and here == listing.files[0].stamp
+    monkeypatch.setenv("PYTHONHASHSEED", "1")  # Python's hash() of its ETag differs there
+    code = (
+        "from easyfit.data.storage import storage_for\n"
+        f"s = storage_for({url!r}); s.listdir({url!r}); print(s.stamp({path!r}))"
+    )
+    assert int(run_python("-c", code).strip().splitlines()[-1]) == here

@@ -1,7 +1,9 @@
 """One file per data format, and ``base.py`` with the kinds of source (see docs/architecture.md).
 
 A new format is one new file here: a subclass of :class:`~easyfit.data.sources.base.IndexedSource`
-or :class:`~easyfit.data.sources.base.ReaderSource`.
+or :class:`~easyfit.data.sources.base.ReaderSource`, which registers how a path of it is
+recognised (:mod:`~easyfit.data.sources.registry`), and one line below that imports it (the
+import registers it: ``easyfit.data.detect`` recognises it from then on).
 """
 
 from .arrays import Arrays

@@ -29,8 +29,7 @@ import numpy as np
 
 from ...errors import DataError
 from ..recipe import VERSION as RECIPE_VERSION
-from ..validation.files import file_stamp
-from ..validation.urls import URL_SCHEMES
+from ..storage import storage_for
 
 __all__ = [
     "READER",
@@ -208,17 +207,12 @@ def outside_classes(label: int, num_classes: int) -> str:
     )
 
 
-def content_stamp(path: str) -> tuple[int, ...] | int | None:
-    """What tells that the bytes of file ``path`` changed, with one ``os.stat`` and no read:
-    its size, modification time (ns), inode and device (a rewrite, or a new file renamed over
-    it; not a ``chmod``); a listed object's size and ETag; None when it cannot be stat'ed."""
-    if path.startswith(URL_SCHEMES):
-        return file_stamp(path)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+def content_stamp(path: str) -> int | None:
+    """What tells that the bytes of file ``path`` changed, with no read: its storage's stamp
+    (a local file's size, modification time, inode and device: a rewrite, or a new file
+    renamed over it, not a ``chmod``; a listed object's size and ETag); None when it cannot
+    be stat'ed."""
+    return storage_for(path).stamp(path)
 
 
 class ReadAtStart:

@@ -14,6 +14,7 @@ from ..images import SAMPLED, EncodedImages
 from ..protos import caffe2_messages
 from .base import READER, ReadAtStart, ReaderSource, int32_labels
 from .lmdb_walk import walk_lmdb
+from .registry import FIRST, Format, register
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
 
@@ -223,3 +224,6 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
 
     def describe(self) -> str:
         return f"Caffe2LMDB({self.path!r}: {self._num} records)"
+
+
+register(Format("caffe2-lmdb", Caffe2LMDB, lambda listing: "data.mdb" in listing.names(), priority=FIRST))

@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from .. import object_store
 from ..check_pool import CheckPool
 from ..images import EncodedImages, read_file, sample_positions
+from ..storage import entries, storage_for, unfollowable
+from ..storage import listed as _listed
 from ..validation.samples import sample_problem
 from .base import IndexedSource, bad_sample, plain_names
+from .registry import FALLBACK, Format, register
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -46,52 +48,6 @@ IMAGE_EXTENSIONS = (
     ".pbm",
     ".jp2",
 )
-
-
-def _listed(folder: str) -> list[os.DirEntry]:
-    """``os.scandir(folder)`` as a list; DataError naming ``folder`` when it cannot be listed."""
-    try:
-        with os.scandir(folder) as listing:
-            return list(listing)
-    except OSError as e:
-        raise DataError(
-            f"{folder}: cannot be listed ({e.strerror or e}); give the user who trains read "
-            "and execute permission on it (chmod a+rx), or move it out of the data"
-        ) from None
-
-
-def entries(folder: str, kind: str = "file") -> list[os.DirEntry]:
-    """The entries of ``folder`` that are files (``kind="file"``) or directories (``"dir"``),
-    following symlinks.
-
-    Nothing is skipped without a word: DataError names ``folder`` when it cannot be listed (no
-    read permission), and an entry that cannot be followed: a symlink loop, or a broken
-    symlink (its target is gone), which would otherwise drop a sample silently.
-
-    Example:
-        >>> import os
-        >>> from easyfit.data.sources.folder import entries
-        >>> os.symlink("loop", DOCS_TMP + "/loop")
-        >>> entries(DOCS_TMP)
-        Traceback (most recent call last):
-        ...
-        easyfit.errors.DataError: .../loop: cannot be followed (Too many levels of symbolic links)...
-    """
-    found = []
-    for entry in _listed(folder):
-        try:
-            if entry.is_file() if kind == "file" else entry.is_dir():
-                found.append(entry)
-            elif entry.is_symlink() and not os.path.exists(entry.path):
-                os.stat(entry.path)  # raises: the loop's or the missing target's error
-        except OSError as e:
-            link = (
-                f"; a symbolic link to {os.readlink(entry.path)!r}: fix or remove it"
-                if entry.is_symlink()
-                else ""
-            )
-            raise DataError(f"{entry.path}: cannot be followed ({e.strerror or e}){link}") from None
-    return found
 
 
 def folder_files(folder: str, extensions: tuple[str, ...]) -> list[str]:
@@ -147,15 +103,17 @@ def _is_loop(target: str, real: str) -> bool:
     return real == target or real.startswith(target.rstrip(os.sep) + os.sep)
 
 
-def _walk_remote(folder: str, kept: Callable[[str, str], bool], not_kept: str, tally: LeftOut) -> list[str]:
-    """:func:`walk_files` of ``s3://bucket/prefix``, from its one listing."""
-    remote = object_store.listing(folder)
+def _walk_listings(folder: str, kept: Callable[[str, str], bool], not_kept: str, tally: LeftOut) -> list[str]:
+    """:func:`walk_files` of a folder in object storage (no links to follow), from the
+    listings its storage gives (a bucket's: one listing of the prefix)."""
+    storage = storage_for(folder)
     found: list[str] = []
     pending = [folder]
     while pending:
         here = pending.pop()
+        listing = storage.listdir(here)
         files = []
-        for e in remote.entries(here):
+        for e in listing.files if listing else ():
             if e.name.startswith("."):
                 tally.add("hidden", e.path)
             elif kept(e.name, e.path):
@@ -163,7 +121,7 @@ def _walk_remote(folder: str, kept: Callable[[str, str], bool], not_kept: str, t
             else:
                 tally.add(not_kept, e.path)
         found.extend(sorted(files))
-        for e in sorted(remote.entries(here, "dir"), key=lambda e: e.name, reverse=True):
+        for e in sorted(listing.dirs if listing else (), key=lambda e: e.name, reverse=True):
             if e.name.startswith("."):
                 tally.add("hidden", e.path)
             else:
@@ -206,8 +164,8 @@ def walk_files(
     def kept(name: str, path: str) -> bool:
         return is_valid_file(path) if is_valid_file is not None else name.lower().endswith(extensions)
 
-    if object_store.is_url(folder):  # a bucket: no links to follow
-        return _walk_remote(folder, kept, not_kept, tally)
+    if storage_for(folder).remote:  # no links to follow
+        return _walk_listings(folder, kept, not_kept, tally)
     found: list[str] = []
     # (folder, its real path once needed, the real paths of the folders above it)
     stack: list[tuple[str, str | None, tuple[str, ...]]] = [(folder, None, ())]
@@ -247,12 +205,7 @@ def walk_files(
                         os.stat(e.path)  # raises: a loop's or a missing target's error
                         tally.add("neither files nor folders", e.path)
                 except OSError as err:
-                    link = (
-                        f"; a symbolic link to {os.readlink(e.path)!r}: fix or remove it"
-                        if e.is_symlink()
-                        else ""
-                    )
-                    raise DataError(f"{e.path}: cannot be followed ({err.strerror or err}){link}") from None
+                    raise unfollowable(e, err) from None
         files.sort()
         found.extend(files)
         if subs:
@@ -308,23 +261,19 @@ def scan_classes(
         >>> scan_classes(DOCS_TMP, (".png", ".jpg"), class_names=["dog"])[1:]
         (['.../dog/2.jpg', '.../dog/old/3.jpg'], array([0, 0], dtype=int32))
     """
-    isdir: Callable[[str], bool] = os.path.isdir
-    dirs: Callable[..., Sequence[Any]] = entries
-    if object_store.is_url(root):  # s3://bucket/prefix: the same questions, of one listing
-        remote = object_store.listing(root)
-        isdir, dirs = remote.isdir, remote.entries
-    if not isdir(root):
+    listing = storage_for(root).listdir(root)
+    if listing is None:
         raise DataError(f"{root}: no such directory")
     tally = left_out if left_out is not None else LeftOut()
     found = []
-    for e in sorted(dirs(root, "dir"), key=lambda e: e.name):
+    for e in sorted(listing.dirs, key=lambda e: e.name):
         if e.name.startswith("."):
             tally.add("hidden", e.path)
         else:
             found.append(e.name)
     if not found:
         raise DataError(f"{root}: no class folders (expected {root}/<class>/<{what}>)")
-    for e in dirs(root, "file"):
+    for e in listing.files:
         reason = "hidden" if e.name.startswith(".") else "beside the class folders"
         tally.add(reason, e.path)
     names = list(found) if class_names is None else plain_names(class_names)
@@ -493,7 +442,8 @@ class Files(IndexedSource):
         return self.files[index]
 
     def sample_problem(self, index: int) -> str | None:
-        return sample_problem(self.sample_check or "file", [column[index] for column in self._columns])
+        paths = [column[index] for column in self._columns]
+        return sample_problem(self.sample_check or "file", paths, storage_for(paths[0]).check)
 
 
 class ClassFiles(Files):
@@ -731,9 +681,8 @@ class ImageFiles(EncodedImages, Files):
     ):
         if isinstance(images, (str, os.PathLike)):
             self.root = os.fspath(images)
-            remote = object_store.is_url(self.root)
-            isdir = object_store.listing(self.root).isdir if remote else os.path.isdir
-            if isdir(self.root):
+            storage = storage_for(self.root)
+            if storage.isdir(self.root):
                 tally = LeftOut()
                 files = walk_files(
                     self.root,
@@ -748,7 +697,7 @@ class ImageFiles(EncodedImages, Files):
                         f"{self.root}: no images in it or its sub-folders (extensions looked for: "
                         f"{', '.join(IMAGE_EXTENSIONS)})"
                     )
-            elif remote or os.path.isfile(self.root):
+            elif storage.isfile(self.root):
                 files = [self.root]
             else:
                 raise DataError(f"{self.root}: no such file or directory")
@@ -798,3 +747,8 @@ class ImageFiles(EncodedImages, Files):
 
     def describe(self) -> str:
         return f"ImageFiles({self.root!r}: {self.num_samples} images)"
+
+
+#: A folder that holds no other format is read as class folders of images (whose own checks
+#: say what is missing).
+register(Format("image-folder", ImageFolder, lambda listing: True, priority=FALLBACK, object_storage=True))

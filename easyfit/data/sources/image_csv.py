@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import DataError
 from ..images import EncodedImages
 from .folder import Files
+from .registry import Format, register
 
 __all__ = ["ImageCSV", "read_targets"]
 
@@ -184,3 +185,6 @@ class ImageCSV(EncodedImages, Files):
 
     def describe(self) -> str:
         return f"ImageCSV({self.csv_path!r}: {self.num_samples} images, {len(self.target_names)} targets)"
+
+
+register(Format("image-csv", ImageCSV, suffixes=(".csv",)))

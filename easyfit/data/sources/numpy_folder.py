@@ -11,9 +11,11 @@ import numpy as np
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..images import sample_positions
+from ..storage import Listing
 from ..validation.files import file_problem
 from .base import narrowed, nonfinite_problem
-from .folder import ClassFiles
+from .folder import IMAGE_EXTENSIONS, ClassFiles
+from .registry import CLASS_FOLDERS, Format, register
 
 __all__ = ["NumpyFolder"]
 
@@ -172,3 +174,20 @@ class NumpyFolder(ClassFiles):
             f"NumpyFolder({self.root!r}: {self.num_samples} arrays {self.dtype} "
             f"{self.sample_shape}, {len(self.class_names)} classes)"
         )
+
+
+def _holds_arrays(listing: Listing) -> bool:
+    """Whether the first data file found in a folder's class folders (an array or an image)
+    is a ``.npy`` file: NumpyFolder's, else ImageFolder's (whose checks say what is missing)."""
+    for folder in sorted(listing.dirs, key=lambda e: e.name):
+        sub = None if folder.name.startswith(".") else listing.child(folder.name)
+        for f in sub.files if sub is not None else ():
+            name = f.name.lower()
+            if name.endswith(".npy"):
+                return True
+            if name.endswith(IMAGE_EXTENSIONS):
+                return False
+    return False
+
+
+register(Format("numpy-folder", NumpyFolder, _holds_arrays, priority=CLASS_FOLDERS))

@@ -26,9 +26,11 @@ import numpy as np
 
 from ...errors import DataError
 from ..images import EncodedImages, first_line, sample_positions
+from ..storage import Listing, storage_for
 from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
+from .registry import FILES, Format, holding, register
 
 __all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
 
@@ -61,13 +63,14 @@ def _parquet_files(folder: str) -> list[str]:
     return sorted(e.path for e in entries(folder) if e.name.lower().endswith(".parquet"))
 
 
-def hf_splits(root: str | os.PathLike) -> dict[str, str]:
+def hf_splits(root: str | os.PathLike | Listing) -> dict[str, str]:
     """The splits of a folder in Hugging Face's layout: ``{split: glob pattern}`` for the
     ``root/data/<split>-*.parquet`` shards (or ``root/<split>-*.parquet``); empty when ``root``
     holds no Parquet shards so named. A shard names its split by Hugging Face's
     ``<split>-00000-of-00004`` naming, or is ``<split>.parquet`` for a split named ``train``,
     ``val``, ``validation``, ``test`` or ``testing``; a folder of other names
-    (``shard0.parquet``, ``shard1.parquet``) holds shards of one dataset.
+    (``shard0.parquet``, ``shard1.parquet``) holds shards of one dataset. ``root`` may be its
+    listing (``easyfit.data.storage.Listing``), made by the caller for its own questions.
 
     Example:
         >>> import os
@@ -78,19 +81,23 @@ def hf_splits(root: str | os.PathLike) -> dict[str, str]:
         >>> sorted(hf_splits(DOCS_TMP + "/hf"))
         ['train', 'validation']
     """
-    root = os.fspath(root)
-    for folder in (os.path.join(root, "data"), root):
-        if not os.path.isdir(folder):
+    listing = root if isinstance(root, Listing) else storage_for(os.fspath(root)).listdir(os.fspath(root))
+    if listing is None or listing.storage.remote:  # read from local files only: no splits there
+        return {}
+    for folder in (listing.child("data"), listing):
+        if folder is None:
             continue
         splits: dict[str, str] = {}
-        for f in _parquet_files(folder):
-            m = _HF_SHARD.match(os.path.basename(f))
+        for f in folder.with_suffix((".parquet",)):
+            m = _HF_SHARD.match(f.name)
             if m is None or not (m["of"] or m["split"].lower() in _SPLIT_NAMES):
                 return {}  # Parquet files, but not named by split: shards of one dataset
             split = m["split"]
-            exact = os.path.join(folder, f"{split}.parquet")
+            exact = os.path.join(folder.path, f"{split}.parquet")
             splits[split] = (
-                exact if f == exact and split not in splits else os.path.join(folder, f"{split}-*.parquet")
+                exact
+                if f.path == exact and split not in splits
+                else os.path.join(folder.path, f"{split}-*.parquet")
             )
         if splits:
             return splits
@@ -610,3 +617,13 @@ def _default_cache() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
     except (ValueError, OSError):
         return 4 << 30
+
+
+def _hf_layout(listing: Listing) -> bool:
+    """Whether a folder is in Hugging Face's layout: Parquet files in its ``data/``."""
+    data = listing.child("data")
+    return data is not None and bool(data.with_suffix((".parquet",)))
+
+
+register(Format("parquet", Parquet, holding(".parquet"), suffixes=(".parquet",), pattern=is_parquet_pattern))
+register(Format("parquet-hf", Parquet, _hf_layout, priority=FILES + 10))

@@ -12,6 +12,7 @@ import numpy as np
 from ...errors import DataError
 from .base import int32_labels
 from .records import RecordFiles, list_files
+from .registry import Format, holding, register
 
 __all__ = ["RecordIO"]
 
@@ -177,3 +178,6 @@ class RecordIO(RecordFiles):
 
     def describe(self) -> str:
         return f"RecordIO({self.root!r}: {self.num_samples} records)"
+
+
+register(Format("recordio", RecordIO, holding(".rec"), suffixes=(".rec",)))

@@ -18,24 +18,23 @@ from typing import Any, cast
 import numpy as np
 
 from ...errors import DataError
-from .. import object_store
 from ..images import EncodedImages, sample_positions
+from ..storage import Storage, storage_for, storage_of
 from ..validation.encoded import image_problem
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, outside_classes
-from .folder import folder_files
 
 __all__ = ["RecordFiles", "list_files"]
 
 
 def list_files(root: str, suffixes: tuple[str, ...], what: str) -> list[str]:
     """Sorted files of ``root`` (a directory, or one file) ending with ``suffixes``."""
-    if object_store.is_url(root):  # s3://bucket/prefix
-        return object_store.list_files(root, suffixes, what)
-    if os.path.isfile(root):
+    storage = storage_for(root)
+    if storage.isfile(root):
         return [root]
-    if not os.path.isdir(root):
+    listing = storage.listdir(root)
+    if listing is None:
         raise DataError(f"{root}: no such file or directory")
-    files = folder_files(root, suffixes)
+    files = [e.path for e in listing.with_suffix(suffixes)]
     if not files:
         raise DataError(f"{root}: no {what} files ({', '.join(suffixes)})")
     return files
@@ -61,6 +60,11 @@ class RecordFiles(EncodedImages, IndexedSource):
     _file: np.ndarray
     _offset: np.ndarray
     _length: np.ndarray
+
+    @property
+    def _storage(self) -> Storage:
+        """Where ``files`` are kept (``easyfit.data.storage``)."""
+        return storage_of(self.files)
 
     def _stamp_files(self, what: str = "record offsets") -> None:
         """Stamps ``files`` before they are indexed (see :class:`~.base.ReadAtStart`)."""
@@ -122,9 +126,9 @@ class RecordFiles(EncodedImages, IndexedSource):
         """The bytes of record ``index``."""
         length, offset = int(self._length[index]), int(self._offset[index])
         path = self.files[int(self._file[index])]
-        if object_store.is_url(path):  # a ranged GET
-            raw = object_store.read_object(path, offset, length)
-        else:
+        if self._storage.remote:  # a ranged GET
+            raw = self._storage.read(path, offset, length)
+        else:  # the file kept open
             raw = os.pread(self._fd(int(self._file[index])), length, offset)
         if len(raw) != length:
             raise DataError(f"{self.locate(index)}: truncated ({len(raw)} of {length} bytes)")
@@ -167,8 +171,8 @@ class RecordFiles(EncodedImages, IndexedSource):
         images, labels = [], []
         for f in np.unique(self._file[indices]).tolist():  # the files as indexed, or refused
             self._read_at_start.check(f)
-        remote = object_store.is_url(self.files[0])  # GETs: waited on together
-        raws = object_store.check_all(self.read, indices.tolist()) if remote else None
+        remote = self._storage.remote  # GETs: waited on together
+        raws = self._storage.map(self.read, indices.tolist()) if remote else None
         for j, i in enumerate(indices):
             image, label = self.parse(int(i), raws[j] if raws is not None else self.read(int(i)))
             problem = image_problem(image, whole=not self._checked[i])

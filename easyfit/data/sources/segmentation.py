@@ -12,11 +12,13 @@ import numpy as np
 from ...errors import DataError
 from ..augment import Augment
 from ..images import EncodedImages
+from ..storage import Listing
 from ..validation.samples import mask_problem
 from .base import plain_names
 from .folder import IMAGE_EXTENSIONS, Files, entries
+from .registry import LAYOUT, Format, register
 
-__all__ = ["SegmentationFolder", "is_segmentation_folder", "mask_problem", "pair_files"]
+__all__ = ["SegmentationFolder", "mask_problem", "pair_files"]
 
 
 def _stems(folder: str, extensions: tuple[str, ...]) -> dict[str, str]:
@@ -57,12 +59,6 @@ def pair_files(images: str, masks: str) -> tuple[list[str], list[str]]:
             raise DataError(f"{have[alone[0]]}: {what} of that name ({expected} expected){more}")
     stems = sorted(by_stem)
     return [by_stem[s] for s in stems], [mask_by_stem[s] for s in stems]
-
-
-def is_segmentation_folder(path: str, images: str = "images", masks: str = "masks") -> bool:
-    """Whether directory ``path`` holds exactly the sub-folders ``images/`` and ``masks/``."""
-    names = {e.name for e in entries(path, "dir") if not e.name.startswith(".")}
-    return names == {images, masks}
 
 
 class SegmentationFolder(EncodedImages, Files):
@@ -194,3 +190,11 @@ class SegmentationFolder(EncodedImages, Files):
 
     def describe(self) -> str:
         return f"SegmentationFolder({self.root!r}: {self.num_samples} images with masks)"
+
+
+def _images_and_masks(listing: Listing) -> bool:
+    """Whether a folder holds exactly the sub-folders ``images/`` and ``masks/``."""
+    return {e.name for e in listing.dirs if not e.name.startswith(".")} == {"images", "masks"}
+
+
+register(Format("segmentation", SegmentationFolder, _images_and_masks, priority=LAYOUT))

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from .. import object_store
 from ..protos import tf_example
+from ..storage import storage_for
 from .records import RecordFiles, list_files
+from .registry import Format, holding, register
 
 __all__ = ["TFRECORD_SUFFIXES", "TFRecord"]
 
@@ -52,7 +53,7 @@ def crc_problem(raw: bytes) -> str | None:
 def index_file(path: str) -> str | None:
     """The index of a TFRecord file, as DALI's ``tfrecord2idx`` names it (``<file>.idx``)."""
     for idx in (path + ".idx", os.path.splitext(path)[0] + ".idx"):
-        if object_store.size(idx) >= 0 if object_store.is_url(idx) else os.path.isfile(idx):
+        if storage_for(idx).isfile(idx):
             return idx
     return None
 
@@ -62,7 +63,7 @@ def _read_index(idx: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     checked to lie inside the file (a negative offset or a huge length would reach ``pread``)."""
     fix = "; remake it with DALI's tfrecord2idx, or remove it (easyfit then walks the file)"
     try:
-        text = io.BytesIO(object_store.read_object(idx)) if object_store.is_url(idx) else idx
+        text = io.BytesIO(storage_for(idx).read(idx))
         rows = np.loadtxt(text, dtype=np.int64, ndmin=2)
     except (OSError, ValueError, OverflowError) as e:
         raise DataError(f"{idx}: not a TFRecord index (offset size lines): {e}{fix}") from None
@@ -84,7 +85,7 @@ def _read_index(idx: str, size: int) -> tuple[np.ndarray, np.ndarray]:
 def _walk(path: str, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Offsets and lengths of the records, from their length fields (nothing is written)."""
     offsets, lengths, pos = [], [], 0
-    with object_store.open_object(path) if object_store.is_url(path) else open(path, "rb") as f:
+    with storage_for(path).open(path) as f:
         while pos < size:
             f.seek(pos)
             head = f.read(8)
@@ -155,7 +156,7 @@ class TFRecord(RecordFiles):
         parts = []
         for k, path_k in enumerate(self.files):
             try:
-                size = object_store.size(path_k) if object_store.is_url(path_k) else os.path.getsize(path_k)
+                size = storage_for(path_k).size(path_k)
                 idx = index_file(path_k)
                 offsets, lengths = _read_index(idx, size) if idx else _walk(path_k, size)
             except PermissionError as e:
@@ -200,3 +201,8 @@ class TFRecord(RecordFiles):
 
     def describe(self) -> str:
         return f"TFRecord({self.root!r}: {self.num_samples} records in {len(self.files)} files)"
+
+
+register(
+    Format("tfrecord", TFRecord, holding(*TFRECORD_SUFFIXES), suffixes=TFRECORD_SUFFIXES, object_storage=True)
+)

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError
-from .. import object_store
+from ..storage import storage_for
 from .base import int32_labels
 from .folder import IMAGE_EXTENSIONS
 from .records import RecordFiles, list_files
+from .registry import Format, holding, register
 
 __all__ = ["WebDataset"]
 
@@ -58,10 +59,10 @@ def _scan(path: str, label_ext: str) -> tuple[list[tuple[int, int]], list[int], 
     images: dict[str, tuple[int, int]] = {}
     labels: dict[str, int] = {}
     image_exts = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
-    remote = object_store.is_url(path)  # s3://: its headers read by ranged GETs
-    size = object_store.size(path) if remote else os.path.getsize(path)
+    storage = storage_for(path)  # in a bucket: its headers read by ranged GETs
+    size = storage.size(path)
     try:
-        with tarfile.open(path, "r:", fileobj=object_store.open_object(path) if remote else None) as tar:
+        with storage.open(path) as f, tarfile.open(path, "r:", fileobj=f) as tar:
             for m in tar:
                 problem = _not_plain(m)
                 if problem:
@@ -191,3 +192,6 @@ class WebDataset(RecordFiles):
 
     def describe(self) -> str:
         return f"WebDataset({self.root!r}: {self.num_samples} samples in {len(self.files)} shards)"
+
+
+register(Format("webdataset", WebDataset, holding(".tar"), suffixes=(".tar",), object_storage=True))

@@ -15,6 +15,8 @@ each file's structure on the host first, so that such a file is named in a
 * :mod:`~easyfit.data.validation.encoded`: one encoded image's bytes (its kind, whether it is
   whole, its pixels against ``MAX_IMAGE_PIXELS``, its structure);
 * :mod:`~easyfit.data.validation.structure` (and :mod:`~easyfit.data.validation.jpeg`): the
-  structure of JPEG, PNG, BMP and WebP data;
-* :mod:`~easyfit.data.validation.urls`: the prefixes of a path in object storage.
+  structure of JPEG, PNG, BMP and WebP data.
+
+It takes the bytes and stamps of files kept elsewhere than on a local disk from its callers
+(``easyfit.data.storage``), and imports nothing of easyfit outside itself.
 """

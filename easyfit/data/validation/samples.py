@@ -3,19 +3,40 @@
 start, so that both say the same of the same files.
 
 A check takes the sample's paths (one per column: an image, or an image and its mask) and
-returns why the sample cannot be fed, or None. Checks are named rather than passed as
-functions because a child process cannot be handed a source's bound method; a source names
-its check in ``Files.sample_check``. Standard library only, like the rest of this package.
+returns why the sample cannot be fed, or None; its files are read by ``read``
+(:data:`FileCheck`): :func:`~.files.file_check` of a local file by default, what the caller's
+storage gives for one kept elsewhere (``easyfit.data.storage.Storage.check``). Checks are
+named rather than passed as functions because a child process cannot be handed a source's
+bound method; a source names its check in ``Files.sample_check``. Standard library only,
+like the rest of this package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from .encoded import HEAD, encoded_problem, header_size, image_kind
 from .files import file_check, file_stamp
 
-__all__ = ["SAMPLE_CHECKS", "checked_sample", "image_size", "mask_problem", "sample_problem", "sample_stamp"]
+__all__ = [
+    "SAMPLE_CHECKS",
+    "FileCheck",
+    "checked_sample",
+    "image_size",
+    "mask_problem",
+    "sample_problem",
+    "sample_stamp",
+]
+
+
+class FileCheck(Protocol):
+    """``(stamp, problem)`` of one file: what :func:`~.files.file_check` gives of a local one."""
+
+    def __call__(
+        self, path: str, check: Callable[..., str | None] | None = None, /
+    ) -> tuple[int | None, str | None]: ...
+
 
 _PNG_COLORS = {0: "grayscale", 2: "RGB", 3: "palette", 4: "grayscale+alpha", 6: "RGBA"}
 
@@ -54,20 +75,20 @@ def image_size(path: str) -> tuple[int, int] | None:
     return (size[1], size[0]) if size else None
 
 
-def _file(paths: Sequence[str]) -> tuple[int | None, str | None]:
-    return file_check(paths[0])
+def _file(paths: Sequence[str], read: FileCheck = file_check) -> tuple[int | None, str | None]:
+    return read(paths[0])
 
 
-def _image(paths: Sequence[str]) -> tuple[int | None, str | None]:
-    return file_check(paths[0], encoded_problem)
+def _image(paths: Sequence[str], read: FileCheck = file_check) -> tuple[int | None, str | None]:
+    return read(paths[0], encoded_problem)
 
 
-def _segmentation(paths: Sequence[str]) -> tuple[int | None, str | None]:
+def _segmentation(paths: Sequence[str], read: FileCheck = file_check) -> tuple[int | None, str | None]:
     image, mask = paths
-    stamp, problem = file_check(image, encoded_problem)
+    stamp, problem = read(image, encoded_problem)
     if problem:
         return None, problem
-    mask_stamp, problem = file_check(mask, mask_problem)
+    mask_stamp, problem = read(mask, mask_problem)
     if problem:
         return None, f"its mask {mask}: {problem}"
     size, mask_size = image_size(image), image_size(mask)
@@ -81,24 +102,24 @@ def _segmentation(paths: Sequence[str]) -> tuple[int | None, str | None]:
 #: an encoded image: ``encoded_problem``), ``"segmentation"`` (an image and its mask: an
 #: 8-bit grayscale PNG of the image's size). Each returns the sample's stamp as its files were
 #: read (see :func:`checked_sample`) and its problem.
-SAMPLE_CHECKS: dict[str, Callable[[Sequence[str]], tuple[int | None, str | None]]] = {
+SAMPLE_CHECKS: dict[str, Callable[[Sequence[str], FileCheck], tuple[int | None, str | None]]] = {
     "file": _file,
     "image": _image,
     "segmentation": _segmentation,
 }
 
 
-def sample_problem(check: str, paths: Sequence[str]) -> str | None:
+def sample_problem(check: str, paths: Sequence[str], read: FileCheck = file_check) -> str | None:
     """What check ``check`` (a name of :data:`SAMPLE_CHECKS`) finds wrong with the sample of
-    ``paths``, or None."""
-    return SAMPLE_CHECKS[check](paths)[1]
+    ``paths`` (its files read by ``read``), or None."""
+    return SAMPLE_CHECKS[check](paths, read)[1]
 
 
 def checked_sample(check: str, paths: Sequence[str]) -> tuple[int, str | None]:
     """``(stamp, problem)``: :func:`sample_problem`, and the sample's :func:`sample_stamp` as
     its files were when they were read (from the open files: a checker child stamps a sample it
     checks without another ``os.stat`` of each file). The stamp is 0 where there is a problem."""
-    stamp, problem = SAMPLE_CHECKS[check](paths)
+    stamp, problem = SAMPLE_CHECKS[check](paths, file_check)
     return (0, problem) if problem or stamp is None else (stamp, None)
 
 
