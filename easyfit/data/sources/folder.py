@@ -7,16 +7,19 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
 from .. import object_store
 from ..check_pool import CheckPool
-from ..images import EncodedImages, read_file, sample_positions
+from ..images import EncodedImages, ImageOptions, ImageSettings, read_file, sample_positions
 from ..validation.samples import sample_problem
 from .base import IndexedSource, bad_sample, plain_names
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -422,7 +425,7 @@ class Files(IndexedSource):
     #: what checker processes run. None: :meth:`sample_problem` is overridden, and runs here.
     sample_check: str | None = "file"
 
-    def _init_paths(self, *columns: Sequence[str]) -> None:
+    def __init__(self, *columns: Sequence[str]) -> None:
         """Path tables of ``columns`` (``self.files`` first, then e.g. the masks)."""
         self._columns = [list(column) for column in columns]
         self._tables = [path_table(column) for column in columns]
@@ -465,9 +468,8 @@ class Files(IndexedSource):
 
     def close(self) -> None:
         """Stops the checker processes (a later feed starts them again)."""
-        checks = getattr(self, "_checks", None)
-        if checks is not None:
-            checks.close()
+        if self._checks is not None:
+            self._checks.close()
 
     @staticmethod
     def read(paths: Any, lengths: Any) -> Any:
@@ -486,7 +488,7 @@ class Files(IndexedSource):
 
     def sampled(self) -> list[tuple[str, bytes]]:
         """``(path, bytes)`` of up to 64 files spread evenly (what image settings are inferred
-        from: ``EncodedImages._init_images``)."""
+        from: ``EncodedImages``)."""
         return [(self.files[i], read_file(self.files[i])) for i in sample_positions(len(self.files))]
 
     def locate(self, index: int) -> str:
@@ -506,7 +508,7 @@ class ClassFiles(Files):
     #: What the listing left out of the folder (hidden entries, other files...), in words.
     left_out: str | None = None
 
-    def _init_files(
+    def __init__(
         self,
         root: str | os.PathLike,
         extensions: tuple[str, ...],
@@ -521,7 +523,7 @@ class ClassFiles(Files):
             self.root, extensions, what, class_names, left_out=tally, **listing
         )
         self.left_out = tally.sentence(self.root)
-        self._init_paths(self.files)
+        Files.__init__(self, self.files)
 
     @property
     def num_feeds(self) -> int:
@@ -617,7 +619,8 @@ class ImageFolder(EncodedImages, ClassFiles):
         is_valid_file: Callable[[str], bool] | None = None,
     ):
         self.follow_links, self.is_valid_file = follow_links, is_valid_file
-        self._init_files(
+        ClassFiles.__init__(
+            self,
             root,
             IMAGE_EXTENSIONS,
             "images",
@@ -626,19 +629,9 @@ class ImageFolder(EncodedImages, ClassFiles):
             follow_links=follow_links,
             is_valid_file=is_valid_file,
         )
-        self.augment = augment
-        self._init_images(
-            self.sampled,
-            image_size,
-            color_mode,
-            decoder,
-            transform,
-            self.root,
-            normalize,
-            eval_crop,
-            crop_to_aspect_ratio,
-            pad_to_aspect_ratio,
-        )
+        given = (image_size, color_mode, decoder, transform, augment, normalize, eval_crop)
+        settings = ImageSettings(*given, crop_to_aspect_ratio, pad_to_aspect_ratio)
+        EncodedImages.__init__(self, settings, self.sampled, self.root)
 
     def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         paths, lengths, labels = nodes  # as feed() returns them
@@ -689,16 +682,11 @@ class ImageFiles(EncodedImages, Files):
 
     Args:
         images: a folder (or ``s3://bucket/prefix``), an image file, or a sequence of paths.
-        image_size: as :class:`ImageFolder`'s (``predict`` takes the training data's settings).
-        color_mode: as :class:`ImageFolder`'s.
-        decoder: as :class:`ImageFolder`'s.
-        transform: as :class:`ImageFolder`'s.
-        normalize: as :class:`ImageFolder`'s.
-        eval_crop: as :class:`ImageFolder`'s.
-        crop_to_aspect_ratio: as :class:`ImageFolder`'s.
-        pad_to_aspect_ratio: as :class:`ImageFolder`'s.
         follow_links: as :class:`ImageFolder`'s, for a folder.
         is_valid_file: as :class:`ImageFolder`'s, for a folder.
+        **settings: the image settings of :class:`ImageFolder` (``image_size``, ``color_mode``,
+            ``decoder``, ``transform``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
+            ``pad_to_aspect_ratio``; no ``augment``): ``predict`` takes the training data's.
 
     Example:
         >>> import tempfile, easyfit as ef
@@ -717,17 +705,10 @@ class ImageFiles(EncodedImages, Files):
     def __init__(
         self,
         images: str | os.PathLike | Sequence[str | os.PathLike],
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
-        crop_to_aspect_ratio: bool = False,
-        pad_to_aspect_ratio: bool = False,
         *,
         follow_links: bool = True,
         is_valid_file: Callable[[str], bool] | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         if isinstance(images, (str, os.PathLike)):
             self.root = os.fspath(images)
@@ -762,20 +743,9 @@ class ImageFiles(EncodedImages, Files):
             self.root = f"{len(files)} image paths"
         self.files = files
         self.labels = np.zeros(len(files), np.int32)
-        self.augment = None
-        self._init_paths(self.files)
-        self._init_images(
-            self.sampled,
-            image_size,
-            color_mode,
-            decoder,
-            transform,
-            self.root,
-            normalize,
-            eval_crop,
-            crop_to_aspect_ratio,
-            pad_to_aspect_ratio,
-        )
+        Files.__init__(self, self.files)
+        images_settings = ImageSettings.of("ImageFiles", settings, without=("augment",))
+        EncodedImages.__init__(self, images_settings, self.sampled, self.root)
 
     @property
     def num_feeds(self) -> int:

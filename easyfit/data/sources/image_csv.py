@@ -5,14 +5,17 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages
+from ..images import EncodedImages, ImageOptions, ImageSettings
 from .folder import Files
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ImageCSV", "read_targets"]
 
@@ -127,23 +130,14 @@ class ImageCSV(EncodedImages, Files):
         self,
         csv_path: str | os.PathLike,
         root: str | os.PathLike | None = None,
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         self.csv_path = os.fspath(csv_path)
         self._root = None if root is None else os.fspath(root)
         self.root = self._root if self._root is not None else os.path.dirname(os.path.abspath(self.csv_path))
         self.files, self.target_names, self.targets = read_targets(self.csv_path, self.root)
-        self._init_paths(self.files)
-        self.augment = augment
-        self._init_images(
-            self.sampled, image_size, color_mode, decoder, transform, self.csv_path, normalize, eval_crop
-        )
+        Files.__init__(self, self.files)
+        EncodedImages.__init__(self, ImageSettings.of("ImageCSV", settings), self.sampled, self.csv_path)
 
     @property
     def num_feeds(self) -> int:

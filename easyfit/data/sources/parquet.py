@@ -19,16 +19,19 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, first_line, sample_positions
+from ..images import EncodedImages, ImageOptions, ImageSettings, first_line, sample_positions
 from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
 
@@ -214,19 +217,13 @@ class Parquet(EncodedImages, IndexedSource):
         image: str = "image",
         label: str = "label",
         class_names: Sequence[str] | None = None,
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        *,
         cache_bytes: int | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         pq = _pyarrow()
         self.root, self.files = _resolve_files(path)
         self.image_column, self.label_column = image, label
-        self.augment = augment
         self.cache_bytes = int(cache_bytes) if cache_bytes is not None else _default_cache()
         sizes: list[np.ndarray] = []  # rows per row group, per file
         labels: list[np.ndarray] = []
@@ -300,9 +297,7 @@ class Parquet(EncodedImages, IndexedSource):
         self._rows_read = 0  # rows of the row groups read from the files...
         self._rows_fed = 0  # ...and rows fed: a pass in file order reads each row once
         self._warned = False
-        self._init_images(
-            self._sample, image_size, color_mode, decoder, transform, self.root, normalize, eval_crop
-        )
+        EncodedImages.__init__(self, ImageSettings.of("Parquet", settings), self._sample, self.root)
 
     # ------------------------------------------------------------------------------ indexing
     def _open(self, pq: Any, f: str) -> Any:

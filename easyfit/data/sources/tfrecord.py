@@ -5,15 +5,18 @@ from __future__ import annotations
 import io
 import os
 import struct
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
 from .. import object_store
+from ..images import ImageOptions, ImageSettings
 from ..protos import tf_example
 from .records import RecordFiles, list_files
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["TFRECORD_SUFFIXES", "TFRecord"]
 
@@ -140,13 +143,7 @@ class TFRecord(RecordFiles):
         path: str | os.PathLike,
         image_key: str = "image/encoded",
         label_key: str = "image/class/label",
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         root = os.fspath(path)
         self.image_key, self.label_key = image_key, label_key
@@ -163,9 +160,7 @@ class TFRecord(RecordFiles):
             parts.append((np.full(len(offsets), k, np.int32), offsets, lengths))
         self._set_ranges(parts)
         self._example = tf_example()
-        self._init_records(
-            root, None, image_size, color_mode, decoder, transform, augment, normalize, eval_crop
-        )
+        RecordFiles.__init__(self, root, None, ImageSettings.of("TFRecord", settings))
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         from google.protobuf.message import DecodeError
