@@ -27,6 +27,7 @@ __all__ = [
     "Files",
     "ImageFiles",
     "ImageFolder",
+    "ImagePaths",
     "LeftOut",
     "entries",
     "folder_files",
@@ -536,7 +537,34 @@ class ClassFiles(Files):
         return self.labels
 
 
-class ImageFolder(EncodedImages, ClassFiles):
+class ImagePaths(EncodedImages, Files):
+    """Base of sources of one encoded image file per sample and a row of ``labels`` per
+    sample: feeds the paths and the labels; DALI reads and decodes the images."""
+
+    sample_check = "image"
+    labels: np.ndarray
+
+    @property
+    def num_feeds(self) -> int:
+        return 3
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        return (*self.feed_paths(indices), self.labels[indices])
+
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        paths, lengths, labels = nodes  # as feed() returns them
+        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
+        return images, (labels.gpu() if device == "gpu" else labels)
+
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        images = self.decoded_spec()
+        return None if images is None else [images, (tuple(self.labels.shape[1:]), self.labels.dtype)]
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return read_file(self.files[index])
+
+
+class ImageFolder(ImagePaths, ClassFiles):
     """Images in class folders: ``root/<class>/<image>``.
 
     Labels are the indices of the sorted class-folder names (``class_names``). Images are read
@@ -598,8 +626,6 @@ class ImageFolder(EncodedImages, ClassFiles):
         (['0', '1', '2'], (28, 28, 1), 200)
     """
 
-    sample_check = "image"
-
     def __init__(
         self,
         root: str | os.PathLike,
@@ -633,15 +659,6 @@ class ImageFolder(EncodedImages, ClassFiles):
         settings = ImageSettings(*given, crop_to_aspect_ratio, pad_to_aspect_ratio)
         EncodedImages.__init__(self, settings, self.sampled, self.root)
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        paths, lengths, labels = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
-        return images, (labels.gpu() if device == "gpu" else labels)
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        images = self.decoded_spec()
-        return None if images is None else [images, ((), self.labels.dtype)]
-
     @classmethod
     def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> ImageFolder:
         """An ImageFolder at ``path`` read as ``recipe`` says, its labels the indices of the
@@ -649,9 +666,6 @@ class ImageFolder(EncodedImages, ClassFiles):
         of them may be absent or empty)."""
         names = recipe.get("class_names")
         return cls(path, **cls.recipe_settings(recipe), class_names=names, allow_empty=names is not None)
-
-    def encoded_image(self, index: int) -> bytes | None:
-        return read_file(self.files[index])
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
         other = ImageFolder(
@@ -672,7 +686,7 @@ class ImageFolder(EncodedImages, ClassFiles):
         return f"ImageFolder({self.root!r}: {self.num_samples} images, {len(self.class_names)} classes)"
 
 
-class ImageFiles(EncodedImages, Files):
+class ImageFiles(ImagePaths):
     """Images without labels, as ``predict`` reads them: every image of a folder and of its
     sub-folders at any depth, with or without class folders (Keras' ``labels=None``), one
     image file, or a list of image paths. Read in that order: a folder's images sorted by
@@ -696,7 +710,6 @@ class ImageFiles(EncodedImages, Files):
         (10, None, '/val/0/...png')
     """
 
-    sample_check = "image"
     #: No labels: only ``predict`` reads it (its labels are zeros no step sees).
     labelled = False
     #: What the listing of a folder left out (hidden entries, other files...), in words.
@@ -746,25 +759,6 @@ class ImageFiles(EncodedImages, Files):
         Files.__init__(self, self.files)
         images_settings = ImageSettings.of("ImageFiles", settings, without=("augment",))
         EncodedImages.__init__(self, images_settings, self.sampled, self.root)
-
-    @property
-    def num_feeds(self) -> int:
-        return 3
-
-    def feed(self, indices: np.ndarray) -> Sequence[Any]:
-        return (*self.feed_paths(indices), self.labels[indices])
-
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        paths, lengths, labels = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
-        return images, (labels.gpu() if device == "gpu" else labels)
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        images = self.decoded_spec()
-        return None if images is None else [images, ((), self.labels.dtype)]
-
-    def encoded_image(self, index: int) -> bytes | None:
-        return read_file(self.files[index])
 
     def describe(self) -> str:
         return f"ImageFiles({self.root!r}: {self.num_samples} images)"

@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...errors import DataError
 from ..images import EncodedImages, ImageOptions, ImageSettings
-from .folder import Files
+from .folder import Files, ImagePaths
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -86,7 +85,7 @@ def read_targets(path: str, root: str) -> tuple[list[str], list[str], np.ndarray
     return files, names, targets
 
 
-class ImageCSV(EncodedImages, Files):
+class ImageCSV(ImagePaths):
     """Images and float targets listed in a CSV file, for regression::
 
         filename,age,weight        # a header row: the file name, then the targets' names
@@ -124,8 +123,6 @@ class ImageCSV(EncodedImages, Files):
 
     default_loss = "mse"
 
-    sample_check = "image"
-
     def __init__(
         self,
         csv_path: str | os.PathLike,
@@ -136,12 +133,9 @@ class ImageCSV(EncodedImages, Files):
         self._root = None if root is None else os.fspath(root)
         self.root = self._root if self._root is not None else os.path.dirname(os.path.abspath(self.csv_path))
         self.files, self.target_names, self.targets = read_targets(self.csv_path, self.root)
+        self.labels = self.targets
         Files.__init__(self, self.files)
         EncodedImages.__init__(self, ImageSettings.of("ImageCSV", settings), self.sampled, self.csv_path)
-
-    @property
-    def num_feeds(self) -> int:
-        return 3
 
     @property
     def label_dtype(self) -> np.dtype:
@@ -151,20 +145,8 @@ class ImageCSV(EncodedImages, Files):
     def sample_nbytes(self) -> int:
         return super().sample_nbytes - 4 + self.targets[0].nbytes
 
-    def feed(self, indices: np.ndarray) -> Sequence[Any]:
-        return (*self.feed_paths(indices), self.targets[indices])
-
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        paths, lengths, targets = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
-        return images, (targets.gpu() if device == "gpu" else targets)
-
     def known_labels(self) -> np.ndarray:
         return self.targets
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        images = self.decoded_spec()
-        return None if images is None else [images, (tuple(self.targets.shape[1:]), self.targets.dtype)]
 
     def sibling(self, path: str | os.PathLike) -> ImageCSV:
         other = ImageCSV(path, root=self._root, **self.image_settings())
