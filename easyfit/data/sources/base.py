@@ -1,18 +1,29 @@
-"""The kinds of data source: a small base, index-fed sources and reader-driven sources.
+"""The source contract: what every format provides, and the two kinds of source.
 
 A source says what its samples are and how DALI turns one into an ``(x, y)`` pair. It knows
 nothing of devices, batches, epochs or shuffling: the streams (``easyfit.data.loader``,
 ``easyfit.data.cache``) own those, and what differs between the two kinds below is decided in
 ``easyfit.data.kinds``.
 
-* :class:`Source`: what every source says (size, labels, scale, where a sample comes from).
+What every format must provide is a handful of members:
+
+* :class:`Source`: ``num_samples``; ``describe()``, ``locate(index)`` and ``close()`` have
+  defaults (a no-op ``close``), and so do the members that say the samples' form, the recipe
+  and the checks before a pipeline (a format overrides those its samples need).
 * :class:`IndexedSource`: sample ``i`` can be handed to DALI on request. ``feed(indices)`` gives
   the host-side inputs of those samples, one array (or list of per-sample arrays) per DALI
-  ``external_source``: cheap (paths, small arrays, the bytes of a record), never decoded pixels
-  unless the source is in memory anyway. ``graph(*nodes, device=...)`` gives the DALI operators
-  from those inputs to ``(x, y)``: ``x`` HWC (uint8 for images), ``y`` one label per sample (or
-  more outputs, named by ``outputs`` and put together by ``assemble``: structured arrays).
+  ``external_source`` (``num_feeds`` of them): cheap (paths, small arrays, the bytes of a
+  record), never decoded pixels unless the source is in memory anyway. ``graph(*nodes,
+  device=...)`` gives the DALI operators from those inputs to ``(x, y)``: ``x`` HWC (uint8 for
+  images), ``y`` one label per sample (or more outputs, named by ``outputs`` and put together
+  by ``assemble``: structured arrays).
 * :class:`ReaderSource`: a DALI reader chooses the order (``read(shard_id=..., ...)``).
+
+What only some sources can do (labels known up front, a host check of a sample, its encoded
+image, labels checked as fed, the files read, ...) is a capability: a ``runtime_checkable``
+Protocol of ``easyfit.data.sources.capabilities``, which code tests for with ``isinstance``,
+never by a source's class. :class:`Subset` has its source's members as they are, and the
+capabilities its source has, its samples renumbered.
 
 A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture.md).
 """
@@ -265,7 +276,9 @@ class ReadAtStart:
 class Source(abc.ABC):
     """Base class of easyfit's data sources: what every kind says about its samples.
 
-    Subclass :class:`IndexedSource` or :class:`ReaderSource`, not this class.
+    Subclass :class:`IndexedSource` or :class:`ReaderSource`, not this class. Only
+    ``num_samples`` is required here; the optional capabilities are in
+    ``easyfit.data.sources.capabilities``.
     """
 
     #: Factor applied to ``x`` (cast to float32) in the train step; None to leave it as is.

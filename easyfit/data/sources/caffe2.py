@@ -53,8 +53,11 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     images are not checked: DALI does not decode them. A ``data.mdb`` written since that pass
     (its size or modification time changed) is refused by name before the next chunk is read.
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
+    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
+    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
+    Raw pixels are not decoded: they take ``image_size``, ``color_mode`` (the stored one),
+    ``transform`` and ``augment`` only.
 
     Args:
         path: the LMDB directory.

@@ -191,8 +191,9 @@ class Parquet(EncodedImages, IndexedSource):
     pass needs rows of many row groups, so when the images do not fit ``cache_bytes`` row
     groups are read again and again (a warning says so).
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
+    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
+    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
 
     Args:
         path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as

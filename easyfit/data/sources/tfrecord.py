@@ -123,8 +123,9 @@ class TFRecord(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
+    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
+    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
+    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
 
     Args:
         path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
