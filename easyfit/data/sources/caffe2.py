@@ -53,14 +53,12 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     images are not checked: DALI does not decode them. A ``data.mdb`` written since that pass
     (its size or modification time changed) is refused by name before the next chunk is read.
 
-    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
-    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
-    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
-    Raw pixels are not decoded: they take ``image_size``, ``color_mode`` (the stored one),
-    ``transform`` and ``augment`` only.
-
     Args:
         path: the LMDB directory.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
+            Raw pixels, not decoded, take ``image_size``, ``color_mode``, ``transform`` and
+            ``augment`` only.
 
     Example:
         >>> import easyfit as ef

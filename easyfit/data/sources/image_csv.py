@@ -102,13 +102,11 @@ class ImageCSV(ImagePaths):
     A missing file, a cell that is not a finite number and a row of the wrong length raise
     DataError naming the CSV's line (and column).
 
-    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
-    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
-    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         csv_path: the CSV file (UTF-8, with a header row).
         root: the folder file names are relative to; default: the CSV's folder.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import numpy as np, tempfile, easyfit as ef

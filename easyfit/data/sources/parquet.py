@@ -191,10 +191,6 @@ class Parquet(EncodedImages, IndexedSource):
     pass needs rows of many row groups, so when the images do not fit ``cache_bytes`` row
     groups are read again and again (a warning says so).
 
-    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
-    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
-    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as
             ``"hf_dataset/data/train-*.parquet"``, or a list of these.
@@ -204,6 +200,8 @@ class Parquet(EncodedImages, IndexedSource):
             labels are looked up in them).
         cache_bytes: the most bytes of row groups kept in memory; default a quarter of the
             machine's memory.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef

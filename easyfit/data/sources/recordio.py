@@ -110,12 +110,10 @@ class RecordIO(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
-    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
-    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
-    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a ``.rec`` file or a directory of them.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef

@@ -123,14 +123,12 @@ class TFRecord(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
-    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
-    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
-    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
         image_key: the feature holding the encoded image.
         label_key: the feature holding the label.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef

@@ -133,13 +133,11 @@ class WebDataset(RecordFiles):
     ``tarfile`` and ``webdataset`` write, are read as usual). A shard rewritten since its
     headers were read is refused by name.
 
-    The image settings, keyword arguments (``image_size``, ``color_mode``, ``decoder``,
-    ``transform``, ``augment``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
-    ``pad_to_aspect_ratio``), are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a ``.tar`` shard or a directory of them.
         label_ext: the extension of the label members.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef
