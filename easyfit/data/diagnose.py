@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import DataError
 from .images import first_line, turned
 from .sources.base import IndexedSource, ReaderSource, Source, check_hint
+from .sources.capabilities import EncodedSamples, SampleChecks
 
 __all__ = [
     "batch_error",
@@ -55,10 +56,11 @@ def find_bad_sample(source: IndexedSource, indices: Iterable[int]) -> str | None
         True
     """
     order = list(dict.fromkeys(int(i) for i in indices))
-    for i in order:
-        problem = source.sample_problem(i)
-        if problem:
-            return f"{source.locate(i)}: {problem}"
+    if isinstance(source, SampleChecks):
+        for i in order:
+            problem = source.sample_problem(i)
+            if problem:
+                return f"{source.locate(i)}: {problem}"
     return _first_failing(source, order)
 
 
@@ -95,6 +97,8 @@ def turned_sample(source: IndexedSource, suspects: Iterable[int]) -> str | None:
     """``"<file or record> is turned by its EXIF orientation ..."`` for the first sample among
     ``suspects`` whose encoded image an EXIF orientation turns by a quarter, else None: what
     explains decoded images with height and width swapped."""
+    if not isinstance(source, EncodedSamples):
+        return None
     for i in dict.fromkeys(int(i) for i in suspects):
         data = source.encoded_image(i)
         if data is not None and turned(data):

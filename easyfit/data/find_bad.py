@@ -28,7 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -39,9 +39,9 @@ from .diagnose import scan_for_bad_record
 from .images import EncodedImages
 from .resolve import split_layout
 from .sources.base import IndexedSource, ReaderSource, Source
+from .sources.capabilities import EncodedSamples, FileBacked, RecordsLayout, SampleChecks
 from .sources.folder import Files
 from .sources.numpy_folder import NumpyFolder
-from .sources.parquet import Parquet
 from .sources.records import RecordFiles
 from .storage import storage_of
 
@@ -103,9 +103,7 @@ def checked_sources(data: str | os.PathLike | Source, *, children: int | None = 
         try:
             yield Checked(source.describe(), source_problems(source, children=children))
         finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
+            source.close()
 
 
 def _source(path: str) -> Source:
@@ -136,27 +134,39 @@ def source_problems(source: Source, *, children: int | None = None) -> list[str]
                 bad.update(pool.problems(part, source.sample_problem))
         finally:
             pool.close()
-    elif isinstance(source, (RecordFiles, Parquet)):
+    elif isinstance(source, _Records):
         bad = _record_problems(source, children)
-    else:
+    elif isinstance(source, SampleChecks):
         workers = max(1, default_children() if children is None else children)  # threads here
         with concurrent.futures.ThreadPoolExecutor(workers, "easyfit-check") as threads:
             problems = threads.map(_problem_of(source), range(n), chunksize=256)
             bad = {i: p for i, p in enumerate(problems) if p}
+    else:
+        bad = {}
     return [f"{source.locate(i)}: {bad[i]}" for i in sorted(bad)]
 
 
-def _problem_of(source: IndexedSource):
+def _problem_of(source: SampleChecks):
     def problem(i: int) -> str | None:
         try:
             return source.sample_problem(i)
         except DataError as e:
-            return str(e).removeprefix(f"{source.locate(i)}: ")
+            return str(e).removeprefix(f"{cast(IndexedSource, source).locate(i)}: ")
 
     return problem
 
 
-def _record_problems(source: RecordFiles | Parquet, children: int | None) -> dict[int, str]:
+@runtime_checkable
+class _Records(RecordsLayout, EncodedSamples, SampleChecks, FileBacked, Protocol):
+    """Encoded images in record files, indexed when the source was built: read here."""
+
+    @property
+    def num_samples(self) -> int: ...
+
+    def locate(self, index: int) -> str: ...
+
+
+def _record_problems(source: _Records, children: int | None) -> dict[int, str]:
     """Records read and parsed here (what cannot be is a problem), their images checked in
     checker children while the next ones are read."""
     unread: dict[int, str] = {}

@@ -1,9 +1,11 @@
 """What every source of encoded images shares: settings, shape inference, the decode graph.
 
-A source of encoded images (files, records of a RecordIO/TFRecord/WebDataset/LMDB) mixes in
-:class:`EncodedImages`: it calls ``_init_images`` with a few sampled images and gets
-``color_mode``, ``image_size``, ``image_shape`` and :meth:`EncodedImages.decode`, which turns
-DALI nodes of encoded bytes into HWC uint8 images of that size and color mode.
+A source of encoded images (files, records of a RecordIO/TFRecord/WebDataset/LMDB) takes the
+users' image settings as keyword arguments (:class:`ImageOptions`), makes them one
+:class:`ImageSettings` and subclasses :class:`EncodedImages`: its ``__init__``, given a few
+sampled images, sets ``color_mode``, ``image_size``, ``image_shape``, and
+:meth:`EncodedImages.decode` turns DALI nodes of encoded bytes into HWC uint8 images of that
+size and color mode.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -20,7 +22,14 @@ from .recipe import ImageRecipe
 from .storage import storage_for
 from .validation.encoded import HEAD, header_channels, image_kind, image_problem
 
-__all__ = ["EncodedImages", "first_line", "peek_shapes", "stored_channels"]
+__all__ = [
+    "EncodedImages",
+    "ImageOptions",
+    "ImageSettings",
+    "first_line",
+    "peek_shapes",
+    "stored_channels",
+]
 
 SAMPLED = 64  # images read to infer color mode and size
 _SMALL_AREA = 128 * 128  # below this, CPU decoding beats the GPU's JPEG decoder (see docs)
@@ -174,46 +183,50 @@ def sample_positions(n: int, k: int = SAMPLED) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(k, n)).astype(int))
 
 
-class EncodedImages:
-    """Image settings and the decode graph of a source of encoded images.
+class ImageOptions(TypedDict, total=False):
+    """The image settings a source of encoded images takes as keyword arguments
+    (:class:`ImageSettings`' fields; see :class:`~easyfit.data.ImageFolder` for each)."""
 
-    Subclasses call :meth:`_init_images` from their constructor.
-    """
-
-    color_mode: str
-    image_size: tuple[int, int]
-    resize: bool
+    image_size: tuple[int, int] | None
+    color_mode: str | None
     decoder: str
     transform: Callable[[Any], Any] | None
     augment: Callable[[Any], Any] | None
-    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    normalize: Any
+    eval_crop: float | None
+    crop_to_aspect_ratio: bool
+    pad_to_aspect_ratio: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSettings:
+    """How a source of encoded images prepares them, as its user gave it: one value shared by
+    every image source, built from their keyword arguments (:class:`ImageOptions`) and checked
+    once here. What is None (size, color mode) is inferred from the images by
+    :class:`EncodedImages`; the arguments are :class:`~easyfit.data.ImageFolder`'s.
+
+    Example:
+        >>> from easyfit.data.images import ImageSettings
+        >>> ImageSettings(image_size=[32, 24]).image_size
+        (32, 24)
+        >>> ImageSettings(decoder="gpu")
+        Traceback (most recent call last):
+        ...
+        ValueError: decoder='gpu': expected 'auto', 'mixed' or 'cpu'
+    """
+
+    image_size: tuple[int, int] | None = None
+    color_mode: str | None = None
+    decoder: str = "auto"
+    transform: Callable[[Any], Any] | None = None
+    augment: Callable[[Any], Any] | None = None
+    normalize: Any = None
     eval_crop: float | None = None
-    aspect: str = "stretch"
-    scale: float | None = 1.0 / 255.0
+    crop_to_aspect_ratio: bool = False
+    pad_to_aspect_ratio: bool = False
 
-    def _init_images(
-        self,
-        sample: Callable[[], Sequence[tuple[str, bytes]]],
-        image_size: tuple[int, int] | None,
-        color_mode: str | None,
-        decoder: str,
-        transform: Callable[[Any], Any] | None,
-        where: str,
-        normalize: Any = None,
-        eval_crop: float | None = None,
-        crop_to_aspect_ratio: bool = False,
-        pad_to_aspect_ratio: bool = False,
-    ) -> None:
-        """Checks the settings; infers what is None from ``sample()`` (``(name, bytes)`` pairs).
-
-        ``normalize``: ``"imagenet"`` or ``(mean, std)`` on the [0, 1] scale: images leave DALI
-        normalised, as float16. ``eval_crop``: evaluation resizes the image, keeping its aspect
-        ratio, to cover ``image_size / eval_crop`` and takes the center; default
-        :data:`EVAL_CROP` when ``augment`` crops at random, else None (a plain resize to
-        ``image_size``). ``crop_to_aspect_ratio`` and ``pad_to_aspect_ratio``: Keras' (see
-        :attr:`ImageRecipe.aspect <easyfit.data.recipe.ImageRecipe>`), in training and
-        evaluation alike.
-        """
+    def __post_init__(self) -> None:
+        color_mode, decoder, image_size = self.color_mode, self.decoder, self.image_size
         if color_mode == "rgba":
             raise ValueError(
                 "color_mode='rgba': DALI decodes images as grayscale or RGB, so easyfit does not "
@@ -227,15 +240,71 @@ class EncodedImages:
         if image_size is not None:
             if len(image_size) != 2 or min(image_size) < 1:
                 raise ValueError(f"image_size={image_size!r}: expected (height, width)")
-            image_size = (int(image_size[0]), int(image_size[1]))
-        self.decoder = decoder
-        self.transform = transform
-        self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
-        if self.random_crop and not self.resize:
+            object.__setattr__(self, "image_size", (int(image_size[0]), int(image_size[1])))
+        if self.random_crop and image_size is None:
             raise ValueError(
                 "augment: random_resized_crop needs image_size, the size the crops are resized to: "
                 "ef.data.ImageFolder(path, image_size=(h, w), augment=...)"
             )
+
+    @classmethod
+    def of(cls, kind: str, options: Mapping[str, Any], without: Sequence[str] = ()) -> ImageSettings:
+        """The settings of keyword arguments ``options`` given to source ``kind`` (its name);
+        TypeError naming an argument that is not an image setting of that kind (one of
+        ``without``), as Python names one."""
+        taken = {f.name for f in dataclasses.fields(cls)} - set(without)
+        unknown = sorted(set(options) - taken)
+        if unknown:
+            raise TypeError(f"{kind}() got an unexpected keyword argument {unknown[0]!r}")
+        return cls(**options)
+
+    @property
+    def random_crop(self) -> bool:
+        """Whether training crops at random (``Augment(random_resized_crop=...)``)."""
+        return bool(getattr(self.augment, "random_resized_crop", None))
+
+
+class EncodedImages:
+    """The images of a source of encoded images, prepared as its :class:`ImageSettings` say:
+    the settings inferred from a sample of its images, and the decode graph.
+
+    A source calls ``EncodedImages.__init__`` from its own once it can sample its images.
+
+    Args:
+        settings: the user's settings.
+        sample: gives ``(name, bytes)`` of a few images, what a setting left None is inferred
+            from (called only then).
+        where: the data's name, for messages.
+    """
+
+    color_mode: str
+    image_size: tuple[int, int]
+    resize: bool
+    decoder: str
+    transform: Callable[[Any], Any] | None
+    augment: Callable[[Any], Any] | None
+    normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    eval_crop: float | None = None
+    aspect: str = "stretch"
+    scale: float | None = 1.0 / 255.0
+
+    def __init__(
+        self, settings: ImageSettings, sample: Callable[[], Sequence[tuple[str, bytes]]], where: str
+    ) -> None:
+        """Infers what is None from ``sample()``; checks the settings that depend on it.
+
+        ``normalize``: images leave DALI normalised, as float16. ``eval_crop``: evaluation
+        resizes the image, keeping its aspect ratio, to cover ``image_size / eval_crop`` and
+        takes the center; default :data:`EVAL_CROP` when ``augment`` crops at random, else
+        None (a plain resize to ``image_size``). ``crop_to_aspect_ratio`` and
+        ``pad_to_aspect_ratio``: Keras' (see :attr:`ImageRecipe.aspect
+        <easyfit.data.recipe.ImageRecipe>`), in training and evaluation alike.
+        """
+        image_size, color_mode = settings.image_size, settings.color_mode
+        self.augment = settings.augment
+        self.decoder = settings.decoder
+        self.transform = settings.transform
+        self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
         if color_mode is None or image_size is None:
             sampled = list(sample())
             # the channels alone come from the headers when they tell them: DALI's first
@@ -248,16 +317,21 @@ class EncodedImages:
             if image_size is None:
                 image_size = self._common_size(sampled, shapes, where)
         self.color_mode, self.image_size = color_mode, image_size
-        self.normalize = normalization(normalize, self.channels)
+        self.normalize = normalization(settings.normalize, self.channels)
         if self.normalize is not None:
             self.scale = None  # the pixels arrive normalised
+        eval_crop = settings.eval_crop
         if eval_crop is None and self.random_crop:
             eval_crop = EVAL_CROP
         if eval_crop is not None and not (0 < eval_crop <= 1 and self.resize):
             raise ValueError(f"eval_crop={eval_crop!r}: expected a fraction in (0, 1], with image_size given")
         self.eval_crop = eval_crop
         self.aspect = _aspect(
-            crop_to_aspect_ratio, pad_to_aspect_ratio, self.resize, self.random_crop, eval_crop
+            settings.crop_to_aspect_ratio,
+            settings.pad_to_aspect_ratio,
+            self.resize,
+            self.random_crop,
+            eval_crop,
         )
 
     @property

@@ -22,7 +22,8 @@ from .kept_streams import KeptStreams, LentStream
 from .loader import decide_cache, open_stream, stream_plan
 from .plan import Plan
 from .resolve import split_layout, to_source
-from .sources.base import Source, Subset
+from .sources.base import Source
+from .sources.capabilities import FolderListing, base_of
 from .split import split_validation
 from .stream import Stream
 
@@ -187,7 +188,7 @@ class DataInputs:
                 inputs_only=inputs_only,
                 recipe=recipe,
             )
-        if not inputs_only and getattr(source, "labelled", True) is False:
+        if not inputs_only and not source.labelled:
             raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
         return source
 
@@ -195,10 +196,10 @@ class DataInputs:
         """What the listing of each of ``sources`` left out of its folder (hidden entries, files
         of other types, files beside the class folders...), in words, each said once: the
         sentences not returned before."""
-        said = []
+        said: list[str] = []
         for source in sources:
-            base = source.source if isinstance(source, Subset) else source
-            note = getattr(base, "left_out", None)
+            base = None if source is None else base_of(source)
+            note = base.left_out if isinstance(base, FolderListing) else None
             if base is not None and note and base not in self._said:
                 self._said.add(base)
                 said.append(note)
@@ -316,8 +317,6 @@ class DataInputs:
         """Releases every kept stream (DALI pipelines, device caches) and open file."""
         self._kept.close()
         for source in self._sources.values():
-            closer = getattr(source, "close", None)
-            if callable(closer):
-                closer()
+            source.close()
         self._sources.clear()
         self._train = None

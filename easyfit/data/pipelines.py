@@ -25,6 +25,7 @@ from ..parallel import Placement
 from .augment import Augment
 from .diagnose import batch_error, odd_shape_sample, outside_error, turned_sample
 from .sources.base import IndexedSource, Source
+from .sources.capabilities import DecodedLabels
 
 __all__ = [
     "RUN_ROWS",
@@ -156,7 +157,7 @@ class PipelineRunner:
             usual = self._shapes.setdefault(name, tuple(a.shape[1:]))
             if tuple(a.shape[1:]) != usual:  # the steps were traced for the usual shape
                 raise self._differ(name, usual, tuple(a.shape[1:]), suspects)
-        limit = self.source.decoded_label_limit()
+        limit = self.source.decoded_label_limit() if isinstance(self.source, DecodedLabels) else None
         if limit is not None and "y" in names and self._indexed is not None:
             y = arrays[names.index("y")]
             if bool(((y < 0) | (y >= limit)).any()):  # one reduction per batch (on its device)

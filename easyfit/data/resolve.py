@@ -10,7 +10,8 @@ from ..errors import DataError
 from .detect import detect
 from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
-from .sources.base import Source, Subset
+from .sources.base import Source
+from .sources.capabilities import base_of
 from .sources.folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
 from .sources.parquet import hf_splits
 from .storage import storage_for
@@ -86,7 +87,7 @@ def to_source(
     if isinstance(data, Source):
         return data
     refuse(data, argument)  # generators, datasets, data loaders, lists of batches
-    base = like.source if isinstance(like, Subset) else like
+    base = None if like is None else base_of(like)
     if inputs_only and _image_paths(data):
         return _image_files(data, base, recipe)
     if isinstance(data, (str, os.PathLike)):

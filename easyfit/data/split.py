@@ -8,8 +8,8 @@ from typing import cast
 import numpy as np
 
 from .kinds import kind_of
-from .sources.arrays import Arrays
 from .sources.base import IndexedSource, Source, Subset
+from .sources.capabilities import InMemory, base_of
 
 __all__ = ["held_out", "split_validation"]
 
@@ -18,9 +18,7 @@ def held_out(source: Source, n: int, fraction: float) -> int:
     """How many of ``n`` samples ``validation_split=fraction`` holds out, as Keras counts:
     ``n - floor(n * (1 - fraction))`` for arrays (Keras' ``train_validation_split``), else
     ``int(n * fraction)`` (``image_dataset_from_directory``'s count of files)."""
-    while isinstance(source, Subset):
-        source = source.source
-    if isinstance(source, Arrays):  # one array, or a dict or tuple of them
+    if isinstance(base_of(source), InMemory):  # one array, or a dict or tuple of them
         return n - math.floor(n * (1.0 - fraction))
     return int(n * fraction)
 

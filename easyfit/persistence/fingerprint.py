@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..data.sources.capabilities import FileBacked, InMemory, RecordsLayout, View
 from ..data.storage import storage_of
 
 __all__ = ["data_fingerprint", "fingerprint_changes"]
@@ -37,7 +38,7 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
     told apart: that takes reading it. Recorded in backups, compared
     when a fit resumes (``ResumePoint.check_data``)."""
     base, indices = source, None
-    while hasattr(base, "indices") and hasattr(base, "source"):  # a Subset of a source
+    while isinstance(base, View):  # a Subset of a source
         indices = np.asarray(base.indices) if indices is None else np.asarray(base.indices)[indices]
         base = base.source
     found: dict[str, Any] = {
@@ -45,7 +46,7 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
         "samples": int(len(source)),
         "class_names": list(source.class_names) if source.class_names is not None else None,
     }
-    files = getattr(base, "files", None)
+    files = base.files if isinstance(base, FileBacked) else None
     if isinstance(files, (list, tuple)) and files and all(isinstance(f, str) for f in files):
         storage = storage_of(files)  # in a bucket: sizes from its listing
         paths = [storage.absolute(f) for f in files]
@@ -53,10 +54,9 @@ def data_fingerprint(source: Any) -> dict[str, Any]:
         top = top if len(set(paths)) > 1 else os.path.dirname(top)
         size = storage.size
         found["files"] = _hash(*((os.path.relpath(p, top), size(f)) for p, f in zip(paths, files)))
-        layout = getattr(base, "records_layout", None)
-        if callable(layout):  # record files: a rewrite of the same size moves records or labels
-            found["records"] = _hash(*(np.ascontiguousarray(a).tobytes() for a in layout()))
-    elif hasattr(base, "x") and hasattr(base, "y"):
+        if isinstance(base, RecordsLayout):  # record files: a rewrite of the same size moves records
+            found["records"] = _hash(*(np.ascontiguousarray(a).tobytes() for a in base.records_layout()))
+    elif isinstance(base, InMemory):
         leaves = jax.tree_util.tree_leaves((base.x, base.y))
         rows: list[Any] = [
             np.unique(np.linspace(0, len(a) - 1, _SAMPLED_ROWS).astype(np.int64)) if len(a) else []

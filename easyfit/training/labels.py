@@ -20,8 +20,8 @@ import jax
 import numpy as np
 
 from ..core.multi_output import infer_losses, is_structured, losses_by_output
-from ..data.sources.arrays import Arrays
-from ..data.sources.base import Source, Subset
+from ..data.sources.base import Source
+from ..data.sources.capabilities import FedLabels, InMemory, base_of, known_labels
 from ..errors import DataError
 from ..parallel import local_rows
 
@@ -52,8 +52,7 @@ def _takes(loss: str, integer: bool, label: tuple[int, ...], out: tuple[int, ...
 
 
 def _origin(source: Source) -> str:
-    base = source.source if isinstance(source, Subset) else source
-    return "y" if isinstance(base, Arrays) else source.describe()
+    return "y" if isinstance(base_of(source), InMemory) else source.describe()
 
 
 def check_labels(
@@ -119,7 +118,7 @@ def check_labels(
             )
     if loss not in _CLASS_INDICES or not integer:
         return
-    labels = source.known_labels()
+    labels = known_labels(source)
     if labels is not None and output is not None:
         labels = labels[output]
     known = labels is not None
@@ -130,7 +129,7 @@ def check_labels(
     dense = np.ndim(labels) > 1 and loss in _SPARSE  # a class index per pixel (masks)
     if (np.ndim(labels) != 1 and not dense) or len(labels) == 0:  # one-hot, multi-label: not indices
         return
-    if not known and output is None:
+    if not known and output is None and isinstance(source, FedLabels):
         source.limit_labels(num_outputs)  # every later label is checked too, naming its record
     rows = np.asarray(labels).reshape(len(labels), -1)
     bad = np.flatnonzero(((rows < 0) | (rows >= num_outputs)).any(axis=1))
@@ -159,7 +158,7 @@ def labels_of(source: Source, chunk: Mapping[str, Any]) -> Any:
     """Every label of ``source`` when it knows them, else those of a first batch (valid rows of
     this process): what a loss is inferred from (for several outputs, a dict or a tuple of
     arrays)."""
-    labels = source.known_labels()
+    labels = known_labels(source)
     if labels is None:
         mask = np.asarray(local_rows(chunk["mask"])).astype(bool)
         labels = jax.tree_util.tree_map(lambda y: np.asarray(local_rows(y))[mask], chunk["y"])

@@ -49,6 +49,7 @@ from ..core.precision import get_precision
 from ..core.state import StateMaker, TrainState, inference_params
 from ..data.inputs import DataInputs
 from ..data.sources.arrays import unscaled_note
+from ..data.sources.capabilities import known_labels
 from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
@@ -496,7 +497,7 @@ class Trainer:
         try:  # a failure before training (bad labels or inputs) leaves nothing running
             # the chunk's shapes as the source declares them or the pipelines' first run tells
             # them (GPUs): the model initialises and the first step compiles while the chunk is read
-            spec = loader.chunk_spec() if self.loss is not None or train.known_labels() is not None else None
+            spec = loader.chunk_spec() if self.loss is not None or known_labels(train) is not None else None
             head: Any = next(loader) if spec is None else spec
             fns = self._functions(train, plan, head)
             if verbose and self._loss_note:

@@ -11,7 +11,8 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..recipe import ImageRecipe
 from ..structured_arrays import Structure
-from .base import IndexedSource, Subset, int32_labels, narrowed, nonfinite_problem, plain_names
+from .base import IndexedSource, int32_labels, narrowed, nonfinite_problem, plain_names
+from .capabilities import base_of
 
 __all__ = ["Arrays", "unscaled_note"]
 
@@ -277,8 +278,7 @@ def unscaled_note(source: Any) -> str | None:
         >>> unscaled_note(ef.data.Arrays(x, np.arange(4), scale=1 / 255)) is None
         True
     """
-    while isinstance(source, Subset):
-        source = source.source
+    source = base_of(source)
     if not isinstance(source, Arrays) or source.scale is not None or source.images is not None:
         return None
     x = source.x

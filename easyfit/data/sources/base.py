@@ -1,18 +1,29 @@
-"""The kinds of data source: a small base, index-fed sources and reader-driven sources.
+"""The source contract: what every format provides, and the two kinds of source.
 
 A source says what its samples are and how DALI turns one into an ``(x, y)`` pair. It knows
 nothing of devices, batches, epochs or shuffling: the streams (``easyfit.data.loader``,
 ``easyfit.data.cache``) own those, and what differs between the two kinds below is decided in
 ``easyfit.data.kinds``.
 
-* :class:`Source`: what every source says (size, labels, scale, where a sample comes from).
+What every format must provide is a handful of members:
+
+* :class:`Source`: ``num_samples``; ``describe()``, ``locate(index)`` and ``close()`` have
+  defaults (a no-op ``close``), and so do the members that say the samples' form, the recipe
+  and the checks before a pipeline (a format overrides those its samples need).
 * :class:`IndexedSource`: sample ``i`` can be handed to DALI on request. ``feed(indices)`` gives
   the host-side inputs of those samples, one array (or list of per-sample arrays) per DALI
-  ``external_source``: cheap (paths, small arrays, the bytes of a record), never decoded pixels
-  unless the source is in memory anyway. ``graph(*nodes, device=...)`` gives the DALI operators
-  from those inputs to ``(x, y)``: ``x`` HWC (uint8 for images), ``y`` one label per sample (or
-  more outputs, named by ``outputs`` and put together by ``assemble``: structured arrays).
+  ``external_source`` (``num_feeds`` of them): cheap (paths, small arrays, the bytes of a
+  record), never decoded pixels unless the source is in memory anyway. ``graph(*nodes,
+  device=...)`` gives the DALI operators from those inputs to ``(x, y)``: ``x`` HWC (uint8 for
+  images), ``y`` one label per sample (or more outputs, named by ``outputs`` and put together
+  by ``assemble``: structured arrays).
 * :class:`ReaderSource`: a DALI reader chooses the order (``read(shard_id=..., ...)``).
+
+What only some sources can do (labels known up front, a host check of a sample, its encoded
+image, labels checked as fed, the files read, ...) is a capability: a ``runtime_checkable``
+Protocol of ``easyfit.data.sources.capabilities``, which code tests for with ``isinstance``,
+never by a source's class. :class:`Subset` has its source's members as they are, and the
+capabilities its source has, its samples renumbered.
 
 A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture.md).
 """
@@ -20,6 +31,7 @@ A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +42,15 @@ import numpy as np
 from ...errors import DataError
 from ..recipe import VERSION as RECIPE_VERSION
 from ..storage import storage_for
+from .capabilities import (
+    DecodedLabels,
+    EncodedSamples,
+    FedLabels,
+    FileBacked,
+    KnownLabels,
+    SampleChecks,
+    base_of,
+)
 
 __all__ = [
     "READER",
@@ -187,10 +208,10 @@ def plain_names(names: Sequence[Any] | None) -> list[Any] | None:
 def check_hint(source: Source) -> str:
     """What a message about a bad file or record adds: the command that lists every bad one of
     the source's data at once (``fit`` stops at the first); empty for a source of no path."""
-    root = getattr(getattr(source, "source", source), "root", None)  # a Subset's: its source's
-    if not isinstance(root, str):
+    base = base_of(source)  # a Subset's: its source's
+    if not isinstance(base, FileBacked):
         return ""
-    return f" (to list every bad file at once: easyfit check {shlex.quote(root)})"
+    return f" (to list every bad file at once: easyfit check {shlex.quote(base.root)})"
 
 
 def bad_sample(source: Source, index: int, problem: str) -> DataError:
@@ -249,7 +270,9 @@ class ReadAtStart:
 class Source(abc.ABC):
     """Base class of easyfit's data sources: what every kind says about its samples.
 
-    Subclass :class:`IndexedSource` or :class:`ReaderSource`, not this class.
+    Subclass :class:`IndexedSource` or :class:`ReaderSource`, not this class. Only
+    ``num_samples`` is required here; the optional capabilities are in
+    ``easyfit.data.sources.capabilities``.
     """
 
     #: Factor applied to ``x`` (cast to float32) in the train step; None to leave it as is.
@@ -258,6 +281,8 @@ class Source(abc.ABC):
     class_names: list[str] | None = None
     #: Training-only augmentation: ``f(x) -> x`` on DALI data nodes (see ``easyfit.data.Augment``).
     augment: Callable[[Any], Any] | None = None
+    #: Whether the samples have labels; False: only ``predict`` reads the source.
+    labelled: bool = True
     #: The loss (a Keras name) for this source's labels when the Trainer is given none, e.g.
     #: ``"mse"`` for regression targets; None: inferred from the labels (``infer_loss``).
     default_loss: str | None = None
@@ -292,7 +317,7 @@ class Source(abc.ABC):
     def random(self) -> bool:
         """Whether training batches get random augmentation (``augment=``): such a source is
         never cached, since its samples differ every epoch."""
-        return getattr(self, "augment", None) is not None
+        return self.augment is not None
 
     @property
     def uses_gpu(self) -> bool:
@@ -300,11 +325,6 @@ class Source(abc.ABC):
         When False, the loader runs the source's pipelines on the host even on GPU machines
         and copies the batches to the devices itself."""
         return False
-
-    def known_labels(self) -> Any:
-        """Every label, when the source knows them without decoding (checked before training):
-        an array, or a dict or tuple of arrays for several outputs; else None."""
-        return None
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -351,22 +371,14 @@ class Source(abc.ABC):
         kind's defaults."""
         return cast("Any", cls)(path)
 
-    def limit_labels(self, num_classes: int) -> None:
-        """From now on, a fed class index outside ``0..num_classes - 1`` raises DataError naming
-        its sample (and so do those already fed). For sources that learn their labels only as
-        they feed them (``known_labels()`` None), called once the model's outputs are known.
-        Default: nothing (known labels are checked whole before training)."""
-
-    def decoded_label_limit(self) -> int | None:
-        """The number of classes that labels decoded by DALI (a segmentation mask's class ids)
-        must stay below, once :meth:`limit_labels` said it: the pipelines check every batch
-        of them (vectorised) and name the sample of one outside; None: no such labels."""
-        return None
-
     def check(self) -> None:
         """Checks to do before the first pipeline of this source is built (called by the
         loader before each; a source that checks much remembers it did); raises DataError.
         Default: nothing."""
+
+    def close(self) -> None:
+        """Releases what the source holds open (files, checker processes); it reopens them
+        when read again. Called when the trainer is done with the data. Default: nothing."""
 
     def __len__(self) -> int:
         return self.num_samples
@@ -401,19 +413,9 @@ class IndexedSource(Source):
                 ``Augment.names``): the graph applies the augmentation with them.
         """
 
-    def encoded_image(self, index: int) -> bytes | None:
-        """The encoded image of sample ``index`` (for messages about it), or None when the
-        source holds no encoded images."""
-        return None
-
     def prepare(self, indices: np.ndarray) -> None:
         """Told, without waiting, which samples a later :meth:`feed` will ask for (the next
         batch's), e.g. to check their files ahead; nothing by default."""
-
-    def sample_problem(self, index: int) -> str | None:
-        """A cheap host-side reason why sample ``index`` cannot be read (e.g. an unreadable or
-        empty file), or None. Used to explain a failed batch (``easyfit.data.diagnose``)."""
-        return None
 
 
 class ReaderSource(Source):
@@ -452,8 +454,23 @@ class ReaderSource(Source):
         read, one ``os.stat`` a file. Default: nothing."""
 
 
+class _Same:
+    """A member of a :class:`Subset` that is its source's as it is (a value, a property or a
+    bound method): what does not depend on which samples are kept."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, subset: Any, owner: type | None = None) -> Any:
+        return self if subset is None else getattr(subset.source, self.name)
+
+
 class Subset(IndexedSource):
     """The samples of ``source`` at ``indices`` (used by validation_split).
+
+    A Subset is its source renumbered: it has the source's form of samples, recipe and checks,
+    and the optional capabilities (``easyfit.data.sources.capabilities``) the source has, its
+    sample numbers mapped through ``indices``.
 
     Example:
         >>> import numpy as np, easyfit as ef
@@ -461,7 +478,27 @@ class Subset(IndexedSource):
         >>> part = ef.data.Subset(full, [1, 3, 5])
         >>> len(part), part.feed(np.array([2]))[1].tolist()
         (3, [5])
+        >>> part.known_labels().tolist()
+        [1, 3, 5]
     """
+
+    source: IndexedSource
+    num_feeds = _Same()
+    graph = _Same()
+    label_dtype = _Same()
+    output_spec = _Same()
+    sample_nbytes = _Same()
+    random = _Same()
+    uses_gpu = _Same()
+    outputs = _Same()
+    assemble = _Same()
+    recipe = _Same()
+    check = _Same()
+
+    def __new__(cls, source: IndexedSource, indices: Sequence[int] | np.ndarray) -> Subset:
+        if cls is Subset:  # with the capabilities of its source
+            cls = _subset_class(tuple(p for p in _VIEWS if isinstance(source, p)))
+        return super().__new__(cls)
 
     def __init__(self, source: IndexedSource, indices: Sequence[int] | np.ndarray):
         self.source = source
@@ -475,44 +512,22 @@ class Subset(IndexedSource):
     def num_samples(self) -> int:
         return len(self.indices)
 
-    @property
-    def num_feeds(self) -> int:
-        return self.source.num_feeds
-
-    @property
-    def label_dtype(self) -> np.dtype:
-        return self.source.label_dtype
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        return self.source.output_spec()
-
-    @property
-    def sample_nbytes(self) -> int | None:
-        return self.source.sample_nbytes
-
-    @property
-    def random(self) -> bool:
-        return self.source.random
-
-    @property
-    def uses_gpu(self) -> bool:
-        return self.source.uses_gpu
-
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         return self.source.feed(self.indices[indices])
 
     def prepare(self, indices: np.ndarray) -> None:
         self.source.prepare(self.indices[indices])
 
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, ...]:
-        return self.source.graph(*nodes, device=device, draws=draws)
+    def locate(self, index: int) -> str:
+        return self.source.locate(int(self.indices[index]))
 
-    @property
-    def outputs(self) -> tuple[str, ...]:
-        return self.source.outputs
+    def describe(self) -> str:
+        return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"
 
-    def assemble(self, outputs: Sequence[Any]) -> dict[str, Any]:
-        return self.source.assemble(outputs)
+
+class _KnownLabelsOf:
+    source: Any
+    indices: np.ndarray
 
     def known_labels(self) -> Any:
         labels = self.source.known_labels()
@@ -522,26 +537,45 @@ class Subset(IndexedSource):
             return tuple(v[self.indices] for v in labels)
         return None if labels is None else labels[self.indices]
 
-    def recipe(self) -> dict[str, Any]:
-        return self.source.recipe()
 
-    def check(self) -> None:
-        self.source.check()
-
-    def limit_labels(self, num_classes: int) -> None:
-        self.source.limit_labels(num_classes)
-
-    def decoded_label_limit(self) -> int | None:
-        return self.source.decoded_label_limit()
-
-    def locate(self, index: int) -> str:
-        return self.source.locate(int(self.indices[index]))
+class _SampleChecksOf:
+    source: Any
+    indices: np.ndarray
 
     def sample_problem(self, index: int) -> str | None:
         return self.source.sample_problem(int(self.indices[index]))
 
+
+class _EncodedSamplesOf:
+    source: Any
+    indices: np.ndarray
+
     def encoded_image(self, index: int) -> bytes | None:
         return self.source.encoded_image(int(self.indices[index]))
 
-    def describe(self) -> str:
-        return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"
+
+class _FedLabelsOf:
+    limit_labels = _Same()
+
+
+class _DecodedLabelsOf:
+    decoded_label_limit = _Same()
+
+
+#: The capabilities a Subset takes from its source, and how.
+_VIEWS: dict[type, type] = {
+    KnownLabels: _KnownLabelsOf,
+    SampleChecks: _SampleChecksOf,
+    EncodedSamples: _EncodedSamplesOf,
+    FedLabels: _FedLabelsOf,
+    DecodedLabels: _DecodedLabelsOf,
+}
+
+
+@functools.cache
+def _subset_class(capabilities: tuple[type, ...]) -> type[Subset]:
+    """Subset with the members of ``capabilities`` (made once per combination)."""
+    if not capabilities:
+        return Subset
+    mixins = tuple(_VIEWS[c] for c in capabilities)
+    return cast("type[Subset]", type("Subset", (*mixins, Subset), {"__module__": __name__}))

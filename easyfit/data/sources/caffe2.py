@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
-from ..images import SAMPLED, EncodedImages
+from ..images import SAMPLED, EncodedImages, ImageOptions, ImageSettings
 from ..protos import caffe2_messages
 from .base import READER, ReadAtStart, ReaderSource, int32_labels
 from .lmdb_walk import walk_lmdb
 from .registry import FIRST, Format, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Caffe2LMDB", "is_lmdb"]
 
@@ -51,11 +54,12 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     images are not checked: DALI does not decode them. A ``data.mdb`` written since that pass
     (its size or modification time changed) is refused by name before the next chunk is read.
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: the LMDB directory.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
+            Raw pixels, not decoded, take ``image_size``, ``color_mode``, ``transform`` and
+            ``augment`` only.
 
     Example:
         >>> import easyfit as ef
@@ -67,20 +71,13 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
     def __init__(
         self,
         path: str | os.PathLike,
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         self.path = os.fspath(path)
         if not os.path.isdir(self.path):
             raise DataError(f"{self.path}: no such directory")
         if not is_lmdb(self.path):
             raise DataError(f"{self.path}: not an LMDB (no data.mdb)")
-        self.augment = augment
         mdb = os.path.join(self.path, "data.mdb")
         self._read_at_start = ReadAtStart([mdb], "records (checked, counted and labelled)")
         self._num, every_label = walk_lmdb(self.path)  # every record read and checked
@@ -96,24 +93,10 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                 else every_label.astype(np.float32)
             )
         if self.encoded:
-            self._init_images(
-                lambda: [(name, bytes(a)) for name, a, _ in records],
-                image_size,
-                color_mode,
-                decoder,
-                transform,
-                self.path,
-                normalize,
-                eval_crop,
-            )
+            images = ImageSettings.of("Caffe2LMDB", settings)
+            EncodedImages.__init__(self, images, lambda: [(n, bytes(a)) for n, a, _ in records], self.path)
         else:
-            refuse_random_crop(augment, self.path)
-            if normalize is not None or eval_crop is not None:
-                raise ValueError(
-                    f"{self.path}: normalize and eval_crop apply to encoded images; "
-                    "these records hold raw pixels"
-                )
-            self._init_raw(records, image_size, color_mode, transform)
+            self._init_raw(records, settings)
 
     def _records(self, stop: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """``(image, label)`` of the records in key order (safe once ``walk_lmdb`` passed):
@@ -151,7 +134,19 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
         known = () if self._labels is None else (self._labels,)
         return (np.asarray([self._num], np.int64), *known)
 
-    def _init_raw(self, records, image_size, color_mode, transform) -> None:
+    def _init_raw(self, records: list[tuple[str, np.ndarray, Any]], settings: Mapping[str, Any]) -> None:
+        """Sets the settings of raw pixels: no decoding, so only a resize and ``transform``."""
+        refuse_random_crop(settings.get("augment"), self.path)
+        given = ImageSettings.of("Caffe2LMDB", settings)  # the arguments' own checks
+        if given.normalize is not None or given.eval_crop is not None or given.crop_to_aspect_ratio:
+            raise ValueError(
+                f"{self.path}: normalize, eval_crop and crop_to_aspect_ratio apply to encoded "
+                "images; these records hold raw pixels"
+            )
+        if given.pad_to_aspect_ratio:
+            raise ValueError(f"{self.path}: pad_to_aspect_ratio applies to encoded images, not raw pixels")
+        image_size, color_mode = given.image_size, given.color_mode
+        self.augment, transform = given.augment, given.transform
         shapes = [r[1].shape if r[1].ndim == 3 else (*r[1].shape, 1) for r in records]
         stored = "grayscale" if shapes[0][2] == 1 else "rgb"
         if color_mode not in (None, stored):
@@ -160,11 +155,8 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
             )
         self.decoder, self.transform, self.color_mode = "cpu", transform, stored
         self.resize = image_size is not None
-        self.image_size = (
-            tuple(image_size)
-            if image_size is not None
-            else self._common_size([r[0] for r in records], shapes, self.path)
-        )
+        named = [(r[0], b"") for r in records]  # raw pixels: no header to tell a turned image
+        self.image_size = image_size or self._common_size(named, shapes, self.path)
 
     @property
     def num_samples(self) -> int:

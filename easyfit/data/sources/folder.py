@@ -7,18 +7,21 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
 from ..check_pool import CheckPool
-from ..images import EncodedImages, read_file, sample_positions
+from ..images import EncodedImages, ImageOptions, ImageSettings, read_file, sample_positions
 from ..storage import entries, storage_for, unfollowable
 from ..storage import listed as _listed
 from ..validation.samples import sample_problem
 from .base import IndexedSource, bad_sample, plain_names
 from .registry import FALLBACK, Format, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -26,6 +29,7 @@ __all__ = [
     "Files",
     "ImageFiles",
     "ImageFolder",
+    "ImagePaths",
     "LeftOut",
     "entries",
     "folder_files",
@@ -371,7 +375,7 @@ class Files(IndexedSource):
     #: what checker processes run. None: :meth:`sample_problem` is overridden, and runs here.
     sample_check: str | None = "file"
 
-    def _init_paths(self, *columns: Sequence[str]) -> None:
+    def __init__(self, *columns: Sequence[str]) -> None:
         """Path tables of ``columns`` (``self.files`` first, then e.g. the masks)."""
         self._columns = [list(column) for column in columns]
         self._tables = [path_table(column) for column in columns]
@@ -414,9 +418,8 @@ class Files(IndexedSource):
 
     def close(self) -> None:
         """Stops the checker processes (a later feed starts them again)."""
-        checks = getattr(self, "_checks", None)
-        if checks is not None:
-            checks.close()
+        if self._checks is not None:
+            self._checks.close()
 
     @staticmethod
     def read(paths: Any, lengths: Any) -> Any:
@@ -435,7 +438,7 @@ class Files(IndexedSource):
 
     def sampled(self) -> list[tuple[str, bytes]]:
         """``(path, bytes)`` of up to 64 files spread evenly (what image settings are inferred
-        from: ``EncodedImages._init_images``)."""
+        from: ``EncodedImages``)."""
         return [(self.files[i], read_file(self.files[i])) for i in sample_positions(len(self.files))]
 
     def locate(self, index: int) -> str:
@@ -456,7 +459,7 @@ class ClassFiles(Files):
     #: What the listing left out of the folder (hidden entries, other files...), in words.
     left_out: str | None = None
 
-    def _init_files(
+    def __init__(
         self,
         root: str | os.PathLike,
         extensions: tuple[str, ...],
@@ -471,7 +474,7 @@ class ClassFiles(Files):
             self.root, extensions, what, class_names, left_out=tally, **listing
         )
         self.left_out = tally.sentence(self.root)
-        self._init_paths(self.files)
+        Files.__init__(self, self.files)
 
     @property
     def num_feeds(self) -> int:
@@ -484,7 +487,34 @@ class ClassFiles(Files):
         return self.labels
 
 
-class ImageFolder(EncodedImages, ClassFiles):
+class ImagePaths(EncodedImages, Files):
+    """Base of sources of one encoded image file per sample and a row of ``labels`` per
+    sample: feeds the paths and the labels; DALI reads and decodes the images."""
+
+    sample_check = "image"
+    labels: np.ndarray
+
+    @property
+    def num_feeds(self) -> int:
+        return 3
+
+    def feed(self, indices: np.ndarray) -> Sequence[Any]:
+        return (*self.feed_paths(indices), self.labels[indices])
+
+    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        paths, lengths, labels = nodes  # as feed() returns them
+        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
+        return images, (labels.gpu() if device == "gpu" else labels)
+
+    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
+        images = self.decoded_spec()
+        return None if images is None else [images, (tuple(self.labels.shape[1:]), self.labels.dtype)]
+
+    def encoded_image(self, index: int) -> bytes | None:
+        return read_file(self.files[index])
+
+
+class ImageFolder(ImagePaths, ClassFiles):
     """Images in class folders: ``root/<class>/<image>``.
 
     Labels are the indices of the sorted class-folder names (``class_names``). Images are read
@@ -546,8 +576,6 @@ class ImageFolder(EncodedImages, ClassFiles):
         (['0', '1', '2'], (28, 28, 1), 200)
     """
 
-    sample_check = "image"
-
     def __init__(
         self,
         root: str | os.PathLike,
@@ -567,7 +595,8 @@ class ImageFolder(EncodedImages, ClassFiles):
         is_valid_file: Callable[[str], bool] | None = None,
     ):
         self.follow_links, self.is_valid_file = follow_links, is_valid_file
-        self._init_files(
+        ClassFiles.__init__(
+            self,
             root,
             IMAGE_EXTENSIONS,
             "images",
@@ -576,28 +605,9 @@ class ImageFolder(EncodedImages, ClassFiles):
             follow_links=follow_links,
             is_valid_file=is_valid_file,
         )
-        self.augment = augment
-        self._init_images(
-            self.sampled,
-            image_size,
-            color_mode,
-            decoder,
-            transform,
-            self.root,
-            normalize,
-            eval_crop,
-            crop_to_aspect_ratio,
-            pad_to_aspect_ratio,
-        )
-
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        paths, lengths, labels = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
-        return images, (labels.gpu() if device == "gpu" else labels)
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        images = self.decoded_spec()
-        return None if images is None else [images, ((), self.labels.dtype)]
+        given = (image_size, color_mode, decoder, transform, augment, normalize, eval_crop)
+        settings = ImageSettings(*given, crop_to_aspect_ratio, pad_to_aspect_ratio)
+        EncodedImages.__init__(self, settings, self.sampled, self.root)
 
     @classmethod
     def from_recipe(cls, path: str | os.PathLike, recipe: Mapping[str, Any]) -> ImageFolder:
@@ -606,9 +616,6 @@ class ImageFolder(EncodedImages, ClassFiles):
         of them may be absent or empty)."""
         names = recipe.get("class_names")
         return cls(path, **cls.recipe_settings(recipe), class_names=names, allow_empty=names is not None)
-
-    def encoded_image(self, index: int) -> bytes | None:
-        return read_file(self.files[index])
 
     def sibling(self, path: str | os.PathLike) -> ImageFolder:
         other = ImageFolder(
@@ -629,7 +636,7 @@ class ImageFolder(EncodedImages, ClassFiles):
         return f"ImageFolder({self.root!r}: {self.num_samples} images, {len(self.class_names)} classes)"
 
 
-class ImageFiles(EncodedImages, Files):
+class ImageFiles(ImagePaths):
     """Images without labels, as ``predict`` reads them: every image of a folder and of its
     sub-folders at any depth, with or without class folders (Keras' ``labels=None``), one
     image file, or a list of image paths. Read in that order: a folder's images sorted by
@@ -639,16 +646,11 @@ class ImageFiles(EncodedImages, Files):
 
     Args:
         images: a folder (or ``s3://bucket/prefix``), an image file, or a sequence of paths.
-        image_size: as :class:`ImageFolder`'s (``predict`` takes the training data's settings).
-        color_mode: as :class:`ImageFolder`'s.
-        decoder: as :class:`ImageFolder`'s.
-        transform: as :class:`ImageFolder`'s.
-        normalize: as :class:`ImageFolder`'s.
-        eval_crop: as :class:`ImageFolder`'s.
-        crop_to_aspect_ratio: as :class:`ImageFolder`'s.
-        pad_to_aspect_ratio: as :class:`ImageFolder`'s.
         follow_links: as :class:`ImageFolder`'s, for a folder.
         is_valid_file: as :class:`ImageFolder`'s, for a folder.
+        **settings: the image settings of :class:`ImageFolder` (``image_size``, ``color_mode``,
+            ``decoder``, ``transform``, ``normalize``, ``eval_crop``, ``crop_to_aspect_ratio``,
+            ``pad_to_aspect_ratio``; no ``augment``): ``predict`` takes the training data's.
 
     Example:
         >>> import tempfile, easyfit as ef
@@ -658,7 +660,6 @@ class ImageFiles(EncodedImages, Files):
         (10, None, '/val/0/...png')
     """
 
-    sample_check = "image"
     #: No labels: only ``predict`` reads it (its labels are zeros no step sees).
     labelled = False
     #: What the listing of a folder left out (hidden entries, other files...), in words.
@@ -667,17 +668,10 @@ class ImageFiles(EncodedImages, Files):
     def __init__(
         self,
         images: str | os.PathLike | Sequence[str | os.PathLike],
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
-        crop_to_aspect_ratio: bool = False,
-        pad_to_aspect_ratio: bool = False,
         *,
         follow_links: bool = True,
         is_valid_file: Callable[[str], bool] | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         if isinstance(images, (str, os.PathLike)):
             self.root = os.fspath(images)
@@ -711,39 +705,9 @@ class ImageFiles(EncodedImages, Files):
             self.root = f"{len(files)} image paths"
         self.files = files
         self.labels = np.zeros(len(files), np.int32)
-        self.augment = None
-        self._init_paths(self.files)
-        self._init_images(
-            self.sampled,
-            image_size,
-            color_mode,
-            decoder,
-            transform,
-            self.root,
-            normalize,
-            eval_crop,
-            crop_to_aspect_ratio,
-            pad_to_aspect_ratio,
-        )
-
-    @property
-    def num_feeds(self) -> int:
-        return 3
-
-    def feed(self, indices: np.ndarray) -> Sequence[Any]:
-        return (*self.feed_paths(indices), self.labels[indices])
-
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        paths, lengths, labels = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
-        return images, (labels.gpu() if device == "gpu" else labels)
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        images = self.decoded_spec()
-        return None if images is None else [images, ((), self.labels.dtype)]
-
-    def encoded_image(self, index: int) -> bytes | None:
-        return read_file(self.files[index])
+        Files.__init__(self, self.files)
+        images_settings = ImageSettings.of("ImageFiles", settings, without=("augment",))
+        EncodedImages.__init__(self, images_settings, self.sampled, self.root)
 
     def describe(self) -> str:
         return f"ImageFiles({self.root!r}: {self.num_samples} images)"

@@ -5,15 +5,17 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages
-from .folder import Files
+from ..images import EncodedImages, ImageOptions, ImageSettings
+from .folder import Files, ImagePaths
 from .registry import Format, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ImageCSV", "read_targets"]
 
@@ -84,7 +86,7 @@ def read_targets(path: str, root: str) -> tuple[list[str], list[str], np.ndarray
     return files, names, targets
 
 
-class ImageCSV(EncodedImages, Files):
+class ImageCSV(ImagePaths):
     """Images and float targets listed in a CSV file, for regression::
 
         filename,age,weight        # a header row: the file name, then the targets' names
@@ -101,12 +103,11 @@ class ImageCSV(EncodedImages, Files):
     A missing file, a cell that is not a finite number and a row of the wrong length raise
     DataError naming the CSV's line (and column).
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         csv_path: the CSV file (UTF-8, with a header row).
         root: the folder file names are relative to; default: the CSV's folder.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import numpy as np, tempfile, easyfit as ef
@@ -122,33 +123,19 @@ class ImageCSV(EncodedImages, Files):
 
     default_loss = "mse"
 
-    sample_check = "image"
-
     def __init__(
         self,
         csv_path: str | os.PathLike,
         root: str | os.PathLike | None = None,
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         self.csv_path = os.fspath(csv_path)
         self._root = None if root is None else os.fspath(root)
         self.root = self._root if self._root is not None else os.path.dirname(os.path.abspath(self.csv_path))
         self.files, self.target_names, self.targets = read_targets(self.csv_path, self.root)
-        self._init_paths(self.files)
-        self.augment = augment
-        self._init_images(
-            self.sampled, image_size, color_mode, decoder, transform, self.csv_path, normalize, eval_crop
-        )
-
-    @property
-    def num_feeds(self) -> int:
-        return 3
+        self.labels = self.targets
+        Files.__init__(self, self.files)
+        EncodedImages.__init__(self, ImageSettings.of("ImageCSV", settings), self.sampled, self.csv_path)
 
     @property
     def label_dtype(self) -> np.dtype:
@@ -158,20 +145,8 @@ class ImageCSV(EncodedImages, Files):
     def sample_nbytes(self) -> int:
         return super().sample_nbytes - 4 + self.targets[0].nbytes
 
-    def feed(self, indices: np.ndarray) -> Sequence[Any]:
-        return (*self.feed_paths(indices), self.targets[indices])
-
-    def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        paths, lengths, targets = nodes  # as feed() returns them
-        images = self.decode(self.read(paths, lengths), device=device, draws=draws)
-        return images, (targets.gpu() if device == "gpu" else targets)
-
     def known_labels(self) -> np.ndarray:
         return self.targets
-
-    def output_spec(self) -> list[tuple[tuple[int, ...], np.dtype]] | None:
-        images = self.decoded_spec()
-        return None if images is None else [images, (tuple(self.targets.shape[1:]), self.targets.dtype)]
 
     def sibling(self, path: str | os.PathLike) -> ImageCSV:
         other = ImageCSV(path, root=self._root, **self.image_settings())

@@ -96,7 +96,7 @@ class NumpyFolder(ClassFiles):
         *,
         allow_empty: bool = False,
     ):
-        self._init_files(root, (".npy",), "NumPy files", class_names, allow_empty=allow_empty)
+        ClassFiles.__init__(self, root, (".npy",), "NumPy files", class_names, allow_empty=allow_empty)
         headers = []
         for i in sample_positions(len(self.files)).tolist():
             try:

@@ -19,18 +19,21 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, first_line, sample_positions
+from ..images import EncodedImages, ImageOptions, ImageSettings, first_line, sample_positions
 from ..storage import Listing, storage_for
 from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
 from .registry import FILES, Format, holding, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
 
@@ -195,9 +198,6 @@ class Parquet(EncodedImages, IndexedSource):
     pass needs rows of many row groups, so when the images do not fit ``cache_bytes`` row
     groups are read again and again (a warning says so).
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as
             ``"hf_dataset/data/train-*.parquet"``, or a list of these.
@@ -207,6 +207,8 @@ class Parquet(EncodedImages, IndexedSource):
             labels are looked up in them).
         cache_bytes: the most bytes of row groups kept in memory; default a quarter of the
             machine's memory.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef
@@ -221,19 +223,13 @@ class Parquet(EncodedImages, IndexedSource):
         image: str = "image",
         label: str = "label",
         class_names: Sequence[str] | None = None,
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        *,
         cache_bytes: int | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         pq = _pyarrow()
         self.root, self.files = _resolve_files(path)
         self.image_column, self.label_column = image, label
-        self.augment = augment
         self.cache_bytes = int(cache_bytes) if cache_bytes is not None else _default_cache()
         sizes: list[np.ndarray] = []  # rows per row group, per file
         labels: list[np.ndarray] = []
@@ -307,9 +303,7 @@ class Parquet(EncodedImages, IndexedSource):
         self._rows_read = 0  # rows of the row groups read from the files...
         self._rows_fed = 0  # ...and rows fed: a pass in file order reads each row once
         self._warned = False
-        self._init_images(
-            self._sample, image_size, color_mode, decoder, transform, self.root, normalize, eval_crop
-        )
+        EncodedImages.__init__(self, ImageSettings.of("Parquet", settings), self._sample, self.root)
 
     # ------------------------------------------------------------------------------ indexing
     def _open(self, pq: Any, f: str) -> Any:

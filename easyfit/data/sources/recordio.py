@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
+from ..images import ImageOptions, ImageSettings
 from .base import int32_labels
 from .records import RecordFiles, list_files
 from .registry import Format, holding, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RecordIO"]
 
@@ -108,11 +111,10 @@ class RecordIO(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a ``.rec`` file or a directory of them.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef
@@ -124,13 +126,7 @@ class RecordIO(RecordFiles):
     def __init__(
         self,
         path: str | os.PathLike,
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         root = os.fspath(path)
         self.files = list_files(root, (".rec",), "RecordIO")
@@ -160,9 +156,7 @@ class RecordIO(RecordFiles):
         labels = np.asarray([h[1] for h in headers], np.float32)
         if len(labels) and np.array_equal(labels, np.round(labels)):
             labels = int32_labels(labels, self.locate)
-        self._init_records(
-            root, labels, image_size, color_mode, decoder, transform, augment, normalize, eval_crop
-        )
+        RecordFiles.__init__(self, root, labels, ImageSettings.of("RecordIO", settings))
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         payload, pos = [], 0

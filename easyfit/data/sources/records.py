@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from ...errors import DataError
-from ..images import EncodedImages, sample_positions
+from ..images import EncodedImages, ImageSettings, sample_positions
 from ..storage import Storage, storage_for, storage_of
 from ..validation.encoded import image_problem
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, outside_classes
@@ -45,7 +45,7 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     Subclasses fill ``files`` and call ``_stamp_files`` before they read them, fill ``_file``
     (file index per sample), ``_offset`` and ``_length`` (byte range per sample), then call
-    ``_init_records``; and implement :meth:`parse`.
+    ``RecordFiles.__init__``; and implement :meth:`parse`.
 
     The byte ranges (and the labels, where the index holds them) describe the files as they
     were read then: a file that changed since (one ``os.stat`` a file and feed) is refused by
@@ -76,18 +76,10 @@ class RecordFiles(EncodedImages, IndexedSource):
         self._file, self._offset = np.concatenate(files), np.concatenate(offsets)
         self._length = np.concatenate(lengths)
 
-    def _init_records(
-        self,
-        root: str,
-        labels: np.ndarray | None,
-        image_size: tuple[int, int] | None,
-        color_mode: str | None,
-        decoder: str,
-        transform: Callable[[Any], Any] | None,
-        augment: Callable[[Any], Any] | None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
-    ) -> None:
+    def __init__(self, root: str, labels: np.ndarray | None, settings: ImageSettings) -> None:
+        """Samples the records (their labels' dtype, their images' settings) once ``files``,
+        ``_file``, ``_offset`` and ``_length`` are set; ``labels``: every label, when the
+        index holds them."""
         self.root = root
         self._fds: dict[int, int] = {}  # file index -> open descriptor, shared by DALI's threads
         self._fds_lock = threading.Lock()
@@ -98,7 +90,6 @@ class RecordFiles(EncodedImages, IndexedSource):
         self._early = np.zeros(len(self._offset), np.int32)  # labels fed before the limit was known
         self._early_fed = np.zeros(len(self._offset), bool)
         self._labels_lock = threading.Lock()
-        self.augment = augment
         self._checked = np.zeros(len(self._offset), bool)  # whole structure checked once
         picks, parsed = [], []
         for i in sample_positions(len(self._offset)).tolist():
@@ -114,9 +105,7 @@ class RecordFiles(EncodedImages, IndexedSource):
         else:
             self._label_dtype = labels.dtype
         named = [(self.locate(i), image) for i, (image, _) in zip(picks, parsed, strict=True)]
-        self._init_images(
-            lambda: named, image_size, color_mode, decoder, transform, root, normalize, eval_crop
-        )
+        EncodedImages.__init__(self, settings, lambda: named, root)
 
     @abc.abstractmethod
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
@@ -251,10 +240,7 @@ class RecordFiles(EncodedImages, IndexedSource):
 
     def close(self) -> None:
         """Closes the open files (they reopen when needed)."""
-        lock = getattr(self, "_fds_lock", None)
-        if lock is None:  # never initialised (the constructor failed)
-            return
-        with lock:
+        with self._fds_lock:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
@@ -262,5 +248,5 @@ class RecordFiles(EncodedImages, IndexedSource):
     def __del__(self):
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:  # noqa: BLE001 - interpreter shutdown, or a constructor that failed
             pass

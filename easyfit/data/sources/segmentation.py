@@ -11,7 +11,7 @@ import numpy as np
 
 from ...errors import DataError
 from ..augment import Augment
-from ..images import EncodedImages
+from ..images import EncodedImages, ImageSettings
 from ..storage import Listing
 from ..validation.samples import mask_problem
 from .base import plain_names
@@ -118,6 +118,7 @@ class SegmentationFolder(EncodedImages, Files):
     """
 
     sample_check = "segmentation"
+    _mask_limit: int | None = None
 
     def __init__(
         self,
@@ -142,12 +143,10 @@ class SegmentationFolder(EncodedImages, Files):
             raise DataError(f"{self.root}: no such directory")
         self.folders = (images, masks)
         self.files, self.masks = pair_files(os.path.join(self.root, images), os.path.join(self.root, masks))
-        self._init_paths(self.files, self.masks)
-        self.augment = augment
+        Files.__init__(self, self.files, self.masks)
         self.class_names = plain_names(class_names)
-        self._init_images(
-            self.sampled, image_size, color_mode, decoder, None, self.root, normalize, eval_crop
-        )
+        settings = ImageSettings(image_size, color_mode, decoder, None, augment, normalize, eval_crop)
+        EncodedImages.__init__(self, settings, self.sampled, self.root)
 
     @property
     def mask_shape(self) -> tuple[int, int]:
@@ -178,7 +177,7 @@ class SegmentationFolder(EncodedImages, Files):
         self._mask_limit = num_classes  # class ids are decoded by DALI: checked per batch
 
     def decoded_label_limit(self) -> int | None:
-        return getattr(self, "_mask_limit", None)
+        return self._mask_limit
 
     def sibling(self, path: str | os.PathLike) -> SegmentationFolder:
         settings = self.image_settings()

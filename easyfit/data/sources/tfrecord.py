@@ -5,16 +5,19 @@ from __future__ import annotations
 import io
 import os
 import struct
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
+from ..images import ImageOptions, ImageSettings
 from ..protos import tf_example
 from ..storage import storage_for
 from .records import RecordFiles, list_files
 from .registry import Format, holding, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["TFRECORD_SUFFIXES", "TFRecord"]
 
@@ -121,13 +124,12 @@ class TFRecord(RecordFiles):
     Records are addressed one by one, so this source is index-driven (same batches whatever
     the number of devices; ``validation_split`` works).
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a TFRecord file or a directory of them (``.tfrecord``, ``.tfrecords``, ``.tfrec``).
         image_key: the feature holding the encoded image.
         label_key: the feature holding the label.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef
@@ -141,13 +143,7 @@ class TFRecord(RecordFiles):
         path: str | os.PathLike,
         image_key: str = "image/encoded",
         label_key: str = "image/class/label",
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         root = os.fspath(path)
         self.image_key, self.label_key = image_key, label_key
@@ -164,9 +160,7 @@ class TFRecord(RecordFiles):
             parts.append((np.full(len(offsets), k, np.int32), offsets, lengths))
         self._set_ranges(parts)
         self._example = tf_example()
-        self._init_records(
-            root, None, image_size, color_mode, decoder, transform, augment, normalize, eval_crop
-        )
+        RecordFiles.__init__(self, root, None, ImageSettings.of("TFRecord", settings))
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         from google.protobuf.message import DecodeError

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 import tarfile
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import DataError
+from ..images import ImageOptions, ImageSettings
 from ..storage import storage_for
 from .base import int32_labels
 from .folder import IMAGE_EXTENSIONS
 from .records import RecordFiles, list_files
 from .registry import Format, holding, register
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["WebDataset"]
 
@@ -131,12 +134,11 @@ class WebDataset(RecordFiles):
     ``tarfile`` and ``webdataset`` write, are read as usual). A shard rewritten since its
     headers were read is refused by name.
 
-    The image settings (``image_size``, ``color_mode``, ``decoder``, ``transform``,
-    ``augment``, ``normalize``, ``eval_crop``) are :class:`~easyfit.data.ImageFolder`'s.
-
     Args:
         path: a ``.tar`` shard or a directory of them.
         label_ext: the extension of the label members.
+        **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
+            (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
     Example:
         >>> import easyfit as ef
@@ -149,13 +151,7 @@ class WebDataset(RecordFiles):
         self,
         path: str | os.PathLike,
         label_ext: str = "cls",
-        image_size: tuple[int, int] | None = None,
-        color_mode: str | None = None,
-        decoder: str = "auto",
-        transform: Callable[[Any], Any] | None = None,
-        augment: Callable[[Any], Any] | None = None,
-        normalize: Any = None,
-        eval_crop: float | None = None,
+        **settings: Unpack[ImageOptions],
     ):
         root = os.fspath(path)
         self.label_ext = label_ext
@@ -169,17 +165,8 @@ class WebDataset(RecordFiles):
             labels += shard_labels
             self.keys += keys
         self._set_ranges(parts)
-        self._init_records(
-            root,
-            int32_labels(np.asarray(labels, np.float64), self.locate),  # float64: any size of int
-            image_size,
-            color_mode,
-            decoder,
-            transform,
-            augment,
-            normalize,
-            eval_crop,
-        )
+        labels_read = int32_labels(np.asarray(labels, np.float64), self.locate)  # float64: any int
+        RecordFiles.__init__(self, root, labels_read, ImageSettings.of("WebDataset", settings))
 
     def parse(self, index: int, raw: bytes) -> tuple[bytes, Any]:
         return raw, None
