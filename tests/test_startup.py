@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from typing import Any
 
 import flax
@@ -181,7 +182,9 @@ def test_a_fit_compiling_from_the_chunk_spec_trains_as_one_waiting_for_the_chunk
     for threaded in (False, True):  # True: the loader thread of GPU machines, and its spec
         notes = Notes()
         trainer = ef.Trainer(Recorder(notes), optimizer="adam", seed=0, steps_per_execution=2)
-        trainer._data.loader_options.update(threaded=threaded, pipelines_per_device=2)
+        trainer._data.loader_options = replace(
+            trainer._data.loader_options, threaded=threaded, pipelines_per_device=2
+        )
         trainer.fit(root + "/train", epochs=2, batch_size=16, verbose=0, cache=False)
         assert notes.initialising == 1
         params[threaded] = flat_params(trainer.state.params)
@@ -216,7 +219,7 @@ def test_the_first_step_runs_the_program_compiled_ahead_for_its_shapes(root):
                 trainer = ef.Trainer(
                     Recorder(Notes()), optimizer="adam", metrics=["accuracy"], steps_per_execution=2
                 )
-                trainer._data.loader_options.update(threaded=threaded)
+                trainer._data.loader_options = replace(trainer._data.loader_options, threaded=threaded)
                 trainer.fit(root + "/train", epochs=1, batch_size=16, verbose=0, cache=False)  # 4 steps
                 assert handler.names.count("jit(run)") == 1, (threaded, handler.names)
     finally:
@@ -349,7 +352,7 @@ def test_outputs_that_are_not_the_declared_ones_stop_the_fit_naming_both(root, m
     source = ef.data.ImageFolder(root + "/train", image_size=(28, 28))
     monkeypatch.setattr(source, "output_spec", lambda: [((28, 28, 3), np.uint8), ((), np.int32)])
     trainer = ef.Trainer(Recorder(Notes()), optimizer="sgd", seed=0)
-    trainer._data.loader_options.update(threaded=True)
+    trainer._data.loader_options = replace(trainer._data.loader_options, threaded=True)
     with pytest.raises(RuntimeError, match=r"\(28, 28, 1\) uint8.* not the \(28, 28, 3\) uint8"):
         trainer.fit(source, epochs=1, batch_size=16, verbose=0, cache=False)
 

@@ -11,7 +11,7 @@ filled one of two ways, chosen by the source's kind (:mod:`easyfit.data.kinds`):
 * :class:`Recording`: while the stream goes through DALI, every decoded chunk is also kept until
   every sample has been seen (the first full epoch; more chunks when an epoch is shorter than a
   pass, ``steps_per_epoch``, or starts mid-pass). For sources fed by the plan.
-* :class:`OneRead`: before the first chunk, the reader pipelines read the dataset once,
+* :class:`OrderedRead`: before the first chunk, the reader pipelines read the dataset once,
   unshuffled; each reads its contiguous shard in order, so the ``j``-th row of shard ``k`` is
   sample ``k * n // shards + j`` of the source's own order (an LMDB's key order) whatever the
   number of pipelines (:meth:`~easyfit.data.reader_pipelines.ReaderPipelines.slots`). For
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DeviceCache",
     "OneRead",
+    "OrderedRead",
     "Recording",
     "cache_budget",
     "chunk_buffers",
@@ -104,7 +105,7 @@ class DeviceCache:
     Args:
         plan: the batching plan.
         placement: the devices.
-        fill: how the cache is filled (:class:`Recording` or :class:`OneRead`).
+        fill: how the cache is filled (:class:`Recording` or :class:`OrderedRead`).
         start: index of the first chunk.
     """
 
@@ -284,7 +285,7 @@ class Recording:
         self._pending = None
 
 
-class OneRead:
+class OrderedRead:
     """Fills the cache at the first chunk by reading the source once, unshuffled, with
     ``pipelines()`` (reader pipelines of a plan of one whole pass that does not shuffle).
     Positions are marked ``"cached"``: a resumed fit must fill its cache as this one did."""
@@ -312,6 +313,10 @@ class OneRead:
 
     def close(self) -> None:
         pass
+
+
+#: The name :class:`OrderedRead` had before; kept for a release.
+OneRead = OrderedRead
 
 
 def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int:
@@ -385,7 +390,7 @@ def _place_block(
 ) -> tuple[Any, jax.Array]:
     """``data`` with one block's rows set at their slots, and ``filled`` counting each slot's
     rows. ``slots``: the block's, flat, or None when the block holds them as its ``"slot"``
-    entry (:class:`OneRead`). Rows from ``valid`` on (chunks past the recording's end) and
+    entry (:class:`OrderedRead`). Rows from ``valid`` on (chunks past the recording's end) and
     slots of ``n`` (padding, repeats) are dropped."""
     block, recorded = _split(block)
     slots = (slots if recorded is None else recorded).reshape(-1)

@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..parallel import Placement
-from .cache import DeviceCache, OneRead, Recording
+from .cache import DeviceCache, OrderedRead, Recording
 from .fed_pipelines import FedPipelines
 from .plan import Plan
 from .reader_pipelines import ReaderPipelines, reader_plan
 from .sources.base import IndexedSource, ReaderSource, Source
-from .stream import Stream
+from .stream import LoaderOptions, Stream, StreamRequest
 
-__all__ = ["FED", "READ", "SourceKind", "kind_of"]
+__all__ = ["FED", "READ", "ReaderKind", "SourceKind", "kind_of"]
 
 
 class SourceKind:
@@ -43,49 +43,28 @@ class SourceKind:
         pass's length added (``pipelines``: reader pipelines per process on CPUs)."""
         return plan
 
-    def pipelines(
-        self,
-        source: Source,
-        plan: Plan,
-        placement: Placement,
-        *,
-        start: int,
-        position: Mapping[str, Any] | None,
-        num_threads: int | None,
-        prefetch: int,
-        pipelines_per_device: int | None,
-        pipelines: int | None,
-        training: bool,
-        pool: bool,
-    ) -> Any:
-        """The DALI pipelines of a streaming loader, starting at chunk ``start``."""
+    def pipelines(self, request: StreamRequest, options: LoaderOptions, pool: bool) -> Any:
+        """The DALI pipelines of a streaming loader of ``request``, starting at its first chunk
+        (``pool``: wait for and refeed each pipeline in its own thread)."""
         return FedPipelines(
-            cast(IndexedSource, source),
-            plan,
-            placement,
-            start=start,
-            num_threads=num_threads,
-            prefetch=prefetch,
-            pipelines_per_device=pipelines_per_device,
-            training=training,
+            cast(IndexedSource, request.source),
+            request.plan,
+            request.placement,
+            start=request.start,
+            num_threads=options.num_threads,
+            prefetch=options.prefetch,
+            pipelines_per_device=options.pipelines_per_device,
+            training=request.training,
             pool=pool,
         )
 
     def cache(
-        self,
-        source: Source,
-        plan: Plan,
-        placement: Placement,
-        stream: Callable[[], Stream],
-        *,
-        start: int,
-        num_threads: int | None = None,
-        pipelines: int | None = None,
+        self, request: StreamRequest, stream: Callable[[], Stream], options: LoaderOptions
     ) -> DeviceCache:
-        """A device cache of ``source`` from chunk ``start`` on; ``stream()`` opens the streaming
-        loader the cache may record."""
+        """A device cache of ``request``'s source from its first chunk on; ``stream()`` opens
+        the streaming loader the cache may record."""
         loader = stream()
-        return DeviceCache(plan, placement, Recording(loader), start=loader.iteration)
+        return DeviceCache(request.plan, request.placement, Recording(loader), start=loader.iteration)
 
     def resume_cache(
         self, cache: bool | str, use: bool, why: str, position: Mapping[str, Any] | None
@@ -99,7 +78,9 @@ class SourceKind:
         return None
 
 
-class _Read(SourceKind):
+class ReaderKind(SourceKind):
+    """What differs for a :class:`~easyfit.data.sources.base.ReaderSource` (:data:`READ`)."""
+
     planned = False
     fills = "after one read by its DALI reader"
 
@@ -114,38 +95,29 @@ class _Read(SourceKind):
             )
         return reader_plan(plan, placement, pipelines)
 
-    def pipelines(self, source: Source, plan: Plan, placement: Placement, **options: Any) -> Any:
-        del options["pipelines_per_device"], options["pool"]
-        return ReaderPipelines(cast(ReaderSource, source), plan, placement, **options)
+    def pipelines(self, request: StreamRequest, options: LoaderOptions, pool: bool) -> Any:
+        return ReaderPipelines(request, options)
 
     def cache(
-        self,
-        source: Source,
-        plan: Plan,
-        placement: Placement,
-        stream: Callable[[], Stream],
-        *,
-        start: int,
-        num_threads: int | None = None,
-        pipelines: int | None = None,
+        self, request: StreamRequest, stream: Callable[[], Stream], options: LoaderOptions
     ) -> DeviceCache:
-        source.check()
-        whole = dataclasses.replace(plan, shuffle=False, epoch_steps=None)  # one pass, in order
-
-        def read() -> ReaderPipelines:
-            return ReaderPipelines(
-                cast(ReaderSource, source),
-                whole,
-                placement,
-                start=0,
-                position=None,
-                num_threads=num_threads,
-                prefetch=2,
-                training=False,
-                pipelines=pipelines,
-            )
-
-        return DeviceCache(plan, placement, OneRead(read), start=start)
+        request.source.check()
+        whole = dataclasses.replace(request.plan, shuffle=False, epoch_steps=None)  # one pass, in order
+        read = dataclasses.replace(
+            request,
+            plan=reader_plan(whole, request.placement, options.pipelines),
+            cached=False,
+            start=0,
+            position=None,
+            training=False,
+        )
+        read_options = LoaderOptions(num_threads=options.num_threads, pipelines=options.pipelines)
+        return DeviceCache(
+            request.plan,
+            request.placement,
+            OrderedRead(lambda: ReaderPipelines(read, read_options)),
+            start=request.start,
+        )
 
     def resume_cache(
         self, cache: bool | str, use: bool, why: str, position: Mapping[str, Any] | None
@@ -177,7 +149,7 @@ class _Read(SourceKind):
 #: Sources fed by easyfit's Plan (:class:`~easyfit.data.sources.base.IndexedSource`).
 FED = SourceKind()
 #: Sources read by DALI's reader in its own order (:class:`~easyfit.data.sources.base.ReaderSource`).
-READ = _Read()
+READ = ReaderKind()
 
 
 def kind_of(source: Source) -> SourceKind:

@@ -22,6 +22,7 @@ The program catches the KeyboardInterrupt fit raises, prints ``caught KeyboardIn
 its exit status must be 0.
 """
 
+import dataclasses
 import signal
 import sys
 import threading
@@ -106,7 +107,8 @@ n, batch, per = (2048, 64, 16) if phase == "chunk" else (32, 4, 4)
 x, y = rng.random((n, 4, 4, 1), np.float32), np.arange(n) % 10
 trainer = ef.Trainer(Model(), optimizer="adam", seed=0, steps_per_execution=per)
 if phase in ("compile", "chunk"):
-    trainer._data.loader_options["threaded"] = True  # as on a GPU machine: the loader's thread
+    # as on a GPU machine: the loader's thread
+    trainer._data.loader_options = dataclasses.replace(trainer._data.loader_options, threaded=True)
 try:
     trainer.fit(
         Slow(x, y, "chunk"),
