@@ -123,24 +123,24 @@ class ReaderPipelines:
         source = cast(ReaderSource, request.source)
         placement = request.placement
         position = request.position
+        if not isinstance(request.plan, ReaderPlan):
+            raise TypeError("ReaderPipelines: the request's plan must be made by reader_plan")
+        self.plan = request.plan
+        layout = _layout(self.plan, placement, options.pipelines)
         self.source = source
         self.placement = placement
         self.training = request.training
         self.on_gpu = on_gpu_pipelines(source, placement)
         self._runner = PipelineRunner(source, self.on_gpu, lambda _: scan_for_bad_record(source))
         local = placement.local_shards
-        if not isinstance(request.plan, ReaderPlan):
-            raise TypeError("ReaderPipelines: the request's plan must be made by reader_plan")
-        self.plan = request.plan
-        layout = _layout(self.plan, placement, options.pipelines)
         per_process, readers = layout.per_process, layout.readers
         size = len(local) // per_process
         groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
         ids = [jax.process_index() * per_process + k for k in range(per_process)]
+        threads = options.num_threads or default_num_threads(placement.platform, len(groups))
         self._group = size
         self._unit_steps = layout.unit_steps
         self._unit = layout.unit
-        threads = options.num_threads or default_num_threads(placement.platform, len(groups))
         saved = list((position or {}).get("dali") or [])
         if saved and len(saved) != len(ids):
             raise ValueError(
