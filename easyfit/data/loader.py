@@ -166,6 +166,8 @@ class Loader:
         /,
         **legacy: Any,
     ):
+        if "cached" in legacy:
+            raise TypeError("Loader streams; open_stream(..., cached=True) gathers from the device cache")
         request, options = _as_request(request, options, placement, legacy, replan=False)
         request.source.check()
         self.source = request.source

@@ -66,13 +66,14 @@ class LoaderOptions:
     @classmethod
     def of(cls, options: LoaderOptions | Mapping[str, Any] | None) -> LoaderOptions:
         """``options`` as a LoaderOptions: itself, or from a mapping of its fields (the
-        keyword arguments loaders took before); an unknown key is a ValueError naming it."""
+        keyword arguments loaders took before); an unknown key is a TypeError naming it, as an
+        unknown keyword argument is."""
         if isinstance(options, LoaderOptions):
             return options
         given = dict(options or {})
         known = {f.name for f in dataclasses.fields(cls)}
         if unknown := sorted(set(given) - known):
-            raise ValueError(f"loader options: unknown {unknown}; expected some of {sorted(known)}")
+            raise TypeError(f"loader options: unknown {unknown}; expected some of {sorted(known)}")
         return cls(**given)
 
 
