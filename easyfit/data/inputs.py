@@ -19,7 +19,8 @@ from typing import Any
 from ..core.steps import per_dispatch
 from ..parallel import Placement
 from .kept_streams import KeptStreams, LentStream
-from .loader import Resume, open_stream, stream_request
+from .kinds import Resume, stream_request
+from .loader import open_stream
 from .plan import Plan
 from .resolve import split_layout, to_source
 from .sources.base import Source, Subset

@@ -14,7 +14,8 @@ from typing import Any
 import jax
 
 from ..parallel import Placement
-from .loader import open_stream, stream_request
+from .kinds import stream_request
+from .loader import open_stream
 from .plan import Plan
 from .sources.base import Source
 from .stream import LoaderOptions, Stream
