@@ -32,7 +32,7 @@ from .sources import (
     WebDataset,
 )
 from .split import split_validation
-from .stream import Stream
+from .stream import LoaderOptions, Stream, StreamRequest
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -46,6 +46,7 @@ __all__ = [
     "ImageFolder",
     "IndexedSource",
     "Loader",
+    "LoaderOptions",
     "NumpyFolder",
     "Parquet",
     "Plan",
@@ -54,6 +55,7 @@ __all__ = [
     "SegmentationFolder",
     "Source",
     "Stream",
+    "StreamRequest",
     "Subset",
     "TFRecord",
     "WebDataset",

@@ -9,7 +9,7 @@ chosen by the source's kind (:mod:`easyfit.data.kinds`):
 * :class:`Recording`, for sources fed in the plan's order: the chunks decoded while training
   are also kept until every sample has been seen. Memory grows block by block as the recording
   goes, so nothing the size of the dataset is allocated before the first step.
-* :class:`OneRead`, for sources read by DALI's own reader (which picks its order and cannot
+* :class:`OrderedRead`, for sources read by DALI's own reader (which picks its order and cannot
   seek): before the first chunk, the reader pipelines read the dataset once, in order. Recording
   the reader's shuffled first epoch instead could not fill the cache of a fit resumed inside that
   epoch, and would make the first epoch depend on the number of pipelines.
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DeviceCache",
     "OneRead",
+    "OrderedRead",
     "Recording",
     "cache_budget",
     "chunk_buffers",
@@ -98,7 +99,7 @@ class DeviceCache:
     Args:
         plan: the batching plan.
         placement: the devices.
-        fill: how the cache is filled (:class:`Recording` or :class:`OneRead`).
+        fill: how the cache is filled (:class:`Recording` or :class:`OrderedRead`).
         start: index of the first chunk.
     """
 
@@ -278,7 +279,7 @@ class Recording:
         self._pending = None
 
 
-class OneRead:
+class OrderedRead:
     """Fills the cache at the first chunk by reading the source once, unshuffled, with
     ``pipelines()`` (reader pipelines of a plan of one whole pass that does not shuffle).
     Positions are marked ``"cached"``: a resumed fit must fill its cache as this one did."""
@@ -306,6 +307,10 @@ class OneRead:
 
     def close(self) -> None:
         pass
+
+
+#: The name :class:`OrderedRead` had before; kept for a release.
+OneRead = OrderedRead
 
 
 def chunks_to_cover(plan: Plan, start: int, orders: Orders | None = None) -> int:
@@ -379,7 +384,7 @@ def _place_block(
 ) -> tuple[Any, jax.Array]:
     """``data`` with one block's rows set at their slots, and ``filled`` counting each slot's
     rows. ``slots``: the block's, flat, or None when the block holds them as its ``"slot"``
-    entry (:class:`OneRead`). Rows from ``valid`` on (chunks past the recording's end) and
+    entry (:class:`OrderedRead`). Rows from ``valid`` on (chunks past the recording's end) and
     slots of ``n`` (padding, repeats) are dropped."""
     block, recorded = _split(block)
     slots = (slots if recorded is None else recorded).reshape(-1)

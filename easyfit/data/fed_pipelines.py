@@ -129,18 +129,18 @@ class FedPipelines:
         if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
             cores = available_cores() // len(local)
             parts = pipelines_per_device or (3 if cores >= 12 else 2 if cores >= 8 else 1)
-            specs = [
+            rows_and_devices = [
                 (rows, d if self.on_gpu else None)
                 for s, d in local
                 for rows in np.array_split(np.arange(s * per, (s + 1) * per), parts)
             ]
         else:  # host pipelines for all local rows (default one: training needs the cores)
             rows = np.concatenate([np.arange(s * per, (s + 1) * per) for s, _ in local])
-            specs = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
-        self._devices = [d for _, d in specs]
-        threads = num_threads or default_num_threads(placement.platform, len(specs))
+            rows_and_devices = [(part, None) for part in np.array_split(rows, pipelines_per_device or 1)]
+        self._devices = [d for _, d in rows_and_devices]
+        threads = num_threads or default_num_threads(placement.platform, len(rows_and_devices))
         augment = draws_of(source, training)
-        self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in specs]
+        self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in rows_and_devices]
         self._threads = threads
         self._pipes: list[Any] = []  # built by the first chunk's production (:meth:`_built`)
         self._closed = False
@@ -149,8 +149,8 @@ class FedPipelines:
         self._first_run: tuple[Any, ...] | None = None  # pipeline 0's first outputs
         self._first_ran = threading.Event()  # set then, or when the first chunk failed
         self._pool = (
-            concurrent.futures.ThreadPoolExecutor(len(specs), "easyfit-pipeline")
-            if pool and len(specs) > 1
+            concurrent.futures.ThreadPoolExecutor(len(rows_and_devices), "easyfit-pipeline")
+            if pool and len(rows_and_devices) > 1
             else None
         )
 
@@ -248,19 +248,19 @@ class FedPipelines:
         samples = self._declared
         if samples is None:
             self._first_ran.wait()
-            first = self._first_run
-            if first is None:
+            first_run = self._first_run
+            if first_run is None:
                 return None
-            samples = _samples(first)
+            samples = _samples(first_run)
         rows = self.plan.rows_per_shard * self.placement.num_shards
         data = self.placement.data
 
-        def spec(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
+        def shape_struct(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
             return jax.ShapeDtypeStruct((rows, *shape), dtype, sharding=data)
 
         _, mask = self._feeders[0].chunk(self._feeders[0].start)
-        outputs = [spec(shape, dtype) for shape, dtype in samples]
-        return {**self.source.assemble(outputs), "mask": spec(tuple(mask.shape[1:]), mask.dtype)}
+        outputs = [shape_struct(shape, dtype) for shape, dtype in samples]
+        return {**self.source.assemble(outputs), "mask": shape_struct(tuple(mask.shape[1:]), mask.dtype)}
 
     def _check_declared(self, outputs: tuple[Any, ...]) -> None:
         """Raises when the first run's outputs are not what the source declared (the model was

@@ -14,18 +14,19 @@ import os
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.steps import per_dispatch
 from ..parallel import Placement
 from .kept_streams import KeptStreams, LentStream
-from .loader import decide_cache, open_stream, stream_plan
+from .kinds import Resume, stream_request
+from .loader import open_stream
 from .plan import Plan
 from .resolve import split_layout, to_source
 from .sources.base import Source
 from .sources.capabilities import FolderListing, base_of
 from .split import split_validation
-from .stream import Stream
+from .stream import LoaderOptions, Stream
 
 __all__ = ["DataInputs"]
 
@@ -35,17 +36,7 @@ log = logging.getLogger("easyfit")
 _DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
-class _Resume(Protocol):
-    """Where a fit resumes (``easyfit.persistence.checkpoint.ResumePoint``): what the inputs
-    need of it."""
-
-    @property
-    def epoch(self) -> int: ...
-
-    @property
-    def position(self) -> Mapping[str, Any] | None: ...
-
-    def check(self, plan: Plan) -> None: ...
+_Resume = Resume  # the name before; kept for a release
 
 
 class DataInputs:
@@ -55,8 +46,8 @@ class DataInputs:
         placement: the devices.
         seed: seeds shuffling and ``validation_split``.
         steps_per_execution: ``"auto"`` or optimizer steps per dispatch.
-        loader_options: keyword arguments for the loaders (``num_threads``,
-            ``pipelines_per_device``).
+        loader_options: how the loaders run (:class:`~easyfit.data.stream.LoaderOptions`, or
+            a mapping of its fields: ``num_threads``, ``pipelines_per_device``...).
 
     Example:
         >>> import numpy as np, easyfit as ef
@@ -76,12 +67,11 @@ class DataInputs:
         placement: Placement,
         seed: int = 0,
         steps_per_execution: int | str = "auto",
-        loader_options: dict[str, Any] | None = None,
+        loader_options: LoaderOptions | Mapping[str, Any] | None = None,
     ):
         self.placement = placement
         self.seed = seed
         self.steps_per_execution = steps_per_execution
-        self.loader_options = dict(loader_options or {})
         self.cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
         self._train: Source | None = None
         #: The input recipe of the data the model was trained on (``Source.recipe()``): the
@@ -89,7 +79,16 @@ class DataInputs:
         self.recipe: dict[str, Any] | None = None
         self._sources: dict[tuple[str, bool], Source] = {}
         self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
-        self._kept = KeptStreams(placement, self.loader_options)
+        self._kept = KeptStreams(placement, loader_options)
+
+    @property
+    def loader_options(self) -> LoaderOptions:
+        """How the loaders run, for training and the kept streams alike."""
+        return self._kept.options
+
+    @loader_options.setter
+    def loader_options(self, options: LoaderOptions | Mapping[str, Any]) -> None:
+        self._kept.options = LoaderOptions.of(options)
 
     # ------------------------------------------------------------------------------ sources
     def fit_sources(
@@ -268,7 +267,7 @@ class DataInputs:
         shuffle: bool | str = True,
         cache: bool | str = "auto",
         initial_epoch: int = 0,
-        resume: _Resume | None = None,
+        resume: Resume | None = None,
         steps_per_epoch: int | None = None,
     ) -> tuple[Stream, str]:
         """The training stream, and a sentence saying whether it caches and why.
@@ -278,29 +277,25 @@ class DataInputs:
         steps of the stream (None: one pass). The stream's plan is fixed before it opens. The
         caller closes the stream.
         """
-        position = resume.position if resume is not None else None
-        use_cache, why = decide_cache(cache, source, self.placement, position)
-        self.cache = cache
-        log.info("easyfit: %s", why)
-        plan = self.plan(
-            source, batch_size, shuffle, cached=use_cache, steps_per_epoch=steps_per_epoch, training=True
-        )
-        plan = stream_plan(source, plan, self.placement, use_cache, self.loader_options.get("pipelines"))
-        if resume is not None:
-            resume.check(plan)
-            initial_epoch = resume.epoch
-        start = initial_epoch * plan.chunks_per_epoch
-        stream = open_stream(
+
+        def plan(cached: bool) -> Plan:
+            return self.plan(
+                source, batch_size, shuffle, cached=cached, steps_per_epoch=steps_per_epoch, training=True
+            )
+
+        request = stream_request(
             source,
             plan,
             self.placement,
-            cached=use_cache,
-            start=start,
-            position=position,
+            cache=cache,
+            options=self.loader_options,
             training=True,
-            **self.loader_options,
+            initial_epoch=initial_epoch,
+            resume=resume,
         )
-        return stream, why
+        self.cache = cache
+        log.info("easyfit: %s", request.why)
+        return open_stream(request, self.loader_options), request.why
 
     def lease(self, source: Source, batch_size: int, steps: int | None = None) -> LentStream:
         """A stream for one pass over ``source`` in order (evaluation, prediction), kept for

@@ -14,10 +14,11 @@ from typing import Any
 import jax
 
 from ..parallel import Placement
-from .loader import decide_cache, open_stream, stream_plan
+from .kinds import stream_request
+from .loader import open_stream
 from .plan import Plan
 from .sources.base import Source
-from .stream import Stream
+from .stream import LoaderOptions, Stream
 
 __all__ = ["KeptStreams", "LentStream"]
 
@@ -27,12 +28,13 @@ class KeptStreams:
 
     Args:
         placement: the devices.
-        options: keyword arguments for the loaders (threads, pipelines per device).
+        options: how the loaders run (threads, pipelines per device; a mapping of
+            :class:`~easyfit.data.stream.LoaderOptions`' fields is taken too).
     """
 
-    def __init__(self, placement: Placement, options: dict[str, Any]):
+    def __init__(self, placement: Placement, options: LoaderOptions | Mapping[str, Any] | None = None):
         self.placement = placement
-        self.options = options
+        self.options = LoaderOptions.of(options)
         self._streams: dict[tuple, tuple[Source, Stream]] = {}
 
     def lease(self, source: Source, plan: Plan, cache: bool | str = "auto", keep: bool = True) -> LentStream:
@@ -46,9 +48,8 @@ class KeptStreams:
         key = (id(source), plan)
         hit = self._streams.get(key)
         if hit is None or hit[0] is not source:
-            cached = decide_cache(cache, source, self.placement, training=False)[0]
-            planned = stream_plan(source, plan, self.placement, cached, self.options.get("pipelines"))
-            hit = (source, open_stream(source, planned, self.placement, cached=cached, **self.options))
+            request = stream_request(source, plan, self.placement, cache=cache, options=self.options)
+            hit = (source, open_stream(request, self.options))
             self._streams[key] = hit
         return LentStream(self._streams, key, hit[1], keep)
 

@@ -8,24 +8,170 @@
   order (:mod:`easyfit.data.reader_pipelines`); a position holds DALI's checkpoints; the device
   cache reads the source once, unshuffled, and then follows the Plan like the other kind.
 
-:func:`kind_of` is the one place that tells the kinds apart.
+:func:`kind_of` is the one place that tells the kinds apart, and :func:`stream_request` the one
+place that decides what a stream is to be (its kind, whether it is cached, the plan it follows,
+where it starts): every layer below reads the :class:`~easyfit.data.stream.StreamRequest` it
+makes and works none of it out again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
+
+import jax
+import numpy as np
 
 from ..parallel import Placement
-from .cache import DeviceCache, OneRead, Recording
+from .cache import DeviceCache, OrderedRead, Recording, cache_budget
 from .fed_pipelines import FedPipelines
 from .plan import Plan
 from .reader_pipelines import ReaderPipelines, reader_plan
 from .sources.base import IndexedSource, ReaderSource, Source
-from .stream import Stream
+from .stream import LoaderOptions, Stream, StreamRequest
 
-__all__ = ["FED", "READ", "SourceKind", "kind_of"]
+__all__ = [
+    "FED",
+    "READ",
+    "ReaderKind",
+    "Resume",
+    "SourceKind",
+    "decide_cache",
+    "kind_of",
+    "stream_plan",
+    "stream_request",
+]
+
+
+class Resume(Protocol):
+    """Where a fit resumes (``easyfit.persistence.checkpoint.ResumePoint``): what a training
+    stream needs of it."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def position(self) -> Mapping[str, Any] | None: ...
+
+    def check(self, plan: Plan) -> None: ...
+
+
+def stream_request(
+    source: Source,
+    plan: Plan | Callable[[bool], Plan],
+    placement: Placement,
+    *,
+    cache: bool | str,
+    options: LoaderOptions,
+    training: bool = False,
+    initial_epoch: int = 0,
+    resume: Resume | None = None,
+) -> StreamRequest:
+    """What the stream of ``source`` is to be, decided once: its kind, whether it is cached and
+    why (:func:`decide_cache`), the plan it follows (``plan``, or ``plan(cached)`` when the
+    batching depends on the cache; completed for the kind: :func:`stream_plan`) and where it
+    starts: ``resume``'s position (its plan checked against the saved one), else
+    ``initial_epoch``'s first chunk. ``training``: the fit's training data (see
+    :func:`decide_cache`; augmented)."""
+    kind = kind_of(source)
+    position = resume.position if resume is not None else None
+    cached, why = decide_cache(cache, source, placement, position, training=training, kind=kind)
+    batching = plan(cached) if callable(plan) else plan
+    followed = kind.plan(batching, placement, cached, options.pipelines)
+    if resume is not None:
+        resume.check(followed)
+        initial_epoch = resume.epoch
+    start = int(position["chunk"]) if position is not None else initial_epoch * followed.chunks_per_epoch
+    return StreamRequest(source, kind, followed, placement, cached, why, start, position, training)
+
+
+def decide_cache(
+    cache: bool | str,
+    source: Source,
+    placement: Placement,
+    resume: Mapping[str, Any] | None = None,
+    *,
+    training: bool = True,
+    kind: SourceKind | None = None,
+) -> tuple[bool, str]:
+    """Whether to cache, and why (a sentence for the log): the one decision, for training,
+    evaluation and prediction data alike.
+
+    Args:
+        cache: fit's ``cache``: ``"auto"``, True or False.
+        source: the source (its ``sample_nbytes`` and ``random``).
+        placement: the devices.
+        resume: the loader position of the backup a fit resumes from, if any (a reader's
+            order depends on caching: see ``SourceKind.resume_cache``).
+        training: False for evaluation and prediction data, which ``cache=True`` does not
+            force: they are cached when they fit (as with ``"auto"``), and never with False.
+        kind: ``source``'s kind, when known already.
+    """
+    kind = kind or kind_of(source)
+    if not training and cache is not False:
+        cache = "auto"
+    use, why = _decide(cache, source, placement, kind)
+    return kind.resume_cache(cache, use, why, resume)
+
+
+def stream_plan(
+    source: Source, plan: Plan, placement: Placement, cached: bool, pipelines: int | None = None
+) -> Plan:
+    """The plan a stream of ``source`` follows, known before it is opened: ``plan``, or for a
+    streamed reader-driven source ``plan`` with the reader pass's length
+    (:func:`~easyfit.data.reader_pipelines.reader_plan`; ``pipelines``: reader pipelines per
+    process on CPUs). :func:`stream_request` makes it as part of a request."""
+    return kind_of(source).plan(plan, placement, cached, pipelines)
+
+
+def _decide(cache: bool | str, source: Source, placement: Placement, kind: SourceKind) -> tuple[bool, str]:
+    if cache not in ("auto", True, False):
+        raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
+    if cache is False:
+        return False, "cache=False: streaming from DALI every epoch"
+    when = kind.fills
+    if source.random:
+        if cache is True:
+            raise ValueError(
+                "cache=True: the training source applies random augmentation, "
+                "which must run every epoch; use cache=False or 'auto'"
+            )
+        return False, "random augmentation must run every epoch: streaming from DALI"
+    if source.sample_nbytes is None:
+        if cache is True:
+            return True, f"cache=True: caching the decoded dataset {when}"
+        return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
+    need = source.sample_nbytes * source.num_samples
+    budget = _agreed(cache_budget(placement))
+    size = f"{_bytes(need)} per device, budget {_bytes(budget)}"
+    if need > budget:
+        return False, (
+            f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
+        )
+    return True, f"caching the decoded dataset on the device {when} ({size})"
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in MiB, or in KiB or bytes below one MiB (a small dataset is not "0 MiB").
+
+    Example:
+        >>> from easyfit.data.kinds import _bytes
+        >>> _bytes(300 * 2**20), _bytes(12_544), _bytes(100)
+        ('300 MiB', '12 KiB', '100 B')
+    """
+    if n >= 2**20:
+        return f"{n / 2**20:,.0f} MiB"
+    return f"{n / 2**10:,.0f} KiB" if n >= 2**10 else f"{n} B"
+
+
+def _agreed(budget: int) -> int:
+    """Process 0's budget in every process: they must all make the same choice."""
+    if jax.process_count() == 1:
+        return budget
+    from jax.experimental import multihost_utils
+
+    return int(multihost_utils.broadcast_one_to_all(np.int64(budget)))
 
 
 class SourceKind:
@@ -43,49 +189,28 @@ class SourceKind:
         pass's length added (``pipelines``: reader pipelines per process on CPUs)."""
         return plan
 
-    def pipelines(
-        self,
-        source: Source,
-        plan: Plan,
-        placement: Placement,
-        *,
-        start: int,
-        position: Mapping[str, Any] | None,
-        num_threads: int | None,
-        prefetch: int,
-        pipelines_per_device: int | None,
-        pipelines: int | None,
-        training: bool,
-        pool: bool,
-    ) -> Any:
-        """The DALI pipelines of a streaming loader, starting at chunk ``start``."""
+    def pipelines(self, request: StreamRequest, options: LoaderOptions, pool: bool) -> Any:
+        """The DALI pipelines of a streaming loader of ``request``, starting at its first chunk
+        (``pool``: wait for and refeed each pipeline in its own thread)."""
         return FedPipelines(
-            cast(IndexedSource, source),
-            plan,
-            placement,
-            start=start,
-            num_threads=num_threads,
-            prefetch=prefetch,
-            pipelines_per_device=pipelines_per_device,
-            training=training,
+            cast(IndexedSource, request.source),
+            request.plan,
+            request.placement,
+            start=request.start,
+            num_threads=options.num_threads,
+            prefetch=options.prefetch,
+            pipelines_per_device=options.pipelines_per_device,
+            training=request.training,
             pool=pool,
         )
 
     def cache(
-        self,
-        source: Source,
-        plan: Plan,
-        placement: Placement,
-        stream: Callable[[], Stream],
-        *,
-        start: int,
-        num_threads: int | None = None,
-        pipelines: int | None = None,
+        self, request: StreamRequest, stream: Callable[[], Stream], options: LoaderOptions
     ) -> DeviceCache:
-        """A device cache of ``source`` from chunk ``start`` on; ``stream()`` opens the streaming
-        loader the cache may record."""
+        """A device cache of ``request``'s source from its first chunk on; ``stream()`` opens
+        the streaming loader the cache may record."""
         loader = stream()
-        return DeviceCache(plan, placement, Recording(loader), start=loader.iteration)
+        return DeviceCache(request.plan, request.placement, Recording(loader), start=loader.iteration)
 
     def resume_cache(
         self, cache: bool | str, use: bool, why: str, position: Mapping[str, Any] | None
@@ -99,7 +224,9 @@ class SourceKind:
         return None
 
 
-class _Read(SourceKind):
+class ReaderKind(SourceKind):
+    """What differs for a :class:`~easyfit.data.sources.base.ReaderSource` (:data:`READ`)."""
+
     planned = False
     fills = "after one read by its DALI reader"
 
@@ -114,38 +241,29 @@ class _Read(SourceKind):
             )
         return reader_plan(plan, placement, pipelines)
 
-    def pipelines(self, source: Source, plan: Plan, placement: Placement, **options: Any) -> Any:
-        del options["pipelines_per_device"], options["pool"]
-        return ReaderPipelines(cast(ReaderSource, source), plan, placement, **options)
+    def pipelines(self, request: StreamRequest, options: LoaderOptions, pool: bool) -> Any:
+        return ReaderPipelines(request, options)
 
     def cache(
-        self,
-        source: Source,
-        plan: Plan,
-        placement: Placement,
-        stream: Callable[[], Stream],
-        *,
-        start: int,
-        num_threads: int | None = None,
-        pipelines: int | None = None,
+        self, request: StreamRequest, stream: Callable[[], Stream], options: LoaderOptions
     ) -> DeviceCache:
-        source.check()
-        whole = dataclasses.replace(plan, shuffle=False, epoch_steps=None)  # one pass, in order
-
-        def read() -> ReaderPipelines:
-            return ReaderPipelines(
-                cast(ReaderSource, source),
-                whole,
-                placement,
-                start=0,
-                position=None,
-                num_threads=num_threads,
-                prefetch=2,
-                training=False,
-                pipelines=pipelines,
-            )
-
-        return DeviceCache(plan, placement, OneRead(read), start=start)
+        request.source.check()
+        whole = dataclasses.replace(request.plan, shuffle=False, epoch_steps=None)  # one pass, in order
+        read = dataclasses.replace(
+            request,
+            plan=reader_plan(whole, request.placement, options.pipelines),
+            cached=False,
+            start=0,
+            position=None,
+            training=False,
+        )
+        read_options = LoaderOptions(num_threads=options.num_threads, pipelines=options.pipelines)
+        return DeviceCache(
+            request.plan,
+            request.placement,
+            OrderedRead(lambda: ReaderPipelines(read, read_options)),
+            start=request.start,
+        )
 
     def resume_cache(
         self, cache: bool | str, use: bool, why: str, position: Mapping[str, Any] | None
@@ -177,7 +295,7 @@ class _Read(SourceKind):
 #: Sources fed by easyfit's Plan (:class:`~easyfit.data.sources.base.IndexedSource`).
 FED = SourceKind()
 #: Sources read by DALI's reader in its own order (:class:`~easyfit.data.sources.base.ReaderSource`).
-READ = _Read()
+READ = ReaderKind()
 
 
 def kind_of(source: Source) -> SourceKind:

@@ -1,12 +1,14 @@
-"""Opening a stream of a source: :func:`decide_cache` chooses whether it is cached, and
-:func:`open_stream` opens it, streamed by a :class:`Loader` or gathered from the device cache
-(:class:`~easyfit.data.cache.DeviceCache`). Both implement :class:`~easyfit.data.stream.Stream`.
+"""Opening a stream of a source: :func:`~easyfit.data.kinds.stream_request` decides once what
+the stream is to be (its kind, whether it is cached, the plan it follows, where it starts: a
+:class:`~easyfit.data.stream.StreamRequest`), and :func:`open_stream` opens it, streamed by a
+:class:`Loader` or gathered from the device cache (:class:`~easyfit.data.cache.DeviceCache`).
+Both implement :class:`~easyfit.data.stream.Stream`.
 
-The Loader streams DALI pipelines of its source's kind (:func:`~easyfit.data.kinds.kind_of`) as
-chunks of global batches, sharded on the devices. It owns what both kinds share: the stream's
-position, peeking, the background thread that assembles chunks ahead of the training thread, and
-closing. The stream is infinite: chunk ``i`` belongs to epoch ``i // chunks_per_epoch``, so epochs
-follow each other without a pipeline reset and prefetching crosses epoch ends.
+The Loader streams DALI pipelines of its source's kind as chunks of global batches, sharded on
+the devices. It owns what both kinds share: the stream's position, peeking, the background
+thread that assembles chunks ahead of the training thread, and closing. The stream is infinite:
+chunk ``i`` belongs to epoch ``i // chunks_per_epoch``, so epochs follow each other without a
+pipeline reset and prefetching crosses epoch ends.
 """
 
 from __future__ import annotations
@@ -15,132 +17,102 @@ import collections
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 import jax
-import numpy as np
 
 from .._interrupts import Background, shielded
 from ..parallel import Placement
-from .cache import cache_budget
-from .kinds import kind_of
+from .kinds import Resume, decide_cache, kind_of, stream_plan, stream_request
 from .plan import Plan
 from .sources.base import Source
-from .stream import Position, Stream
+from .stream import LoaderOptions, Position, Stream, StreamRequest
 
-__all__ = ["Loader", "decide_cache", "open_stream", "stream_plan"]
-
-
-def decide_cache(
-    cache: bool | str,
-    source: Source,
-    placement: Placement,
-    resume: Mapping[str, Any] | None = None,
-    *,
-    training: bool = True,
-) -> tuple[bool, str]:
-    """Whether to cache, and why (a sentence for the log): the one decision, for training,
-    evaluation and prediction data alike.
-
-    Args:
-        cache: fit's ``cache``: ``"auto"``, True or False.
-        source: the source (its ``sample_nbytes`` and ``random``).
-        placement: the devices.
-        resume: the loader position of the backup a fit resumes from, if any (a reader's
-            order depends on caching: see ``SourceKind.resume_cache``).
-        training: False for evaluation and prediction data, which ``cache=True`` does not
-            force: they are cached when they fit (as with ``"auto"``), and never with False.
-    """
-    if not training and cache is not False:
-        cache = "auto"
-    use, why = _decide(cache, source, placement)
-    return kind_of(source).resume_cache(cache, use, why, resume)
+__all__ = [
+    "Loader",
+    "LoaderOptions",
+    "Resume",
+    "decide_cache",
+    "open_stream",
+    "stream_plan",
+    "stream_request",
+]
 
 
-def stream_plan(
-    source: Source, plan: Plan, placement: Placement, cached: bool, pipelines: int | None = None
-) -> Plan:
-    """The plan a stream of ``source`` follows, known before it is opened: ``plan``, or for a
-    streamed reader-driven source ``plan`` with the reader pass's length
-    (:func:`~easyfit.data.reader_pipelines.reader_plan`; ``pipelines``: reader pipelines per
-    process on CPUs)."""
-    return kind_of(source).plan(plan, placement, cached, pipelines)
+@overload
+def open_stream(request: StreamRequest, options: LoaderOptions | None = None, /) -> Stream: ...
 
 
-def _decide(cache: bool | str, source: Source, placement: Placement) -> tuple[bool, str]:
-    if cache not in ("auto", True, False):
-        raise ValueError(f"cache={cache!r}: expected 'auto', True or False")
-    if cache is False:
-        return False, "cache=False: streaming from DALI every epoch"
-    when = kind_of(source).fills
-    if source.random:
-        if cache is True:
-            raise ValueError(
-                "cache=True: the training source applies random augmentation, "
-                "which must run every epoch; use cache=False or 'auto'"
-            )
-        return False, "random augmentation must run every epoch: streaming from DALI"
-    if source.sample_nbytes is None:
-        if cache is True:
-            return True, f"cache=True: caching the decoded dataset {when}"
-        return False, f"{source.describe()} does not tell its decoded size: streaming from DALI"
-    need = source.sample_nbytes * source.num_samples
-    budget = _agreed(cache_budget(placement))
-    size = f"{_bytes(need)} per device, budget {_bytes(budget)}"
-    if need > budget:
-        return False, (
-            f"the decoded dataset would not fit in device memory ({size}): streaming from DALI every epoch"
-        )
-    return True, f"caching the decoded dataset on the device {when} ({size})"
-
-
-def _bytes(n: int) -> str:
-    """``n`` bytes in MiB, or in KiB or bytes below one MiB (a small dataset is not "0 MiB").
-
-    Example:
-        >>> from easyfit.data.loader import _bytes
-        >>> _bytes(300 * 2**20), _bytes(12_544), _bytes(100)
-        ('300 MiB', '12 KiB', '100 B')
-    """
-    if n >= 2**20:
-        return f"{n / 2**20:,.0f} MiB"
-    return f"{n / 2**10:,.0f} KiB" if n >= 2**10 else f"{n} B"
-
-
-def _agreed(budget: int) -> int:
-    """Process 0's budget in every process: they must all make the same choice."""
-    if jax.process_count() == 1:
-        return budget
-    from jax.experimental import multihost_utils
-
-    return int(multihost_utils.broadcast_one_to_all(np.int64(budget)))
-
-
+@overload
 def open_stream(
-    source: Source,
-    plan: Plan,
+    request: Source,
+    options: Plan,
     placement: Placement,
+    /,
     *,
     cached: bool,
     start: int = 0,
     position: Mapping[str, Any] | None = None,
     training: bool = False,
-    **options: Any,
+    **loader_options: Any,
+) -> Stream: ...
+
+
+def open_stream(
+    request: StreamRequest | Source,
+    options: LoaderOptions | Plan | None = None,
+    placement: Placement | None = None,
+    /,
+    **legacy: Any,
 ) -> Stream:
-    """A stream of ``source`` following ``plan`` (as :func:`stream_plan` makes it), from chunk
-    ``start`` or ``position``: gathered from the device cache when ``cached``, else streamed by
-    a :class:`Loader` (``options``: its keyword arguments)."""
-    plan = stream_plan(source, plan, placement, cached, options.get("pipelines"))
-    if not cached:
-        return Loader(source, plan, placement, start=start, position=position, training=training, **options)
+    """The stream ``request`` asks for (:func:`stream_request`): gathered from the device cache
+    when ``request.cached``, else streamed by a :class:`Loader` run with ``options``. The one
+    way a training, evaluation or prediction stream opens.
+
+    The form ``open_stream(source, plan, placement, cached=..., start=..., position=...,
+    training=..., **loader_options)`` is kept: the request is then made from its arguments.
+    """
+    if not isinstance(request, StreamRequest):  # the form before requests
+        return open_stream(*_as_request(request, options, placement, legacy, replan=True))
+    loader_options = LoaderOptions.of(options if isinstance(options, LoaderOptions) else None)
+    if request.cached:
+        return request.kind.cache(request, lambda: Loader(request, loader_options), loader_options)
+    return Loader(request, loader_options)
+
+
+def _as_request(
+    request: StreamRequest | Source,
+    options: LoaderOptions | Plan | None,
+    placement: Placement | None,
+    legacy: dict[str, Any],
+    replan: bool,
+) -> tuple[StreamRequest, LoaderOptions]:
+    """``(request, options)`` from either call form: a request and its options, or the form
+    before requests, ``(source, plan, placement, cached=..., start=..., position=...,
+    training=..., **loader options)``. ``replan``: ``start`` counts the chunks of the plan the
+    stream follows (as :func:`open_stream` took it), else those of ``plan`` as given."""
+    if isinstance(request, StreamRequest):
+        if legacy or placement is not None:
+            raise TypeError("a StreamRequest is opened with its LoaderOptions alone")
+        return request, LoaderOptions.of(options if isinstance(options, LoaderOptions) else None)
+    source, plan = request, options
+    if not isinstance(plan, Plan) or placement is None:
+        raise TypeError("expected (request, options) or (source, plan, placement, ...)")
+    cached = bool(legacy.pop("cached", False))
+    start = int(legacy.pop("start", 0))
+    position = legacy.pop("position", None)
+    training = bool(legacy.pop("training", False))
+    loader_options = LoaderOptions.of(legacy)
+    kind = kind_of(source)
+    followed = kind.plan(plan, placement, cached, loader_options.pipelines)
     if position is not None:
         start = int(position["chunk"])
-
-    def stream() -> Loader:
-        return Loader(source, plan, placement, start=start, training=training, **options)
-
-    keep = {k: options[k] for k in ("num_threads", "pipelines") if k in options}
-    return kind_of(source).cache(source, plan, placement, stream, start=start, **keep)
+    elif not replan and followed is not plan:  # ``start`` counts ``plan``'s chunks
+        epoch, rest = divmod(start, plan.chunks_per_epoch)
+        start = epoch * followed.chunks_per_epoch + rest
+    return StreamRequest(
+        source, kind, followed, placement, cached, "", start, position, training
+    ), loader_options
 
 
 class Loader:
@@ -153,28 +125,14 @@ class Loader:
     ``source.check()`` before building its pipelines.
 
     Args:
-        source: what to read.
-        plan: which samples make up each chunk; :attr:`plan` is this plan, made for the
-            source's kind (``SourceKind.plan``; a plain Plan for a reader-driven source is
-            completed with the length of the reader's pass).
-        placement: the devices and shardings.
-        start: index of the first chunk (resume).
-        position: a position from :meth:`position` to start at instead of ``start``.
-        num_threads: DALI threads per pipeline (None: chosen from the cores).
-        prefetch: DALI's prefetch queue depth.
-        pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
-            device's rows (None: 3 when each GPU has at least 12 cores, 2 from 8, else 1; see
-            [Am I input-bound?](performance.md#am-i-input-bound)). On a CPU-only machine:
-            pipelines in all (None: 1).
-        pipelines: reader pipelines per process on CPUs (reader-driven sources; None: 1).
-        threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
-            so that the training thread only dispatches (None: on GPUs, for indexed sources).
-        ahead: chunks the background thread may hold ready once training runs (None: 2).
-            Before the consumer takes its first chunk it prepares that one alone (the host's
-            cores go to the model's tracing and initialisation meanwhile); until it takes its
-            second (while the first step compiles), it may run further ahead: up to an epoch,
-            within 256 MiB.
-        training: apply the source's ``augment`` (training batches only).
+        request: the stream to open (:func:`stream_request`): the source, its kind, the plan
+            made for that kind (:attr:`plan`), the placement, the first chunk or the position
+            to resume at, and whether the source's ``augment`` applies (training).
+        options: how the DALI pipelines run (:class:`~easyfit.data.stream.LoaderOptions`).
+
+    The form ``Loader(source, plan, placement, start=..., position=..., training=...,
+    **loader_options)`` is kept: the request is then made from its arguments (a plain ``plan``
+    of a reader-driven source is completed with the length of the reader's pass).
 
     Attributes:
         iteration: index of the next chunk ``__next__`` returns.
@@ -183,54 +141,55 @@ class Loader:
             ``input_wait``).
     """
 
+    @overload
+    def __init__(self, request: StreamRequest, options: LoaderOptions | None = None, /) -> None: ...
+
+    @overload
     def __init__(
         self,
-        source: Source,
-        plan: Plan,
+        request: Source,
+        options: Plan,
         placement: Placement,
+        /,
         *,
         start: int = 0,
         position: Mapping[str, Any] | None = None,
-        num_threads: int | None = None,
-        prefetch: int = 2,
-        pipelines_per_device: int | None = None,
-        pipelines: int | None = None,
-        threaded: bool | None = None,
-        ahead: int | None = None,
         training: bool = False,
+        **loader_options: Any,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        request: StreamRequest | Source,
+        options: LoaderOptions | Plan | None = None,
+        placement: Placement | None = None,
+        /,
+        **legacy: Any,
     ):
-        source.check()
-        self.source = source
-        self.placement = placement
-        kind = kind_of(source)
-        if position is not None:
-            start = int(position["chunk"])
+        if "cached" in legacy:
+            raise TypeError("Loader streams; open_stream(..., cached=True) gathers from the device cache")
+        request, options = _as_request(request, options, placement, legacy, replan=False)
+        request.source.check()
+        self.source = request.source
+        self.placement = request.placement
+        planned = request.kind.planned
         # a reader's position is read between chunks: no thread
-        self._threaded = kind.planned and (placement.platform == "gpu" if threaded is None else threaded)
-        self._pipelines = kind.pipelines(
-            source,
-            plan,
-            placement,
-            start=start,
-            position=position,
-            num_threads=num_threads,
-            prefetch=prefetch,
-            pipelines_per_device=pipelines_per_device,
-            pipelines=pipelines,
-            training=training,
-            pool=self._threaded,
-        )
-        self.plan: Plan = self._pipelines.plan
-        self.iteration = start if kind.planned else self._pipelines.next
-        self._first = self.iteration  # the chunk the pipelines' first run belongs to
-        self._lazy = not kind.planned  # a reader's position holds DALI's checkpoints
+        on_gpu = request.placement.platform == "gpu"
+        self._threaded = planned and (on_gpu if options.threaded is None else options.threaded)
+        self._pipelines = request.kind.pipelines(request, options, pool=self._threaded)
+        self.plan: Plan = request.plan
+        self.iteration = request.start
+        self._first_chunk = request.start  # the chunk the pipelines' first run belongs to
+        self._lazy = not planned  # a reader's position holds DALI's checkpoints
         self._position: Position | None = None  # the last one handed out, until the pipelines move
-        self._position_at = start
+        self._position_at = request.start
         self._closed = False
         self._peeked: dict[str, jax.Array] | None = None
         self.waited = 0.0
-        chunk_bytes = (source.sample_nbytes or 2**20) * plan.steps_per_execution * plan.batch_size
-        self._ahead = ahead or 2
+        chunk_bytes = (
+            (self.source.sample_nbytes or 2**20) * self.plan.steps_per_execution * self.plan.batch_size
+        )
+        self._ahead = options.ahead or 2
         self._ahead_at_start = max(self._ahead, min(self.plan.chunks_per_epoch, 2**28 // chunk_bytes))
         self._thread: Background | None = None
 
@@ -306,7 +265,7 @@ class Loader:
         source declares them, or from the first run of the first pipeline. Starts the background
         thread and waits for that run at most, never the whole chunk. None for a stream without
         that thread (CPU-only machines) or a reader-driven source."""
-        if not self._threaded or self._peeked is not None or self.iteration != self._first:
+        if not self._threaded or self._peeked is not None or self.iteration != self._first_chunk:
             return None
         if self._thread is None:
             self._start_thread()
@@ -336,9 +295,9 @@ class Loader:
             return len(self._queue) < cap or self._stop.is_set()
 
         def work(iteration: int) -> None:
-            first = iteration
+            opening = iteration
             while not self._stop.is_set():
-                if iteration != first:  # the first chunk alone until the consumer takes it
+                if iteration != opening:  # the first chunk alone until the consumer takes it
                     with self._ready:
                         self._ready.wait_for(lambda: self._taken > 0 or self._stop.is_set())
                 try:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -30,6 +29,7 @@ from .pipelines import (
 )
 from .plan import Plan
 from .sources.base import READER, ReaderSource
+from .stream import LoaderOptions, StreamRequest
 
 __all__ = ["ReaderPipelines", "ReaderPlan", "reader_plan"]
 
@@ -104,8 +104,8 @@ def reader_plan(plan: Plan, placement: Placement, pipelines: int | None = None) 
 class ReaderPipelines:
     """Pipelines of a :class:`ReaderSource`: one per local GPU (reader shard = the device's
     shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
-    share of the local devices. :attr:`plan` is ``reader_plan(plan, placement, pipelines)``:
-    ``plan`` itself when it is a :class:`ReaderPlan` made for this placement.
+    share of the local devices. :attr:`plan` is the request's, made by :func:`reader_plan` for
+    this placement and ``options.pipelines``.
 
     The reader's stream is read in *units* of whole runs: a chunk each, or with
     ``plan.epoch_steps`` (fit's ``steps_per_epoch``) a step each, so that an epoch can end
@@ -119,35 +119,28 @@ class ReaderPipelines:
     chunks before are read and dropped, since DALI's readers cannot seek.
     """
 
-    def __init__(
-        self,
-        source: ReaderSource,
-        plan: Plan,
-        placement: Placement,
-        *,
-        start: int,
-        position: Mapping[str, Any] | None,
-        num_threads: int | None,
-        prefetch: int,
-        training: bool,
-        pipelines: int | None,
-    ):
+    def __init__(self, request: StreamRequest, options: LoaderOptions):
+        source = cast(ReaderSource, request.source)
+        placement = request.placement
+        position = request.position
+        if not isinstance(request.plan, ReaderPlan):
+            raise TypeError("ReaderPipelines: the request's plan must be made by reader_plan")
+        self.plan = request.plan
+        layout = _layout(self.plan, placement, options.pipelines)
         self.source = source
         self.placement = placement
-        self.training = training
+        self.training = request.training
         self.on_gpu = on_gpu_pipelines(source, placement)
         self._runner = PipelineRunner(source, self.on_gpu, lambda _: scan_for_bad_record(source))
         local = placement.local_shards
-        self.plan = reader_plan(plan, placement, pipelines)
-        layout = _layout(self.plan, placement, pipelines)
         per_process, readers = layout.per_process, layout.readers
         size = len(local) // per_process
         groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
         ids = [jax.process_index() * per_process + k for k in range(per_process)]
+        threads = options.num_threads or default_num_threads(placement.platform, len(groups))
         self._group = size
         self._unit_steps = layout.unit_steps
         self._unit = layout.unit
-        threads = num_threads or default_num_threads(placement.platform, len(groups))
         saved = list((position or {}).get("dali") or [])
         if saved and len(saved) != len(ids):
             raise ValueError(
@@ -163,7 +156,7 @@ class ReaderPipelines:
                 layout.run,
                 threads,
                 local[g[0]][1].local_hardware_id if self.on_gpu else None,
-                prefetch,
+                options.prefetch,
                 base64.b64decode(saved[k]) if saved else None,
             )
             for k, (shard, g) in enumerate(zip(ids, groups, strict=True))
@@ -190,13 +183,10 @@ class ReaderPipelines:
         self._readers = readers
         self._checkpoints: dict[int, list[str]] = {}  # before a peeked chunk, while unconsumed
         if saved:
-            assert position is not None
-            self.next = int(position["chunk"])
+            self.next = request.start
             return
-        epoch, rest = divmod(start, plan.chunks_per_epoch)  # ``start`` counts ``plan``'s chunks
         self.next = 0
-        skip = epoch * self.plan.chunks_per_epoch + rest if position is None else int(position["chunk"])
-        for _ in range(skip):  # no checkpoint to resume from: read and drop
+        for _ in range(request.start):  # no checkpoint to resume from: read and drop
             for unit in self._units(self.next):
                 for _ in range(self._runs(unit)):
                     for p in self._pipes:
@@ -291,7 +281,7 @@ class ReaderPipelines:
         from ``k * n // shards`` on, in order), ``n`` for padding: laid out as
         :meth:`produce`'s rows. Only meaningful when the plan does not shuffle: then the row
         read as ``slots(i)[j]`` is the record at that place in the source's own order (an
-        LMDB's key order), whatever the number of pipelines (``easyfit.data.cache.OneRead``)."""
+        LMDB's key order), whatever the number of pipelines (``easyfit.data.cache.OrderedRead``)."""
         n = self.num_samples
         parts = []
         for k in range(len(self._pipes)):

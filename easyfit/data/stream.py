@@ -7,19 +7,103 @@ them alike (the role of Keras' ``DataAdapter``; the position plays the part of G
 ``get_state``, and ``Loader(..., position=...)`` that of ``set_state``).
 
 A stream is infinite: chunk ``i`` belongs to epoch ``i // plan.chunks_per_epoch``.
+
+What a stream is to be is decided once, before it opens, and carried as a
+:class:`StreamRequest` (made by :func:`~easyfit.data.loader.stream_request`); how a streaming
+loader runs its DALI pipelines is one :class:`LoaderOptions` value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import jax
 
+    from ..parallel import Placement
+    from .kinds import SourceKind
     from .plan import Plan
+    from .sources.base import Source
 
-__all__ = ["Position", "Stream"]
+__all__ = ["LoaderOptions", "Position", "Stream", "StreamRequest"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderOptions:
+    """How a streaming loader runs its DALI pipelines.
+
+    Attributes:
+        num_threads: DALI threads per pipeline (None: chosen from the cores).
+        prefetch: DALI's prefetch queue depth.
+        pipelines_per_device: DALI pipelines feeding each GPU, each with its share of the
+            device's rows (None: 3 when each GPU has at least 12 cores, 2 from 8, else 1; see
+            [Am I input-bound?](performance.md#am-i-input-bound)). On a CPU-only machine:
+            pipelines in all (None: 1).
+        pipelines: reader pipelines per process on CPUs (reader-driven sources; None: 1).
+        threaded: assemble global batches in a background thread, ``ahead`` chunks in advance,
+            so that the training thread only dispatches (None: on GPUs, for indexed sources).
+        ahead: chunks the background thread may hold ready once training runs (None: 2).
+            Before the consumer takes its first chunk it prepares that one alone (the host's
+            cores go to the model's tracing and initialisation meanwhile); until it takes its
+            second (while the first step compiles), it may run further ahead: up to an epoch,
+            within 256 MiB.
+
+    Example:
+        >>> from easyfit.data.stream import LoaderOptions
+        >>> LoaderOptions.of({"num_threads": 2}).num_threads
+        2
+    """
+
+    num_threads: int | None = None
+    prefetch: int = 2
+    pipelines_per_device: int | None = None
+    pipelines: int | None = None
+    threaded: bool | None = None
+    ahead: int | None = None
+
+    @classmethod
+    def of(cls, options: LoaderOptions | Mapping[str, Any] | None) -> LoaderOptions:
+        """``options`` as a LoaderOptions: itself, or from a mapping of its fields (the
+        keyword arguments loaders took before); an unknown key is a TypeError naming it, as an
+        unknown keyword argument is."""
+        if isinstance(options, LoaderOptions):
+            return options
+        given = dict(options or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(given) - known):
+            raise TypeError(f"loader options: unknown {unknown}; expected some of {sorted(known)}")
+        return cls(**given)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StreamRequest:
+    """What a stream is to be, decided once before it opens: every layer below reads these
+    fields and works none of them out again.
+
+    Attributes:
+        source: what to read.
+        kind: the source's kind (``easyfit.data.kinds.kind_of``): who picks the order.
+        plan: the plan the stream follows, made for its kind (a reader's pass length added
+            when it streams).
+        placement: the devices and shardings.
+        cached: whether the stream is gathered from the device cache.
+        why: the cache decision in a sentence, for the log.
+        start: the stream's first chunk (a position's chunk when resuming from one).
+        position: the position to resume at (a reader's holds DALI's checkpoints), or None.
+        training: apply the source's ``augment`` (training batches only).
+    """
+
+    source: Source
+    kind: SourceKind
+    plan: Plan
+    placement: Placement
+    cached: bool
+    why: str = ""
+    start: int = 0
+    position: Mapping[str, Any] | None = None
+    training: bool = False
 
 
 @runtime_checkable

@@ -9,8 +9,9 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.kept_streams import KeptStreams
+from easyfit.data.kinds import kind_of, stream_request
 from easyfit.data.loader import Loader, open_stream, stream_plan
-from easyfit.data.stream import Position, Stream
+from easyfit.data.stream import LoaderOptions, Position, Stream
 from easyfit.parallel import Placement
 from tests.helpers.formats import write_lmdb
 
@@ -39,11 +40,14 @@ def _host(chunk) -> dict[str, np.ndarray]:
 def test_every_stream_implements_the_protocol_and_keeps_the_plan_it_opens_with(kind, cached, request):
     source = request.getfixturevalue(kind)
     placement = Placement.create()
-    plan = stream_plan(source, ef.data.Plan(N, 32, seed=1, steps_per_execution=2), placement, cached)
-    stream = open_stream(source, plan, placement, cached=cached)
+    plan = ef.data.Plan(N, 32, seed=1, steps_per_execution=2)
+    asked = stream_request(source, plan, placement, cache=cached, options=LoaderOptions(), training=True)
+    assert asked.kind is kind_of(source) and asked.cached is cached and asked.start == 0
+    assert asked.plan == stream_plan(source, plan, placement, cached)
+    stream = open_stream(asked)
     try:
         assert isinstance(stream, Stream)
-        assert stream.plan is plan
+        assert stream.plan is asked.plan
         first = _host(stream.peek())
         assert stream.iteration == 0
         got = _host(next(stream))
@@ -61,13 +65,20 @@ def test_every_stream_implements_the_protocol_and_keeps_the_plan_it_opens_with(k
 
 def test_a_reader_loader_follows_the_plan_made_for_it_up_front(lmdb):
     placement = Placement.create()
-    plan = stream_plan(lmdb, ef.data.Plan(N, 32, seed=0), placement, cached=False)
-    assert plan.steps_per_pass == 4  # 120 records, batches of 32
-    loader = Loader(lmdb, plan, placement)
+    plan = ef.data.Plan(N, 32, seed=0)
+    asked = stream_request(lmdb, plan, placement, cache=False, options=LoaderOptions(), initial_epoch=1)
+    assert asked.plan.steps_per_pass == 4 and asked.start == 4  # 120 records, batches of 32
+    loader = Loader(asked)
+    legacy = Loader(lmdb, plan, placement, start=4)  # the form before requests, kept
     try:
-        assert loader.plan is plan
+        assert loader.plan is asked.plan and legacy.plan == asked.plan
+        assert loader.iteration == legacy.iteration == 4
+        want, got = _host(next(loader)), _host(next(legacy))
+        for key in want:  # the same chunk, decoded the same way: exactly equal
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     finally:
         loader.close()
+        legacy.close()
 
 
 def test_a_reader_position_is_read_when_used_and_resumes_at_its_chunk_even_when_read_late(lmdb):

@@ -16,7 +16,10 @@ def thread_the_loader(trainer: Any, **options: Any) -> None:
     """Makes ``trainer``'s training loaders run as on a GPU machine: in a background thread
     that builds the pipelines and declares the first chunk's shapes early. ``options`` are more
     loader options (``pipelines_per_device=2``)."""
-    trainer._data.loader_options.update(threaded=True, **options)
+    import dataclasses
+
+    data = trainer._data
+    data.loader_options = dataclasses.replace(data.loader_options, threaded=True, **options)
 
 
 def step_functions(trainer: Any) -> Any:
