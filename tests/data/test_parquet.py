@@ -16,6 +16,7 @@ import optax
 import pytest
 
 import easyfit as ef
+from easyfit.data.parquet_read import fed_images
 from easyfit.data.sources.parquet import hf_splits
 from tests.helpers import Crash, crash_before, flat_params
 from tests.helpers.formats import encode, write_hf_splits, write_parquet
@@ -283,9 +284,9 @@ def test_threads_feeding_at_once_get_the_rows_they_ask_for(tmp_path):
     source = ef.data.Parquet(path, cache_bytes=2000, image_size=(8, 8), color_mode="grayscale")
     orders = [np.random.default_rng(k).permutation(40) for k in range(8)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        fed = list(pool.map(lambda order: source.feed(order)[0], orders))
+        fed = list(pool.map(source.feed, orders))
     for order, got in zip(orders, fed, strict=True):
-        assert [bytes(g) for g in got] == [images[i] for i in order]
+        assert fed_images(got) == [images[i] for i in order]
 
 
 def test_reading_row_groups_again_and_again_is_warned_once(tmp_path):
