@@ -324,7 +324,7 @@ class RowGroups:
         _, first = np.unique(groups, return_index=True)
         groups = groups[np.sort(first)]
         with self._lock:
-            for g in groups[np.equal(self._arrays[groups], None)].tolist():
+            for g in groups[self._nbytes[groups] == 0].tolist():
                 if len(self._loading) >= self._readers * AHEAD:
                     break
                 self._future(g, ahead=True)
@@ -337,7 +337,6 @@ class RowGroups:
         slices it out by. The buffers are the cached row groups themselves when the images
         fit ``cache_bytes`` (no copy, no Python per image); else one copy of the batch's
         images, so that a batch holds only its own bytes."""
-        from nvidia.dali.tensors import TensorListCPU
 
         indices = np.asarray(indices, np.int64)
         groups = self.group_of(indices)
@@ -345,8 +344,8 @@ class RowGroups:
             self._tick += 1
             self._used[groups] = self._tick
             tensors = self._tensors[groups]
+            missing = np.flatnonzero(self._nbytes[groups] == 0)  # not cached
             self._rows_fed += len(indices)
-        missing = np.flatnonzero(np.equal(tensors, None))
         shared = self._image_bytes <= self.cache_bytes
         if len(missing) or not shared:
             needed = np.unique(groups[missing] if shared else groups).tolist()
@@ -365,7 +364,7 @@ class RowGroups:
             with self._lock:
                 offsets, lengths = self._offsets[indices], self._lengths[indices]
             return (
-                TensorListCPU(tensors.tolist(), None, contiguous=False),
+                _shared(tensors.tolist()),
                 offsets.reshape(-1, 1),
                 lengths.reshape(-1, 1),
             )
@@ -387,7 +386,7 @@ class RowGroups:
         """:meth:`gather`'s result as one copy of the batch's images (Arrow's ``take`` per row
         group, then one concatenation), in row-group order."""
         import pyarrow as pa
-        from nvidia.dali.tensors import TensorCPU, TensorListCPU
+        from nvidia.dali.tensors import TensorCPU
 
         order = np.argsort(groups, kind="stable")
         local = (indices - self.start[groups])[order]
@@ -403,7 +402,7 @@ class RowGroups:
         at[order] = np.arange(len(indices))
         tensor = TensorCPU(data if len(data) else np.zeros(1, np.uint8))
         return (
-            TensorListCPU([tensor] * len(indices), None, contiguous=False),
+            _shared([tensor] * len(indices)),
             starts[at].reshape(-1, 1),
             (starts[at + 1] - starts[at]).reshape(-1, 1),
         )
@@ -457,6 +456,14 @@ def _buffers(column: Any) -> tuple[np.ndarray, np.ndarray]:
     starts = np.frombuffer(offsets, width)[column.offset : column.offset + len(column) + 1].astype(np.int64)
     images = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
     return images, starts
+
+
+def _shared(tensors: list[Any]) -> Any:
+    """A DALI TensorListCPU of ``tensors`` that shares their memory (no copy)."""
+    from nvidia.dali.tensors import TensorListCPU
+
+    # DALI's stub lacks the ``contiguous`` argument its binding takes
+    return TensorListCPU(tensors, "", contiguous=False)  # type: ignore[call-overload]
 
 
 def cut(encoded: Any, offsets: Any, lengths: Any) -> Any:
