@@ -1,25 +1,28 @@
 """The reading machinery of :class:`~easyfit.data.sources.parquet.Parquet`: row groups of the
-image column read ahead by a few reader threads, kept in a least-recently-used cache, and a
-batch's images handed to DALI as one buffer.
+image column read ahead by a few reader threads, kept in a least-recently-used cache, and each
+batch's images handed to DALI without Python work per image.
 
-Where the time went (a profile of the loader): each row group was read in the thread that
-feeds a pipeline, when a batch first needed it, one after the other (a shuffled first epoch
-reads nearly every row group for its first batch); and each image cost Python work twice,
-once to cut its bytes out of the row group and once in DALI's ``external_source`` to wrap
-and copy it. So:
+The host's costs it keeps off the feeding threads: a row group read and decompressed in the
+thread that feeds a pipeline, when a batch first needs it (a shuffled first pass needs nearly
+every row group for its first batch), and Python work per image to cut its bytes out of the
+row group and for DALI's ``external_source`` to wrap and copy them. So:
 
 - reads run in :func:`readers` threads (pyarrow lets go of the interpreter lock while it
   reads and decompresses), started ahead by :meth:`RowGroups.ahead` with the row groups the
-  next runs of the pipelines need, at most ``readers x AHEAD`` row groups beyond the cache;
+  pipelines' next runs need (at most ``readers x AHEAD`` reads at a time), and by a batch that
+  needs several row groups not in memory, all at once;
 - a local shard whose image column is stored uncompressed is read through a memory map;
-- :meth:`RowGroups.gather` copies a batch's images into one contiguous buffer with Arrow's
-  ``take`` (native code, no Python per image) and hands DALI that buffer once per sample with
-  each image's offset and length; the pipeline's ``external_source`` takes it without a copy
-  (``IndexedSource.feeds_shared``) and :func:`cut` slices each image out in DALI's threads.
+- :meth:`RowGroups.gather` hands DALI one buffer per sample, shared by many samples, and each
+  image's offset and length in it; the pipeline's ``external_source`` takes the buffers
+  without a copy (``IndexedSource.feeds_shared``) and :func:`cut` slices each image out in
+  DALI's threads. The buffers are the cached row groups themselves when the images fit
+  ``cache_bytes``; else one copy of the batch's images (Arrow's ``take``, native code), so
+  that a batch in DALI's queue holds only its own bytes.
 
 Host memory: the cached row groups (at most ``cache_bytes``, or one row group when a single
-one is larger), plus at most ``readers x AHEAD`` row groups read ahead and not yet used, plus
-the buffers of the batches DALI holds (each the size of its images).
+one is larger), plus the row groups being read (at most ``readers x AHEAD`` ahead of need,
+and those a batch waits for), plus the batches DALI holds (each the size of its images, or
+the cached row groups it shares).
 
 The bytes are never changed: every sample is the bytes of its row, as the file holds them.
 Each image's structure is checked once, when its row group is first read, and an image found
@@ -114,14 +117,17 @@ class RowGroups:
     readers, kept in memory up to ``cache_bytes`` (least recently used dropped first), each
     image checked once.
 
-    Host memory is bounded by ``cache_bytes`` (or one row group, when one is larger) plus
-    ``readers x AHEAD`` row groups read ahead and not yet used, plus the batches DALI holds.
+    Host memory is bounded by ``cache_bytes`` (or one row group, when one is larger), plus the
+    row groups being read (at most ``readers x AHEAD`` ahead of need, and those a batch waits
+    for), plus the batches DALI holds.
 
     Args:
         files: the shards.
         column: the image column (binary, or Hugging Face's Image struct).
-        file_of, local, start, file_row: per row group, its file, its index in that file, its
-            first row in the dataset (one more entry: the number of rows) and in its file.
+        file_of: per row group, its file.
+        local: per row group, its index in its file.
+        start: per row group, its first row in the dataset (one more entry: the number of rows).
+        file_row: per row group, its first row in its file.
         cache_bytes: the most bytes of row groups kept.
         stamp: raises DataError when file ``f`` changed since the labels were read.
         bad: the DataError for dataset row ``i`` whose image has the given problem.
