@@ -236,11 +236,11 @@ class RowGroups:
                 self._problems[i] = p
             self._checked[g] = True
 
-    def _load(self, g: int) -> Any:
+    def _load(self, g: int, check: bool = True) -> Any:
         """Reads row group ``g`` (in a reader, or in the thread that needs it), checks its
-        images the first time, and caches it; its array."""
+        images the first time (with ``check``), and caches it; its array."""
         column = self.read(g)
-        if not self._checked[g]:
+        if check and not self._checked[g]:
             self._check(g, column)
         from nvidia.dali.tensors import TensorCPU
 
@@ -289,13 +289,13 @@ class RowGroups:
             self._pool.submit(self._run, g, future)
         return future
 
-    def _run(self, g: int, future: concurrent.futures.Future) -> None:
+    def _run(self, g: int, future: concurrent.futures.Future, check: bool = True) -> None:
         """Runs the read of ``future`` unless another thread took it (or it was cancelled)."""
         with self._lock:  # one thread wins the read
             if future.running() or future.done() or not future.set_running_or_notify_cancel():
                 return
         try:
-            future.set_result(self._load(g))
+            future.set_result(self._load(g, check))
         except BaseException as e:  # noqa: BLE001 - handed to the feed that needs the row group
             future.set_exception(e)
         finally:
@@ -303,9 +303,11 @@ class RowGroups:
                 if self._loading.get(g) is future:
                     del self._loading[g]
 
-    def array(self, g: int) -> Any:
+    def array(self, g: int, check: bool = True) -> Any:
         """Row group ``g``'s image column: cached, read ahead, or read now (in this thread
-        when no reader has started it)."""
+        when no reader has started it; its images checked then with ``check``: a feed checks
+        those of a row group read without, e.g. by ``easyfit check``, which checks them in
+        its checker processes)."""
         while True:
             with self._lock:
                 self._tick += 1
@@ -314,7 +316,7 @@ class RowGroups:
                 future = None if cached is not None else self._future(g, ahead=False)
             if future is None:
                 return cached
-            self._run(g, future)  # a read not yet started: this thread's
+            self._run(g, future, check)  # a read not yet started: this thread's
             try:
                 return future.result()
             except concurrent.futures.CancelledError:  # closed meanwhile: read it anew
@@ -359,6 +361,8 @@ class RowGroups:
                 for g in needed[1:]:
                     self._future(g, ahead=True)
             arrays = {g: self.array(g) for g in needed}
+        for g in np.unique(groups[~self._checked[groups]]).tolist():  # read unchecked (image())
+            self._check(g, self.array(g))
         bad = self._bad[indices]
         if bad.any():
             i = int(indices[np.argmax(bad)])
@@ -432,7 +436,7 @@ class RowGroups:
     def image(self, index: int) -> np.ndarray:
         """The bytes of dataset row ``index`` (a view of its cached row group)."""
         g = int(self.group_of(np.asarray([index]))[0])
-        data, starts = _buffers(self.array(g))
+        data, starts = _buffers(self.array(g, check=False))
         r = index - int(self.start[g])
         return data[starts[r] : starts[r + 1]]
 
