@@ -284,10 +284,13 @@ def test_a_validation_split_with_a_class_training_lacks_is_refused_by_fit(tmp_pa
 
 
 def test_threads_feeding_at_once_get_the_rows_they_ask_for(tmp_path):
-    """DALI's feeding threads share the source: each row group is read under its file's lock
-    and the cache under its own; every thread gets its rows' bytes."""
-    images, path = _shard(tmp_path)
+    """DALI's feeding threads share the source and its readers: each row group is read once at
+    a time, the cache under its lock; every thread gets its rows' bytes. The shard is stored
+    uncompressed: read through a memory map."""
+    images, path = _shard(tmp_path, compression="none")
     source = ef.data.Parquet(path, cache_bytes=2000, image_size=(8, 8), color_mode="grayscale")
+    assert source._groups._memory_map == [True]
+    source.prepare(np.arange(40))  # read ahead, beyond what the cache keeps
     orders = [np.random.default_rng(k).permutation(40) for k in range(8)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         fed = list(pool.map(source.feed, orders))
