@@ -398,6 +398,12 @@ class Parquet(EncodedImages, IndexedSource):
         """Starts reading the row groups of the next runs' rows (``parquet_read``'s readers)."""
         self._groups.ahead(indices)
 
+    def close(self) -> None:
+        """Stops the readers and lets the cached row groups go (read again when needed)."""
+        groups = getattr(self, "_groups", None)
+        if groups is not None:  # None: the constructor failed
+            groups.close()
+
     def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
         encoded, offsets, lengths, labels = nodes  # as feed() returns them
         images = self.decode(cut(encoded, offsets, lengths), device=device, draws=draws)
