@@ -16,9 +16,10 @@ Then, for each ``--model``, each run in a fresh interpreter, ``Trainer.fit(..., 
 streams ``--epochs`` epochs with the same model, recipe (random resized crop, flip, ImageNet
 normalisation, bfloat16) and batch, ``--repeat`` times alternating
 ``ef.data.ImageFolder(ROOT/folder/train)`` and ``ef.data.Parquet(ROOT/parquet/data/train-*)``;
-then once Parquet with ``cache_bytes`` at ``--small-cache`` of the shards' size, two epochs
-at most and stopped after ``--small-cache-timeout`` seconds (a shuffled pass reads row groups
-again and again: what that costs; ``--small-cache 0`` leaves it out).
+then once Parquet with ``cache_bytes`` at ``--small-cache`` of the shards' size (or
+``--cache-bytes`` bytes), two epochs at most and stopped after ``--small-cache-timeout``
+seconds (a shuffled pass reads row groups again and again: what that costs; ``--small-cache
+0`` leaves it out).
 It prints, per model and source, the medians over the runs of images/s (each run's median of
 its epochs after the first) and of the first epoch's seconds, a markdown table, and writes
 every run's figures to ``--out`` (JSON). ``--model tiny`` (one strided convolution and a dense
@@ -207,6 +208,12 @@ def main() -> None:
         default=0.25,
         help="cache_bytes of one more Parquet run, as a fraction of the shards' size (0: no such run)",
     )
+    ap.add_argument(
+        "--cache-bytes",
+        type=int,
+        default=None,
+        help="that run's cache_bytes in bytes (instead of --small-cache)",
+    )
     ap.add_argument("--small-cache-timeout", type=float, default=75, help="seconds that run may take")
     ap.add_argument("--image-size", type=int, default=224, help="the crops' side")
     ap.add_argument("--shards", type=int, default=8)
@@ -238,7 +245,7 @@ def main() -> None:
         print(f"wrote {args.shards} Parquet shards in {time.perf_counter() - t:.0f} s", flush=True)
     shards = [os.path.join(parquet, "data", f) for f in sorted(os.listdir(os.path.join(parquet, "data")))]
     shard_bytes = sum(os.path.getsize(f) for f in shards)
-    small = int(shard_bytes * args.small_cache) if args.small_cache > 0 else None
+    small = args.cache_bytes or (int(shard_bytes * args.small_cache) if args.small_cache > 0 else None)
     results: dict = {"command": " ".join(["python", *sys.argv])}
     results["shard_bytes"] = shard_bytes
     rows = []
