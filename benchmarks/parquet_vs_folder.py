@@ -1,20 +1,32 @@
 """Parquet shards against a folder of the same JPEGs: fit's streaming speed on each, in one run.
 
-    python benchmarks/parquet_vs_folder.py ROOT [--images 12800] [--epochs 5] [--batch-size 256]
-        [--model resnet18] [--shards 8] [--row-group 256] [--json OUT]
+    python benchmarks/parquet_vs_folder.py ROOT [--make 10000] [--model tiny resnet18]
+        [--repeat 3] [--epochs 5] [--batch-size 256] [--shards 8] [--row-group 256]
+        [--small-cache 0.25] [--out results.json]
 
 ROOT gets ``ROOT/folder``, an ImageNet-shaped folder (``ef.datasets.synthetic_images``:
-``--images`` JPEGs of ``--sides`` pixels in 10 classes, nine tenths for training), and
-``ROOT/parquet/data/train-0000k-of-0000n.parquet``: the same training JPEGs, byte for byte, in
-``--shards`` shards of Hugging Face's layout (an ``image`` column of ``{"bytes", "path"}``
-structs, an int ``label`` column, the class names in the schema's ``huggingface`` metadata,
-row groups of ``--row-group`` rows), unless they are there already. Then, each in a fresh
-interpreter, ``Trainer.fit(..., cache=False)`` streams each for ``--epochs`` epochs with the
-same model, recipe (random resized crop, flip, ImageNet normalisation, bfloat16) and batch:
-``ef.data.ImageFolder(ROOT/folder/train)`` and ``ef.data.Parquet(ROOT/parquet/data/train-*)``.
-It prints images/s (median over the epochs after the first) of each and their ratio.
-``--model tiny`` (one strided convolution and a dense layer) makes the model cheap, so that the
-input side is what is measured.
+``--make`` JPEGs of ``--sides`` pixels, about 90 KiB each, in 10 classes, nine tenths for
+training), and ``ROOT/parquet/data/train-0000k-of-0000n.parquet``: the same training JPEGs,
+byte for byte, in ``--shards`` shards of Hugging Face's layout (an ``image`` column of
+``{"bytes", "path"}`` structs, an int ``label`` column, the class names in the schema's
+``huggingface`` metadata, row groups of ``--row-group`` rows, snappy as pyarrow writes by
+default), unless they are there already.
+
+Then, for each ``--model``, each run in a fresh interpreter, ``Trainer.fit(..., cache=False)``
+streams ``--epochs`` epochs with the same model, recipe (random resized crop, flip, ImageNet
+normalisation, bfloat16) and batch, ``--repeat`` times alternating
+``ef.data.ImageFolder(ROOT/folder/train)`` and ``ef.data.Parquet(ROOT/parquet/data/train-*)``;
+then once Parquet with ``cache_bytes`` at ``--small-cache`` of the shards' size (or
+``--cache-bytes`` bytes), two epochs at most and stopped after ``--small-cache-timeout``
+seconds (a shuffled pass reads row groups again and again: what that costs; ``--small-cache
+0`` leaves it out).
+It prints, per model and source, the medians over the runs of images/s (each run's median of
+its epochs after the first) and of the first epoch's seconds, a markdown table, and writes
+every run's figures to ``--out`` (JSON). ``--model tiny`` (one strided convolution and a dense
+layer) makes the model cheap, so that the input side is what is measured.
+
+At the defaults (10,000 JPEGs, tiny and resnet18, three repeats, five epochs) it takes about
+six to eight minutes on one H200 with 16 cores, data written included.
 """
 
 from __future__ import annotations
@@ -23,11 +35,12 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from children import epoch_timer, last_json, run_again
+from children import USER_ENV, epoch_timer
 
 HERE = Path(__file__).resolve().parent
 
@@ -84,9 +97,10 @@ def child(args) -> None:
             image_size=side,
             augment=aug,
             normalize="imagenet",
+            cache_bytes=args.child_cache,
         )
     classes = len(train.class_names)
-    if args.model == "tiny":
+    if args.child_model == "tiny":
 
         class Tiny(nn.Module):
             @nn.compact
@@ -96,10 +110,10 @@ def child(args) -> None:
 
         model = Tiny()
     else:
-        model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[args.model](classes)
+        model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[args.child_model](classes)
     trainer = ef.Trainer(
         model,
-        optimizer=ex.optimizer(args.batch_size, 100, args.epochs),
+        optimizer=ex.optimizer(args.batch_size, 100, args.child_epochs),
         loss=ex.smoothed_cross_entropy,
         metrics=["accuracy"],
         precision="bfloat16",
@@ -108,7 +122,7 @@ def child(args) -> None:
     seconds, timer = epoch_timer(ef)
     history = trainer.fit(
         train,
-        epochs=args.epochs,
+        epochs=args.child_epochs,
         batch_size=args.batch_size,
         cache=False,
         verbose=0,
@@ -124,10 +138,53 @@ def child(args) -> None:
                 "input_wait": history.history.get("input_wait"),
                 "accuracy": history.history["accuracy"][-1],
                 "loss": history.history["loss"][-1],
+                "machine": machine(),
             }
         ),
         flush=True,
     )
+
+
+def machine() -> dict:
+    """What a run measured on: cores, devices, versions (in a child: the parent never starts
+    JAX, which would hold the GPU's memory)."""
+    import platform
+
+    import jax
+    import nvidia.dali
+    import pyarrow
+
+    devices = jax.devices()
+    return {
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "device": f"{len(devices)} x {devices[0].device_kind}",
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "dali": nvidia.dali.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+
+
+def run(args, source: str, model: str, epochs: int, cache_bytes: int | None, timeout: float | None) -> dict:
+    """One fit in a fresh interpreter: its JSON line (``{"error": ...}`` when it failed or ran
+    past ``timeout`` seconds)."""
+    extra = ["--source", source, "--child-model", model, "--child-epochs", str(epochs)]
+    if cache_bytes is not None:
+        extra += ["--child-cache", str(cache_bytes)]
+    cmd = [sys.executable, __file__, *sys.argv[1:], *extra]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=USER_ENV, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"ran past {timeout:.0f} s"}
+    if proc.returncode != 0:
+        print(f"{source} {model} failed (rc {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        return {"error": f"rc {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def median_of(runs: list[dict], key: str) -> float | None:
+    values = [r[key] if key != "first_epoch_s" else r["epoch_seconds"][0] for r in runs if "error" not in r]
+    return statistics.median(values) if values else None
 
 
 def main() -> None:
@@ -135,20 +192,42 @@ def main() -> None:
         description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     ap.add_argument("root")
-    ap.add_argument("--images", type=int, default=12_800, help="JPEGs to write (train + val)")
+    ap.add_argument(
+        "--make", "--images", dest="images", type=int, default=10_000, help="JPEGs to write (train + val)"
+    )
     ap.add_argument("--sides", default="300,550", help="the JPEGs' smallest and largest side")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--model", choices=["tiny", "resnet18", "resnet50"], default="resnet18")
+    ap.add_argument(
+        "--model", nargs="+", choices=["tiny", "resnet18", "resnet50"], default=["tiny", "resnet18"]
+    )
+    ap.add_argument("--repeat", type=int, default=3, help="alternating folder / Parquet runs per model")
+    ap.add_argument(
+        "--small-cache",
+        type=float,
+        default=0.25,
+        help="cache_bytes of one more Parquet run, as a fraction of the shards' size (0: no such run)",
+    )
+    ap.add_argument(
+        "--cache-bytes",
+        type=int,
+        default=None,
+        help="that run's cache_bytes in bytes (instead of --small-cache)",
+    )
+    ap.add_argument("--small-cache-timeout", type=float, default=75, help="seconds that run may take")
     ap.add_argument("--image-size", type=int, default=224, help="the crops' side")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--row-group", type=int, default=256, help="rows per Parquet row group")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--out", "--json", dest="out", default=None, help="where to write the JSON results")
     ap.add_argument("--source", choices=["folder", "parquet"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-model", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-epochs", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-cache", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.source:
         child(args)
         return
+    started = time.perf_counter()
     folder, parquet = os.path.join(args.root, "folder"), os.path.join(args.root, "parquet")
     if not os.path.isdir(os.path.join(folder, "train")):
         import easyfit as ef  # in this process only: the runs start from children.USER_ENV
@@ -164,24 +243,67 @@ def main() -> None:
         t = time.perf_counter()
         write_parquet(os.path.join(folder, "train"), parquet, args.shards, args.row_group)
         print(f"wrote {args.shards} Parquet shards in {time.perf_counter() - t:.0f} s", flush=True)
-    results = {}
-    for source in ("folder", "parquet"):
-        results[source] = last_json(run_again(__file__, "--source", source), f"the {source} run")
-        print(f"{source}: {json.dumps(results[source])}", flush=True)
-    ratio = results["parquet"]["images_per_s"] / results["folder"]["images_per_s"]
-    results["parquet_over_folder"] = round(ratio, 4)
-    print(
-        f"\n{args.model}, {args.image_size}x{args.image_size} random resized crops, bfloat16, batch "
-        f"{args.batch_size}, cache=False, {args.epochs} epochs of {results['folder']['images']:,} JPEGs"
+    shards = [os.path.join(parquet, "data", f) for f in sorted(os.listdir(os.path.join(parquet, "data")))]
+    shard_bytes = sum(os.path.getsize(f) for f in shards)
+    small = args.cache_bytes or (int(shard_bytes * args.small_cache) if args.small_cache > 0 else None)
+    results: dict = {"command": " ".join(["python", *sys.argv])}
+    results["shard_bytes"] = shard_bytes
+    rows = []
+    for model in args.model:
+        runs: dict[str, list[dict]] = {"folder": [], "parquet": []}
+        for k in range(args.repeat):
+            for source in ("folder", "parquet") if k % 2 == 0 else ("parquet", "folder"):
+                r = run(args, source, model, args.epochs, None, None)
+                runs[source].append(r)
+                print(f"{model} {source} run {k + 1}: {json.dumps(r)}", flush=True)
+        if small is not None:
+            epochs = min(args.epochs, 2)  # row groups read again and again: slow
+            r = run(args, "parquet", model, epochs, small, args.small_cache_timeout)
+            runs[f"parquet, cache_bytes {small / 2**20:,.1f} MiB"] = [r]
+            print(f"{model} parquet cache_bytes={small}: {json.dumps(r)}", flush=True)
+        folder_rate = median_of(runs["folder"], "images_per_s")
+        folder_first = median_of(runs["folder"], "first_epoch_s")
+        for source, these in runs.items():
+            rate, first = median_of(these, "images_per_s"), median_of(these, "first_epoch_s")
+            rows.append(
+                {
+                    "model": model,
+                    "source": source,
+                    "runs": len(these),
+                    "images_per_s": rate,
+                    "first_epoch_s": first,
+                    "speed_vs_folder": rate / folder_rate if rate and folder_rate else None,
+                    "first_epoch_vs_folder": first / folder_first if first and folder_first else None,
+                    "errors": [r["error"] for r in these if "error" in r],
+                }
+            )
+        results[model] = runs
+    results["table"] = rows
+    results["machine"] = next(
+        (r["machine"] for m in args.model for rs in results[m].values() for r in rs if "machine" in r), {}
     )
-    print("| source | steady images/s | first epoch (s) |")
-    print("| --- | ---: | ---: |")
-    for source in ("folder", "parquet"):
-        r = results[source]
-        print(f"| {source} | {r['images_per_s']:,} | {r['epoch_seconds'][0]:.2f} |")
-    print(f"\nParquet streams at {ratio:.3f}x the folder's speed")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    images = next((r["images"] for m in args.model for r in results[m]["folder"] if "images" in r), 0)
+    m = {"device": "?", "cores": "?", "jax": "?", "dali": "?", "pyarrow": "?", **results["machine"]}
+    print(
+        f"\n{m['device']}, {m['cores']} cores, JAX {m['jax']}, DALI {m['dali']}, pyarrow {m['pyarrow']}; "
+        f"{args.image_size}x{args.image_size} random resized crops, bfloat16, batch {args.batch_size}, "
+        f"cache=False, {args.epochs} epochs of {images:,} JPEGs; medians of {args.repeat} alternating runs"
+    )
+    print("| model | source | runs | images/s | x folder | first epoch (s) | x folder |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+
+        def fmt(v, spec):
+            return format(v, spec) if v is not None else "-"
+
+        print(
+            f"| {r['model']} | {r['source']} | {r['runs']} | {fmt(r['images_per_s'], ',.0f')} | "
+            f"{fmt(r['speed_vs_folder'], '.3f')} | {fmt(r['first_epoch_s'], '.2f')} | "
+            f"{fmt(r['first_epoch_vs_folder'], '.2f')} |" + (f" {r['errors']}" if r["errors"] else "")
+        )
+    print(f"\n(took {time.perf_counter() - started:.0f} s)")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

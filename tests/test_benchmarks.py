@@ -102,7 +102,7 @@ def test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each(tmp_pa
         str(root),
         *("--images", "80", "--sides", "40,80", "--epochs", "2", "--batch-size", "16"),
         *("--model", "tiny", "--image-size", "32", "--shards", "2", "--row-group", "16"),
-        *("--json", str(tmp_path / "r.json")),
+        *("--repeat", "1", "--out", str(tmp_path / "r.json")),
     )
     shards = sorted(os.listdir(root / "parquet" / "data"))
     assert shards == ["train-00000-of-00002.parquet", "train-00001-of-00002.parquet"]
@@ -117,14 +117,21 @@ def test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each(tmp_pa
     for row, (path, label) in zip(rows, files, strict=True):
         assert row["image"]["bytes"] == path.read_bytes() and row["label"] == label
     r = json.loads((tmp_path / "r.json").read_text())
-    folder, parquet = r["folder"], r["parquet"]
-    assert folder["images"] == parquet["images"] == 70
+    (folder,), (parquet,) = r["tiny"]["folder"], r["tiny"]["parquet"]
+    small = r["shard_bytes"] // 4
+    ((label, (quarter,)),) = [(k, v) for k, v in r["tiny"].items() if k.startswith("parquet, cache_bytes")]
+    assert label == f"parquet, cache_bytes {small / 2**20:,.1f} MiB"
+    assert folder["images"] == parquet["images"] == quarter["images"] == 70
     assert folder["images_per_s"] > 0 and parquet["images_per_s"] > 0
-    # the same images in the same order (the plan's), the same crops: the same training
-    assert parquet["accuracy"] == folder["accuracy"]
-    np.testing.assert_allclose(parquet["loss"], folder["loss"], rtol=1e-5)
-    assert r["parquet_over_folder"] == round(parquet["images_per_s"] / folder["images_per_s"], 4)
-    assert f"| parquet | {parquet['images_per_s']:,} |" in out
+    # the same images in the same order (the plan's), the same crops: the same training, also
+    # with a cache of a quarter of the shards (row groups read ahead, dropped and read again)
+    for run_ in (parquet, quarter):
+        assert run_["accuracy"] == folder["accuracy"]
+        np.testing.assert_allclose(run_["loss"], folder["loss"], rtol=1e-5)
+    table = {row["source"]: row for row in r["table"]}
+    assert table["parquet"]["speed_vs_folder"] == parquet["images_per_s"] / folder["images_per_s"]
+    assert f"| tiny | parquet | 1 | {parquet['images_per_s']:,.0f} |" in out
+    assert r["machine"]["cores"] >= 1 and r["command"].startswith("python ")
 
 
 def test_startup_timeline_records_the_start_up_functions_until_the_first_step(tmp_path):

@@ -144,7 +144,13 @@ def _alone(source: IndexedSource, order: list[int]) -> Iterator[tuple[int, Any]]
         exec_pipelined=False,
     )
     def pipeline():
-        nodes = fn.external_source(source=one, batch=True, batch_info=True, num_outputs=source.num_feeds)
+        nodes = fn.external_source(
+            source=one,
+            batch=True,
+            batch_info=True,
+            num_outputs=source.num_feeds,
+            no_copy=source.feeds_shared,
+        )
         return source.graph(*nodes, device="cpu")
 
     pipe = pipeline()

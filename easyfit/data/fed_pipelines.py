@@ -191,7 +191,11 @@ class FedPipelines:
         )
         def pipeline():
             nodes = fn.external_source(
-                source=feeder, batch=True, batch_info=True, num_outputs=source.num_feeds + len(names)
+                source=feeder,
+                batch=True,
+                batch_info=True,
+                num_outputs=source.num_feeds + len(names),
+                no_copy=source.feeds_shared,
             )
             nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
             fed, drawn = nodes[: source.num_feeds], nodes[source.num_feeds :]

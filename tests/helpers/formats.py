@@ -195,10 +195,11 @@ def write_parquet(
     row_group_size: int = 32,
     image: str = "image",
     label: str = "label",
+    compression: str = "snappy",
 ) -> str:
     """A Parquet file of ``image`` (Hugging Face's Image struct, or plain binary without
     ``struct``) and ``label`` columns; ``class_names`` are written as Hugging Face writes a
-    ``ClassLabel``'s (the schema's ``huggingface`` metadata)."""
+    ``ClassLabel``'s (the schema's ``huggingface`` metadata); ``compression``: pyarrow's."""
     import json
 
     import pyarrow as pa
@@ -217,7 +218,7 @@ def write_parquet(
             label: {"names": list(class_names), "_type": "ClassLabel"},
         }
         table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
-    pq.write_table(table, os.fspath(path), row_group_size=row_group_size)
+    pq.write_table(table, os.fspath(path), row_group_size=row_group_size, compression=compression)
     return os.fspath(path)
 
 

@@ -417,6 +417,10 @@ class IndexedSource(Source):
         """Told, without waiting, which samples a later :meth:`feed` will ask for (the next
         batch's), e.g. to check their files ahead; nothing by default."""
 
+    #: Whether :meth:`feed` hands DALI buffers the source keeps and never changes (several
+    #: samples may share one): the ``external_source`` then takes them without a copy.
+    feeds_shared: bool = False
+
 
 class ReaderSource(Source):
     """A source read by a DALI reader in its own order (``fn.readers.*``).
@@ -507,6 +511,7 @@ class Subset(IndexedSource):
         self.class_names = source.class_names
         self.augment = source.augment
         self.default_loss = source.default_loss
+        self.feeds_shared = source.feeds_shared
 
     @property
     def num_samples(self) -> int:

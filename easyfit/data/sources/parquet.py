@@ -1,9 +1,10 @@
 """Parquet shards of encoded images and labels (Hugging Face's layout), index-driven.
 
 Parquet stores a column by *row groups*: a row is read by reading (and decompressing) the
-column chunk of its row group. So ``feed(indices)`` reads each row group a batch needs, whole,
-with pyarrow (the GIL released), keeps it in memory (a least-recently-used cache of row groups
-bounded by ``cache_bytes``) and hands DALI views of its encoded bytes: no decoding in Python.
+column chunk of its row group. So row groups are read whole, with pyarrow (the GIL released),
+ahead of the batches that need them, and kept in memory (a least-recently-used cache of row
+groups bounded by ``cache_bytes``); DALI gets their encoded bytes as they are, no decoding in
+Python (``easyfit.data.parquet_read``: the readers, the cache, the memory bound).
 The order is easyfit's plan (a pure function of seed and pass), as for every index-driven
 source; what that costs for a dataset larger than the cache is said in docs/data-formats.md.
 
@@ -12,13 +13,10 @@ pyarrow is an optional dependency: ``pip install easyfit-flax[parquet]``.
 
 from __future__ import annotations
 
-import collections
 import glob
 import json
 import os
 import re
-import threading
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +24,9 @@ import numpy as np
 
 from ...errors import DataError
 from ..images import EncodedImages, ImageOptions, ImageSettings, first_line, sample_positions
+from ..parquet_read import RowGroups, cut, damaged, is_local, open_file, problem, uncompressed
+from ..parquet_read import pyarrow_parquet as _pyarrow
 from ..storage import Listing, storage_for
-from ..validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
 from .registry import FILES, Format, holding, register
@@ -44,17 +43,6 @@ _HF_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)(?P<of>-\d+-of-\d+(?:-[0-9a-
 _SPLIT_NAMES = ("train", "val", "validation", "test", "testing")
 #: Row groups read for the sample that infers the images' color mode and size.
 _SAMPLED_GROUPS = 8
-
-
-def _pyarrow() -> Any:
-    """The ``pyarrow.parquet`` module; ImportError naming the extra that installs it."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ImportError(
-            "reading Parquet needs pyarrow: pip install 'easyfit-flax[parquet]' (or pip install pyarrow)"
-        ) from None
-    return pq
 
 
 def is_parquet_pattern(path: str) -> bool:
@@ -156,19 +144,6 @@ def _hf_class_names(schema: Any, label: str) -> list[str] | None:
     return None
 
 
-class _Group:
-    """One row group's encoded images in memory: the bytes of every row, and their offsets."""
-
-    __slots__ = ("data", "nbytes", "offsets")
-
-    def __init__(self, data: np.ndarray, offsets: np.ndarray):
-        self.data, self.offsets = data, offsets
-        self.nbytes = int(data.nbytes + offsets.nbytes)
-
-    def image(self, row: int) -> np.ndarray:
-        return self.data[self.offsets[row] : self.offsets[row + 1]]
-
-
 class Parquet(EncodedImages, IndexedSource):
     """Images in Parquet files: one column of encoded images, one of labels.
 
@@ -237,12 +212,14 @@ class Parquet(EncodedImages, IndexedSource):
         hf_names: list[str] | None = None
         self.image_bytes = 0  # the images' bytes, uncompressed: what caching them all takes
         self._read_at_start = ReadAtStart(self.files, "labels and row groups")
+        maps: list[bool] = []  # read through a memory map: local and stored uncompressed
         for f in self.files:
             pf = self._open(pq, f)
             try:
                 schema = pf.schema_arrow
                 self._check_columns(f, schema)
                 meta = pf.metadata
+                maps.append(is_local(f) and uncompressed(meta, image))
                 sizes.append(
                     np.asarray([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
                 )
@@ -295,26 +272,25 @@ class Parquet(EncodedImages, IndexedSource):
                         f"{len(names)} classes {named_by} (a split published without labels, "
                         "such as a Hugging Face test split, holds -1)"
                     )
-        self._checked = np.zeros(n, bool)  # checked once, as first fed (the file unchanged since)
-        self._cache: collections.OrderedDict[int, _Group] = collections.OrderedDict()
-        self._cached_bytes = 0
-        self._lock = threading.Lock()
-        self._file_locks = [threading.Lock() for _ in self.files]  # a ParquetFile is read by one thread
-        self._rows_read = 0  # rows of the row groups read from the files...
-        self._rows_fed = 0  # ...and rows fed: a pass in file order reads each row once
-        self._warned = False
+        self._groups = RowGroups(
+            self.files,
+            image,
+            file_of=self._file_of,
+            local=self._local,
+            start=self._start,
+            file_row=self._file_row,
+            cache_bytes=self.cache_bytes,
+            stamp=self._read_at_start.check,
+            bad=lambda i, why: bad_sample(self, i, why),
+            memory_map=maps,
+            describe=self.describe,
+            image_bytes=self.image_bytes,
+        )
         EncodedImages.__init__(self, ImageSettings.of("Parquet", settings), self._sample, self.root)
 
     # ------------------------------------------------------------------------------ indexing
     def _open(self, pq: Any, f: str) -> Any:
-        try:
-            return pq.ParquetFile(f, page_checksum_verification=True)
-        except OSError as e:
-            raise DataError(f"{f}: cannot be read ({e.strerror or e})") from None
-        except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid and kin
-            raise DataError(
-                f"{f}: not a readable Parquet file ({first_line(e)}); it may be truncated or damaged"
-            ) from None
+        return open_file(f)
 
     def _check_columns(self, f: str, schema: Any) -> None:
         import pyarrow as pa
@@ -377,100 +353,7 @@ class Parquet(EncodedImages, IndexedSource):
 
     @staticmethod
     def _damaged(f: str, g: int, first: int, rows: int, e: BaseException) -> str:
-        return (
-            f"{f}: row group {g} (rows {first}-{first + rows - 1}) cannot be read "
-            f"({first_line(e)}); the file is damaged or truncated: write it again"
-        )
-
-    # ------------------------------------------------------------------------------ row groups
-    def _group(self, g: int) -> _Group:
-        """Row group ``g``'s images, from the cache or read now (under its file's lock)."""
-        with self._lock:
-            group = self._cache.get(g)
-            if group is not None:
-                self._cache.move_to_end(g)
-                return group
-        f = int(self._file_of[g])
-        with self._file_locks[f]:
-            with self._lock:  # another thread may have read it meanwhile
-                group = self._cache.get(g)
-                if group is not None:
-                    self._cache.move_to_end(g)
-                    return group
-            group = self._read_group(g)
-            with self._lock:  # in the cache before the file's lock is let go: read once
-                warn = self._keep(g, group)
-        if warn:
-            warnings.warn(
-                f"{self.describe()}: row groups are read again and again: its images "
-                f"({self.image_bytes / 2**20:.0f} MiB) do not fit cache_bytes "
-                f"({self.cache_bytes / 2**20:.0f} MiB), and a shuffled pass needs rows of many row "
-                "groups at a time. Raise cache_bytes=, or train with fit(shuffle=False) on shards "
-                "shuffled when written (see 'Parquet' in docs/data-formats.md)",
-                UserWarning,
-                stacklevel=2,
-            )
-        return group
-
-    def _keep(self, g: int, group: _Group) -> bool:
-        """Caches row group ``g`` (the lock held), dropping the least recently used beyond
-        ``cache_bytes``; whether to warn now that row groups are read again and again."""
-        self._cache[g] = group
-        self._cached_bytes += group.nbytes
-        while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cached_bytes -= old.nbytes
-        self._rows_read += int(self._start[g + 1] - self._start[g])
-        warn = not self._warned and self._rows_read > 2 * self._rows_fed + self.num_samples
-        self._warned |= warn
-        return warn
-
-    def _read_group(self, g: int) -> _Group:
-        import pyarrow as pa
-
-        f, local = int(self._file_of[g]), int(self._local[g])
-        path = self.files[f]
-        pf = self._open(_pyarrow(), path)
-        rows = int(self._start[g + 1] - self._start[g])
-        try:
-            self._read_at_start.check(f)  # the file opened is the one labels were read from, or refused
-        except DataError:
-            pf.close()
-            raise
-        try:
-            chunks = pf.read_row_group(local, columns=[self.image_column]).column(0)
-            column = chunks.chunk(0) if chunks.num_chunks == 1 else chunks.combine_chunks()
-        except Exception as e:  # noqa: BLE001 - pyarrow's errors
-            raise DataError(self._damaged(path, local, int(self._file_row[g]), rows, e)) from None
-        finally:
-            pf.close()
-        if len(column) != rows:
-            raise DataError(self._damaged(path, local, int(self._file_row[g]), rows, ValueError("row count")))
-        hint = ""
-        parts = [column]
-        if pa.types.is_struct(column.type):
-            column = column.field("bytes")  # the struct's own nulls stay in parts[0]
-            parts.append(column)
-            hint = (
-                "; a Hugging Face Image that names only its path must be stored with its bytes "
-                "(datasets' embed_external_files)"
-            )
-        if any(p.null_count for p in parts):
-            missing = np.logical_or.reduce([p.is_null().to_numpy(zero_copy_only=False) for p in parts])
-            row = int(self._file_row[g]) + int(np.flatnonzero(missing)[0])
-            raise DataError(
-                f"{path}: row group {local}, row {row}: no image (null in column {self.image_column!r}){hint}"
-            )
-        if pa.types.is_binary(column.type):
-            width: np.dtype = np.dtype(np.int32)  # the offsets as stored: no copy of the bytes
-        else:
-            width = np.dtype(np.int64)
-            if not pa.types.is_large_binary(column.type):  # binary_view: another layout
-                column = column.cast(pa.large_binary())
-        _, offsets, data = column.buffers()
-        starts: np.ndarray = np.frombuffer(offsets, width)[column.offset : column.offset + rows + 1]
-        images = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-        return _Group(images, starts.astype(np.int64))
+        return damaged(f, g, first, rows, e)
 
     def _row(self, index: int) -> tuple[int, int]:
         g = int(np.searchsorted(self._start, index, side="right") - 1)
@@ -495,7 +378,10 @@ class Parquet(EncodedImages, IndexedSource):
 
     @property
     def num_feeds(self) -> int:
-        return 2
+        return 4
+
+    #: feed hands DALI the cached row groups' own buffers (``parquet_read.RowGroups.gather``)
+    feeds_shared = True
 
     def known_labels(self) -> np.ndarray:
         return self._labels
@@ -507,41 +393,34 @@ class Parquet(EncodedImages, IndexedSource):
 
     def feed(self, indices: np.ndarray) -> Sequence[Any]:
         indices = np.asarray(indices, np.int64)
-        with self._lock:
-            self._rows_fed += len(indices)
-        groups = np.searchsorted(self._start, indices, side="right") - 1
-        images: list[Any] = [None] * len(indices)
-        for g in np.unique(groups).tolist():
-            group = self._group(g)
-            at = np.flatnonzero(groups == g)
-            for j, r in zip(at.tolist(), (indices[at] - self._start[g]).tolist(), strict=True):
-                image = group.image(r)
-                i = int(indices[j])
-                if not self._checked[i]:  # bytes in memory, checked whole once: they stay as checked
-                    problem = _problem(image)
-                    if problem:
-                        raise bad_sample(self, i, problem)
-                    self._checked[i] = True
-                images[j] = image
-        return images, self._labels[indices]
+        return (*self._groups.gather(indices), self._labels[indices])
+
+    def prepare(self, indices: np.ndarray) -> None:
+        """Starts reading the row groups of the next runs' rows (``parquet_read``'s readers)."""
+        self._groups.ahead(indices)
+
+    def close(self) -> None:
+        """Stops the readers and lets the cached row groups go (read again when needed)."""
+        groups = getattr(self, "_groups", None)
+        if groups is not None:  # None: the constructor failed
+            groups.close()
 
     def graph(self, *nodes: Any, device: str, draws: dict[str, Any] | None = None) -> tuple[Any, Any]:
-        encoded, labels = nodes  # as feed() returns them
-        images = self.decode(encoded, device=device, draws=draws)
+        encoded, offsets, lengths, labels = nodes  # as feed() returns them
+        images = self.decode(cut(encoded, offsets, lengths), device=device, draws=draws)
         return images, (labels.gpu() if device == "gpu" else labels)
 
     def limit_labels(self, num_classes: int) -> None:
         """Known labels are checked whole before training: nothing to do."""
 
     def _image(self, index: int) -> np.ndarray:
-        g, r = self._row(index)
-        return self._group(g).image(r)
+        return self._groups.image(index)
 
     def encoded_image(self, index: int) -> bytes | None:
         return self._image(index).tobytes()
 
     def sample_problem(self, index: int) -> str | None:
-        return _problem(self._image(index))
+        return problem(self._image(index))
 
     def locate(self, index: int) -> str:
         g, _ = self._row(index)
@@ -580,16 +459,6 @@ class Parquet(EncodedImages, IndexedSource):
 
     def describe(self) -> str:
         return f"Parquet({self.root!r}: {self.num_samples} rows in {len(self.files)} files)"
-
-
-def _problem(image: np.ndarray) -> str | None:
-    """:func:`~easyfit.data.validation.encoded.encoded_problem` of an image held as a NumPy view (its whole
-    structure when it is at most :data:`~easyfit.data.validation.encoded.WHOLE` bytes)."""
-    size = len(image)
-    if size == 0:
-        return "empty image (0 bytes)"
-    data = image.tobytes() if size <= WHOLE else None
-    return encoded_problem(image[:HEAD].tobytes(), image[-TAIL:].tobytes(), size, data)
 
 
 def _column_bytes(meta: Any, column: str) -> int:
