@@ -244,6 +244,6 @@ def test_close_releases_kept_loaders_and_the_trainer_works_on():
         kept = trainer._data._kept._streams  # noqa: SLF001 - what close must empty
         assert kept
         before = trainer.evaluate(x, y)
-    assert not kept and not trainer._steps  # noqa: SLF001
+    assert not kept and not trainer._steps.configurations()  # noqa: SLF001
     assert trainer.evaluate(x, y) == pytest.approx(before)  # rebuilds what it needs
     trainer.close()
