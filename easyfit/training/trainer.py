@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +65,6 @@ if TYPE_CHECKING:
     from ..persistence.checkpoint import ResumePoint
 
 __all__ = ["Trainer"]
-
-log = logging.getLogger("easyfit")
 
 
 class Trainer:
@@ -205,8 +201,7 @@ class Trainer:
         self.stop_training = False
         self.stop_evaluating = False
         self.stop_predicting = False
-        self._loss_note: str | None = None  # why the loss was inferred, when it was
-        self._labels_checked: weakref.WeakSet[Any] = weakref.WeakSet()  # sources, once each
+        self._labels = labels.LabelChecks()  # the loss inferred, each source's labels checked
         self._input_spec: tuple[Any, Any] | None = None  # one sample's (see models.input_spec)
         self._maker: StateMaker | None = None  # makes fresh states (_init_state)
         self._hook_values = HookValues()  # what the hooks read: the input scale, class weights
@@ -441,7 +436,7 @@ class Trainer:
             class_weight=class_weight,
             verbose=verbose,
         )
-        first = FirstStep(warm_up=self.state is None)
+        first_step = FirstStep(warm_up=self.state is None)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
         if args.verbose:
             _say(*self._data.left_out(train, val))
@@ -463,7 +458,7 @@ class Trainer:
         if args.verbose:
             _say(why if cache == "auto" else None, unscaled_note(train))
         initial_epoch, first_batch = (initial_epoch, 0) if resume is None else (resume.epoch, resume.batch)
-        compiled = first.start(
+        compiled = first_step.start(
             stream,
             stream.plan.live_steps(first_batch),
             peek_spec=self.loss is not None or train.known_labels() is not None,
@@ -471,10 +466,9 @@ class Trainer:
             shapes=self._shapes,
             make_state=lambda chunk, labels: self._ensure_state(chunk, train, labels, class_weight),
         )
-        self.state, metrics = (
-            (self.state, None) if resume is None else resume.restore(self.state, self._empty(compiled))
-        )
-        loop = EpochLoop(first, compiled, lambda: self._empty(compiled), batch=first_batch, metrics=metrics)
+        empty = functools.partial(self._empty, compiled)
+        self.state, metrics = (self.state, None) if resume is None else resume.restore(self.state, empty())
+        loop = EpochLoop(first_step, compiled, empty, batch=first_batch, metrics=metrics)
         self._progress = loop.progress(initial_epoch, first_batch)
         listed, history = fit_callbacks(callbacks, args.verbose)
         params = {"epochs": epochs, "steps": loop.plan.chunks_per_epoch, "verbose": args.verbose}
@@ -518,7 +512,7 @@ class Trainer:
                 cbs.call("on_interrupt", logs=logs)
             raise
         finally:
-            first.close()
+            first_step.close()
             try:
                 cbs.call_all("on_train_end", logs=logs)  # every callback, even after one raised
             finally:
@@ -847,8 +841,7 @@ class Trainer:
         the loss is inferred from ``source``'s labels when none was given (said in the log, and
         with ``verbose`` on stdout)."""
         if self.loss is None:
-            self.loss, self._loss_note = labels.infer_loss_for(source, chunk)
-            log.info("easyfit: %s", self._loss_note)
+            self.loss = self._labels.infer(source, chunk)
         resolved = self._resolved(chunk["y"])
         class_weight = self._hook_values.class_weight
         if class_weight is not None and is_structured(chunk["y"]):
@@ -856,8 +849,8 @@ class Trainer:
                 "class_weight: the model has several outputs (y is a dict or a tuple); weight "
                 "the samples with sample_weight= instead"
             )
-        if verbose and self._loss_note:
-            _say(self._loss_note)
+        if verbose:
+            _say(self._labels.note)
         train: Any = self.train_step
         if self.ema_momentum is not None:  # after any train_step, an override's too
             train = steps.with_ema(train, self.ema_momentum, self.gradient_accumulation_steps)
@@ -925,18 +918,9 @@ class Trainer:
             )
         if not labels_too:
             return
-        if source not in self._labels_checked:
-            self._labels_checked.add(source)
-            state = self._require_state()
-            labels.check_source_labels(
-                source,
-                self.loss,
-                lambda: self._adapter.output_shapes(
-                    state.params, state.model_state, input_spec(chunk["x"])[0]
-                ),
-                chunk,
-                inferred=self._loss_note,
-            )
+        state, shape = self._require_state(), input_spec(chunk["x"])[0]
+        outputs = functools.partial(self._adapter.output_shapes, state.params, state.model_state, shape)
+        self._labels.check(source, self.loss, outputs, chunk)
         self._check_class_weight(class_weight, chunk)
 
     def _init_state(self, shape: Any, dtype: Any, abstract: bool = False) -> Any:
