@@ -422,7 +422,8 @@ class Trainer:
             The History of this fit (the one in ``callbacks`` if given; also
             ``trainer.history``).
         """
-        self._check_trainable()
+        if self._inference_only is not None:  # loaded without its optimizer
+            raise ValueError(f"fit: {self._inference_only}")
         args = FitArgs.check(
             batch_size=batch_size,
             epochs=epochs,
@@ -584,14 +585,17 @@ class Trainer:
         """A leased loader over ``source`` (its first ``steps`` batches) and the compiled steps
         for it (``evaluate``), or with ``predict`` the prediction function (no labels: no loss)."""
         with self._data.lease(source, batch_size, steps) as loader:
-            first, made = loader.peek(), self.state is None
-            compiled = None if predict else self._functions(source, loader.plan, first)
-            self._ensure_state(first, source, labels_too=not predict)
+            chunk, made = loader.peek(), self.state is None
+            compiled: Any = None if predict else self._functions(source, loader.plan, chunk)
+            self._ensure_state(chunk, source, labels_too=not predict)
             if made:  # the state made from this data: its scale (and names, if none yet)
                 self._know(
                     source.scale, self.class_names if self.class_names is not None else source.class_names
                 )
-            yield loader, self._predictor(source, loader.plan) if predict else compiled
+            if predict:
+                k = loader.plan.steps_per_execution
+                compiled = self._steps.predictor(self._adapter, self.precision, source.scale, k)
+            yield loader, compiled
 
     def _evaluate(
         self, source: Source, batch_size: int, cbs: CallbackList, steps: int | None = None
@@ -865,10 +869,6 @@ class Trainer:
             class_weight=class_weight,
         )
 
-    def _predictor(self, source: Source, plan: Plan) -> Any:
-        """The jitted prediction function for ``source`` (``steps.compile_predict``)."""
-        return self._steps.predictor(self._adapter, self.precision, source.scale, plan.steps_per_execution)
-
     def _check_class_weight(self, class_weight: Mapping[Any, float] | None, chunk: Mapping[str, Any]) -> None:
         """ValueError for a ``class_weight`` key past the model's classes (its outputs, or 0
         and 1 for a single output), once the state exists."""
@@ -887,11 +887,6 @@ class Trainer:
             if resume is not None:
                 resume.check_data(self._data_fingerprint)
         return resume
-
-    def _check_trainable(self) -> None:
-        """Raises ValueError when the state was loaded for inference, without its optimizer."""
-        if self._inference_only is not None:
-            raise ValueError(f"fit: {self._inference_only}")
 
     # ------------------------------------------------------------------------------ the state
     def _ensure_state(
