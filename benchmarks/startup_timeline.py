@@ -75,7 +75,7 @@ def main() -> None:
         "__init__",
         "fit",
         "_functions",
-        "_abstract_state",
+        "_shapes",
         "_empty",
         "_ensure_state",
         "_init_state",

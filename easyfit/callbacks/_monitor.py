@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["Monitor", "check_freq", "monitor_op_property"]
+if TYPE_CHECKING:
+    from .callback_list import CallbackList
+
+__all__ = ["Monitor", "monitor_op_property"]
 
 _BY_DIRECTION = {"up": "max", "down": "min"}
 
@@ -87,15 +90,16 @@ class Monitor:
             return current > reference + self.min_delta
         raise RuntimeError(f"{self.owner}: the direction of {self.monitor!r} is not settled yet")
 
-    def unvalidated(self, trainer: Any, logs: Mapping[str, Any] | None) -> bool:
+    def unvalidated(self, callbacks: CallbackList | None, logs: Mapping[str, Any] | None) -> bool:
         """Whether ``monitor`` is a ``val_`` metric absent from the epoch logs because fit did
-        not validate that epoch, on purpose (``validation_freq``): such an epoch is no
-        improvement and no lack of one, and no warning is due (Keras warns, and its
-        ModelCheckpoint saves)."""
+        not validate that epoch, on purpose (``validation_freq``, as ``callbacks``, the fit's
+        CallbackList, says): such an epoch is no improvement and no lack of one, and no
+        warning is due (Keras warns, and its ModelCheckpoint saves)."""
         return (
             self.monitor.startswith("val_")
             and self.monitor not in (logs or {})
-            and bool(getattr(trainer, "_validation_skipped", False))
+            and callbacks is not None
+            and callbacks.validation_skipped
         )
 
     def value(self, logs: Mapping[str, Any] | None, then: str = "") -> float | None:
@@ -120,10 +124,3 @@ def _monitor_op(self: Any) -> Callable[..., Any] | None:
 #: Keras' ``monitor_op`` for a callback holding a ``_monitor``: ``np.less`` or ``np.greater``
 #: once the direction is settled (at the first epoch's end), else None.
 monitor_op_property = property(_monitor_op)
-
-
-def check_freq(value: Any, argument: str) -> Any:
-    """``"epoch"`` or a positive int (batches), else ValueError naming ``argument``."""
-    if value == "epoch" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
-        return value
-    raise ValueError(f"{argument}={value!r}: expected 'epoch' or a positive number of batches")

@@ -13,9 +13,9 @@ import jax
 import numpy as np
 
 from ..core.learning_rate import get_learning_rate
-from ._monitor import check_freq
 from .callback import Callback, Logs
 from .model_checkpoint import ModelCheckpoint
+from .periodic import Periodic
 
 __all__ = ["Tracker", "import_extra", "run_config"]
 
@@ -85,20 +85,22 @@ class Tracker(Callback):
         super().__init__()
         name = type(self).__name__
         self.config = dict(config or {})
-        self.update_freq = check_freq(update_freq, "update_freq")
+        self._every = Periodic(update_freq, "update_freq")
+        self.update_freq = self._every.every
         if log_checkpoints is not None and not isinstance(log_checkpoints, ModelCheckpoint):
             raise TypeError(
                 f"{name}: log_checkpoints={log_checkpoints!r}: expected None or the ModelCheckpoint "
                 "of the same fit (its checkpoints are logged as artifacts)"
             )
         self.log_checkpoints = log_checkpoints
-        self._since = 0
         self._logged = 0  # checkpoints of log_checkpoints.saved logged already
         self._open_run = False
         self._interrupted = False
-        if self.update_freq != "epoch":
-            # on purpose, per instance: CallbackList calls the batch hook only when it is set
-            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
+
+    def _implements(self, hook: str) -> bool:
+        if hook == "on_train_batch_end":  # only with an update_freq in batches
+            return self._every.by_batch
+        return super()._implements(hook)
 
     # -------------------------------------------------------------------- what a subclass writes
     def _open(self, config: dict[str, Any]) -> None:
@@ -117,7 +119,7 @@ class Tracker(Callback):
 
     # ----------------------------------------------------------------------------------- hooks
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self._since = 0
+        self._every.count = 0
         self._interrupted = False
         self._logged = len(self.log_checkpoints.saved) if self.log_checkpoints is not None else 0
         if jax.process_index() != 0:
@@ -127,21 +129,19 @@ class Tracker(Callback):
 
     def get_state(self) -> dict[str, Any]:
         """The batch counter (``update_freq``) and the checkpoints logged already."""
-        return {"since": self._since, "logged": self._logged}
+        return {"since": self._every.count, "logged": self._logged}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._since, self._logged = state["since"], state["logged"]
+        self._every.count, self._logged = state["since"], state["logged"]
 
     def _step(self) -> int:
         state = self.trainer.state
         assert state is not None  # set before the first batch
         return int(np.asarray(state.step))
 
-    def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        self._since += 1
-        if self._since < self.update_freq:
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        if not self._every.tick():
             return
-        self._since = 0
         # reading the logs (the one host sync) runs a jitted call: on every process, as all
         # run the steps, though only process 0 logs
         metrics = _numbers("batch/", logs or {})

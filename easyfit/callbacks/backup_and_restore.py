@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import warnings
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import jax
 
@@ -16,8 +16,8 @@ from .._lazy import lazy_module
 from ..errors import CheckpointError
 from ..persistence.checkpoint import ResumePoint, checkpoint_args, reader, verify
 from ..persistence.checkpoint_files import WriterLock, owned
-from ._monitor import check_freq
 from .callback import Callback, Logs
+from .periodic import Periodic
 
 if TYPE_CHECKING:
     import orbax.checkpoint as ocp
@@ -118,17 +118,19 @@ class BackupAndRestore(Callback):
         if os.path.exists(self.backup_dir) and not os.path.isdir(self.backup_dir):
             raise ValueError(f"BackupAndRestore: backup_dir {self.backup_dir!r} is a file; pass a directory")
         self._root = os.path.join(self.backup_dir, BACKUPS)
-        self.save_freq = check_freq(save_freq, "save_freq")
+        self._every = Periodic(save_freq, "save_freq")
+        self.save_freq = self._every.every
         self.double_checkpoint = bool(double_checkpoint)
         self.delete_checkpoint = delete_checkpoint
         self._manager: ocp.CheckpointManager | None = None
         self._saved: int | None = None
-        self._since = 0
         self._interrupted = False
         self._lock = WriterLock(self.backup_dir)
-        if self.save_freq != "epoch":
-            # on purpose, per instance: CallbackList calls the batch hook only when it is set
-            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
+
+    def _implements(self, hook: str) -> bool:
+        if hook == "on_train_batch_end":  # only with a save_freq in batches
+            return self._every.by_batch
+        return super()._implements(hook)
 
     def _marker(self) -> dict | None:
         """The marker of ``backup_dir/easyfit-backups`` (None when absent); CheckpointError
@@ -226,7 +228,7 @@ class BackupAndRestore(Callback):
         return None
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self._since = 0
+        self._every.count = 0
         self._interrupted = False
         self._lock.acquire()  # held until on_train_end
 
@@ -236,7 +238,7 @@ class BackupAndRestore(Callback):
         step = progress.epoch * (self.params["steps"] + 1) + progress.batch  # grows with both
         if step == self._saved:
             return
-        callbacks = cast(Any, self.trainer)._fit_callbacks  # the fit's callbacks: their states go along
+        callbacks = self._callbacks  # the fit's callbacks: their states go along
         meta = self.trainer.checkpoint_meta
         arrays = None
         if callbacks is not None:
@@ -281,10 +283,8 @@ class BackupAndRestore(Callback):
             f"Start it again to back up afresh in {self.backup_dir}"
         )
 
-    def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        self._since += 1
-        if self._since >= self.save_freq:
-            self._since = 0
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        if self._every.tick():
             self._backup()
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:

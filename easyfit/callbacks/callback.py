@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ..core.state import TrainState
     from ..persistence.checkpoint import Progress, ResumePoint
+    from .callback_list import CallbackList
 
 __all__ = ["Callback", "Resumable", "TrainerLike"]
 
 Logs = Mapping[str, Any]
+
+#: Keras' older batch hooks, called by the default ``on_train_batch_*``.
+_ALIASES = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}
 
 
 class TrainerLike(Protocol):
@@ -46,7 +50,7 @@ class TrainerLike(Protocol):
 class Resumable(Protocol):
     """The resume protocol: a callback that can resume a fit (``BackupAndRestore``).
 
-    ``fit`` asks each callback that has a ``restore_point()`` for a ``ResumePoint`` before it
+    ``fit`` asks each callback that implements this protocol for a ``ResumePoint`` before it
     builds the training loader (the first one offered wins), and calls ``fit_completed()`` once
     fit returned normally (every ``on_train_end`` ran without an error): a backup may then go.
     """
@@ -103,9 +107,21 @@ class Callback:
         ...             self.model.stop_training = True
     """
 
+    #: The CallbackList running this callback (set by it): the running fit's facts that a
+    #: built-in callback reads (the callbacks' states for a backup, an epoch left unvalidated).
+    _callbacks: CallbackList | None = None
+
     def __init__(self) -> None:
         self._trainer: TrainerLike | None = None
         self.params: dict[str, Any] = {}
+
+    def _implements(self, hook: str) -> bool:
+        """Whether ``hook`` is to be called (the CallbackList asks once per hook): whether this
+        callback overrides it (an instance's own function counts), or the older hook that
+        Callback's ``hook`` calls. A built-in callback whose batch hooks serve only some of its
+        settings (``save_freq``, ``update_freq``) overrides this: in the others they cost
+        nothing."""
+        return _overrides(self, hook) or (hook in _ALIASES and _overrides(self, _ALIASES[hook]))
 
     @property
     def trainer(self) -> TrainerLike:
@@ -217,3 +233,8 @@ class Callback:
     def on_predict_batch_end(self, batch: int, logs: Logs | None = None) -> None:
         """After each prediction dispatch, with ``{"outputs": ...}``: its predictions (NumPy,
         padding rows dropped)."""
+
+
+def _overrides(cb: Callback, hook: str) -> bool:
+    method = getattr(cb, hook)
+    return getattr(method, "__func__", method) is not getattr(Callback, hook)

@@ -9,19 +9,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from ..core.learning_rate import get_learning_rate, set_learning_rate
-from .callback import Callback, TrainerLike
+from .callback import Callback, Resumable, TrainerLike
 from .history import History
 from .progbar import ProgbarLogger
 
 if TYPE_CHECKING:
     from ..persistence.checkpoint import ResumePoint
 
-__all__ = ["CallbackList", "LazyLogs", "as_list", "fit_callbacks"]
+__all__ = ["CallbackList", "LazyLogs", "as_list", "fit_callbacks", "fit_completed", "resume_point"]
 
-#: Keras' older batch hooks, called by the default ``on_train_batch_*``.
-_ALIASES = {"on_train_batch_begin": "on_batch_begin", "on_train_batch_end": "on_batch_end"}
-#: The hooks in which a backup is written: callbacks that back the fit up (a ``restore_point``
-#: method: ``BackupAndRestore``) run last in them, wherever they are listed, so that a backup
+#: The hooks in which a backup is written: callbacks that back the fit up (``Resumable`` ones:
+#: ``BackupAndRestore``) run last in them, wherever they are listed, so that a backup
 #: holds what every other callback did at that batch or epoch end (a learning rate just
 #: reduced, a patience counter).
 _BACKUP_HOOKS = ("on_train_batch_end", "on_epoch_end", "on_interrupt")
@@ -64,16 +62,6 @@ class LazyLogs(Mapping):
         return repr(self._get())
 
 
-def _overrides(cb: Callback, hook: str) -> bool:
-    method = getattr(cb, hook)
-    return getattr(method, "__func__", method) is not getattr(Callback, hook)
-
-
-def _listens(cb: Callback, hook: str) -> bool:
-    """Whether ``cb`` overrides ``hook``, or the older hook that Callback's ``hook`` calls."""
-    return _overrides(cb, hook) or (hook in _ALIASES and _overrides(cb, _ALIASES[hook]))
-
-
 def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[list[Callback], History]:
     """fit's callbacks, as Keras lists them: the user's, then a History and (with ``verbose``)
     a ProgbarLogger, each unless the user's list holds one already. History runs after the
@@ -98,7 +86,26 @@ def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[l
 
 
 def _backs_up(cb: Any) -> bool:
-    return callable(getattr(cb, "restore_point", None))
+    return isinstance(cb, Resumable)
+
+
+def resume_point(callbacks: Iterable[Any]) -> tuple[ResumePoint | None, bool]:
+    """The first ``ResumePoint`` that a ``Resumable`` of ``callbacks`` offers (None when none
+    does), and whether any of them backs the fit up."""
+    resumable = [cb for cb in callbacks if _backs_up(cb)]
+    for cb in resumable:
+        point = cb.restore_point()
+        if point is not None:
+            return point, True
+    return None, bool(resumable)
+
+
+def fit_completed(callbacks: Iterable[Any]) -> None:
+    """Tells each ``Resumable`` of ``callbacks`` that fit returned normally (every
+    ``on_train_end`` ran without an error): a backup may now go."""
+    for cb in callbacks:
+        if _backs_up(cb):
+            cb.fit_completed()
 
 
 def _keys(callbacks: list[Callback]) -> list[str]:
@@ -136,6 +143,7 @@ class CallbackList:
                 raise TypeError(f"callbacks: {cb!r} is not an easyfit.callbacks.Callback")
             cb.set_model(trainer)
             cb.set_params(params)
+            cb._callbacks = self
         self._by_hook: dict[str, list[Callback]] = {}
         self._trainer = trainer
         self._keys = _keys(self.callbacks)
@@ -143,6 +151,8 @@ class CallbackList:
         self._epoch_rate: float | None = None  # the learning rate as the epoch in progress began
         self._restored: dict[str, Any] = {}  # the states a resumed fit put back
         self._restored_arrays: dict[str, Any] = {}
+        #: The epoch ending now was not validated, on purpose (``validation_freq``): set by fit.
+        self.validation_skipped = False
 
     def wants(self, hook: str) -> bool:
         """Whether any callback overrides ``hook`` (else the caller can skip building logs)."""
@@ -150,7 +160,7 @@ class CallbackList:
 
     def _listeners(self, hook: str) -> list[Callback]:
         if hook not in self._by_hook:
-            listening = [cb for cb in self.callbacks if _listens(cb, hook)]
+            listening = [cb for cb in self.callbacks if cb._implements(hook)]
             if hook in _BACKUP_HOOKS:
                 listening.sort(key=_backs_up)  # stable: the others in their order, backups last
             self._by_hook[hook] = listening

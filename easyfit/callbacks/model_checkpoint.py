@@ -11,8 +11,9 @@ from typing import Any
 import jax
 
 from ..persistence.checkpoint_files import owned
-from ._monitor import Monitor, check_freq, monitor_op_property
+from ._monitor import Monitor, monitor_op_property
 from .callback import Callback, Logs
+from .periodic import Periodic
 
 __all__ = ["ModelCheckpoint"]
 
@@ -88,14 +89,16 @@ class ModelCheckpoint(Callback):
         self.verbose = verbose
         self.save_best_only = save_best_only
         self.save_weights_only = save_weights_only
-        self.save_freq = check_freq(save_freq, "save_freq")
+        self._every = Periodic(save_freq, "save_freq")
+        self.save_freq = self._every.every
         self.best = initial_value_threshold
         self._fields = {f for _, f, _, _ in string.Formatter().parse(self.filepath) if f}
         self._epoch = 0
-        self._since = 0
-        if self.save_freq != "epoch":
-            # on purpose, per instance: CallbackList calls the batch hook only when it is set
-            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
+
+    def _implements(self, hook: str) -> bool:
+        if hook == "on_train_batch_end":  # only with a save_freq in batches
+            return self._every.by_batch
+        return super()._implements(hook)
 
     def get_state(self) -> dict[str, Any]:
         """The best value, the batch counter and the checkpoints written (``saved``, and those
@@ -103,13 +106,13 @@ class ModelCheckpoint(Callback):
         return {
             "best": self.best,
             "epoch": self._epoch,
-            "since": self._since,
+            "since": self._every.count,
             "saved": list(self.saved),
             "written": list(self._written),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.best, self._epoch, self._since = state["best"], state["epoch"], state["since"]
+        self.best, self._epoch, self._every.count = state["best"], state["epoch"], state["since"]
         self.saved, self._written = list(state["saved"]), list(state["written"])
 
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
@@ -120,10 +123,8 @@ class ModelCheckpoint(Callback):
         if self.save_freq == "epoch":
             self._save(epoch, None, logs)
 
-    def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
-        self._since += 1
-        if self._since >= self.save_freq:
-            self._since = 0
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+        if self._every.tick():
             self._save(self._epoch, batch, logs)
 
     def _path(self, epoch: int, batch: int | None, logs: Mapping[str, Any]) -> str:
@@ -144,7 +145,7 @@ class ModelCheckpoint(Callback):
     def _save(self, epoch: int, batch: int | None, logs: Logs | None) -> None:
         logs = logs or {}
         what = "saving"
-        if self.save_best_only and batch is None and self._monitor.unvalidated(self._trainer, logs):
+        if self.save_best_only and batch is None and self._monitor.unvalidated(self._callbacks, logs):
             if self.verbose > 0:  # validation_freq: this epoch's weights are not compared
                 print(f"Epoch {epoch + 1}: not validated, {self.monitor} not compared", flush=True)
             return

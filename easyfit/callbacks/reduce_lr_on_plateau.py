@@ -85,7 +85,7 @@ class ReduceLROnPlateau(Callback):
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
         self._monitor.resolve(self._trainer)
-        if self._monitor.unvalidated(self._trainer, logs):  # validation_freq: not counted
+        if self._monitor.unvalidated(self._callbacks, logs):  # validation_freq: not counted
             return
         current = self._monitor.value(logs)
         if current is None:

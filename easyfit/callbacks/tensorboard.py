@@ -11,8 +11,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._monitor import check_freq
 from .callback import Callback, Logs
+from .periodic import Periodic
 
 __all__ = ["TensorBoard"]
 
@@ -70,17 +70,19 @@ class TensorBoard(Callback):
     ):
         super().__init__()
         self.log_dir = os.fspath(log_dir)
-        self.update_freq = check_freq(update_freq, "update_freq")
+        self._every = Periodic(update_freq, "update_freq")
+        self.update_freq = self._every.every
         self.profile_batch = _profile_range(profile_batch)
         self._writers: dict[str, Any] = {}
-        self._since = 0
         self._batches = 0  # training batches begun in this fit (Keras' global train batch)
         self._tracing = False
-        # on purpose, per instance: CallbackList calls a batch hook only when it is set
-        if self.profile_batch is not None:
-            self.on_train_batch_begin = self._on_batch_begin  # type: ignore[method-assign]
-        if self.update_freq != "epoch" or self.profile_batch is not None:
-            self.on_train_batch_end = self._on_batch_end  # type: ignore[method-assign]
+
+    def _implements(self, hook: str) -> bool:
+        if hook == "on_train_batch_begin":  # only to profile
+            return self.profile_batch is not None
+        if hook == "on_train_batch_end":  # to profile, or with an update_freq in batches
+            return self._every.by_batch or self.profile_batch is not None
+        return super()._implements(hook)
 
     def _writer(self, split: str) -> Any:
         if split not in self._writers:
@@ -104,30 +106,26 @@ class TensorBoard(Callback):
             self._writer(split).add_scalar(f"{prefix}_{name}", float(value), global_step=step)
 
     def on_train_begin(self, logs: Logs | None = None) -> None:
-        self._since = 0
+        self._every.count = 0
         self._batches = 0
 
     def get_state(self) -> dict[str, Any]:
         """The batch counters (``update_freq``, ``profile_batch``)."""
-        return {"since": self._since, "batches": self._batches}
+        return {"since": self._every.count, "batches": self._batches}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._since, self._batches = state["since"], state["batches"]
+        self._every.count, self._batches = state["since"], state["batches"]
 
-    def _on_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: Logs | None = None) -> None:
         self._batches += 1
-        assert self.profile_batch is not None  # the hook is set only then
+        assert self.profile_batch is not None  # the hook is called only then
         if self._batches == self.profile_batch[0]:
             self._start_trace()
 
-    def _on_batch_end(self, batch: int, logs: Logs | None = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: Logs | None = None) -> None:
         if self._tracing and self.profile_batch is not None and self._batches >= self.profile_batch[1]:
             self._stop_trace()
-        if self.update_freq == "epoch":
-            return
-        self._since += 1
-        if self._since >= self.update_freq:
-            self._since = 0
+        if self._every.tick():
             state = self.trainer.state
             assert state is not None  # set before the first batch
             self._write("batch", logs or {}, int(np.asarray(state.step)))

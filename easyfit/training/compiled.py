@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 
@@ -29,7 +29,25 @@ if TYPE_CHECKING:
     from ..core.precision import Precision
     from ..parallel import Placement
 
-__all__ = ["CompiledSteps", "Resolved"]
+__all__ = ["CompiledSteps", "HookValues", "Resolved"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HookValues:
+    """What the trainer's hooks read besides the state and the batch, one value set once per
+    fit (and by an evaluate or predict that makes the state, or a load): the training data's
+    input scale (what ``forward`` multiplies ``x`` by) and fit's class weights."""
+
+    #: Given to :meth:`replace` for a value that stays as it is.
+    KEEP: ClassVar[object] = object()
+
+    input_scale: float | None = None
+    class_weight: tuple[float, ...] | None = None
+
+    def replace(self, input_scale: float | None, class_weight: Any = KEEP) -> HookValues:
+        """These values with ``input_scale``, and ``class_weight`` unless it is :attr:`KEEP`."""
+        kept = self.class_weight if class_weight is HookValues.KEEP else class_weight
+        return HookValues(input_scale, kept)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +151,3 @@ class CompiledSteps:
             self._resolved.clear()
             self._training.clear()
             self._predict.clear()
-
-    def __bool__(self) -> bool:
-        return bool(self._training or self._predict)

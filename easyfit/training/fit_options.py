@@ -1,14 +1,21 @@
-"""Keras' fit options that need a little checking: ``class_weight`` and ``validation_freq``."""
+"""fit's options, checked at entry (:class:`FitArgs`), and those that need a little more:
+``class_weight`` and ``validation_freq``."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import numbers
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-__all__ = ["check_class_weight", "class_weights", "validation_epochs"]
+import jax
+import numpy as np
+
+from .args import check_int, check_verbose
+
+__all__ = ["FitArgs", "check_class_weight", "class_weights", "validation_epochs"]
 
 
 def _class_index_key(key: object) -> int:
@@ -92,3 +99,59 @@ def validation_epochs(validation_freq: int | Collection[int]) -> Callable[[int],
     raise ValueError(
         f"validation_freq={validation_freq!r}: expected an integer >= 1 or a collection of epochs"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class FitArgs:
+    """fit's arguments that shape its plan, checked (:meth:`check`), with what follows from
+    them: the class weights by class index and which epochs validate."""
+
+    batch_size: int | None
+    epochs: int
+    initial_epoch: int
+    steps_per_epoch: int | None
+    validation_steps: int | None
+    validation_split: float
+    validation_freq: int | Sequence[int]
+    shuffle: bool | str
+    cache: bool | str
+    class_weight: Mapping[Any, float] | None
+    verbose: int  # 0 but in process 0, which reports
+    weights: tuple[float, ...] | None  # class_weight by class index
+    validates: Callable[[int], bool]  # whether epoch e (0-based) validates
+
+    @classmethod
+    def check(cls, **given: Any) -> FitArgs:
+        """fit's arguments (by name; see ``Trainer.fit``), or ValueError naming the first that
+        is wrong."""
+        for name, minimum, none in [
+            ("batch_size", 1, True),
+            ("epochs", 0, False),
+            ("initial_epoch", 0, False),
+            ("steps_per_epoch", 1, True),
+            ("validation_steps", 1, True),
+        ]:
+            check_int(name, given[name], minimum, none=none)
+        shuffle = given["shuffle"]
+        if not isinstance(shuffle, (bool, np.bool_)) and shuffle != "batch":
+            raise ValueError(f"shuffle={shuffle!r}: expected True, False or 'batch'")
+        given["shuffle"] = shuffle if shuffle == "batch" else bool(shuffle)
+        given["verbose"] = check_verbose(given["verbose"]) if jax.process_index() == 0 else 0
+        weights = class_weights(given["class_weight"])
+        return cls(**given, weights=weights, validates=validation_epochs(given["validation_freq"]))
+
+    def settings(self, batch_size: int) -> dict[str, Any]:
+        """What the processes of a fit must agree on of these (``distributed.agree_on_fit``)."""
+        names = ("epochs", "initial_epoch", "steps_per_epoch", "shuffle", "cache", "validation_split")
+        return {
+            "batch_size": batch_size,
+            **{name: getattr(self, name) for name in names},
+            "validation_steps": self.validation_steps,
+            "validation_freq": self.validation_freq,
+            "class_weight": self.weights,
+        }
+
+    def stream(self) -> dict[str, Any]:
+        """What the training stream is opened with of these (``DataInputs.train_loader``)."""
+        names = ("shuffle", "cache", "initial_epoch", "steps_per_epoch")
+        return {name: getattr(self, name) for name in names}

@@ -13,6 +13,8 @@ data side never calls the model.
 
 from __future__ import annotations
 
+import logging
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +27,7 @@ from ..data.sources.capabilities import FedLabels, InMemory, base_of, known_labe
 from ..errors import DataError
 from ..parallel import local_rows
 
-__all__ = ["check_labels", "check_source_labels", "infer_loss_for", "labels_of"]
+__all__ = ["LabelChecks", "check_labels", "check_source_labels", "infer_loss_for", "labels_of"]
 
 _SPARSE = ("sparse_categorical_crossentropy",)
 _CLASS_INDICES = ("sparse_categorical_crossentropy", "categorical_crossentropy")
@@ -202,3 +204,27 @@ def check_source_labels(
         rows = np.asarray(local_rows(y[key]))
         size = shape[-1] if shape else 1
         check_labels(source, output_loss, size, rows, mask, output=key, output_shape=shape, inferred=inferred)
+
+
+class LabelChecks:
+    """A trainer's labels: the loss inferred from them when none was given (``note`` says which
+    and why, and the log), and each source's labels checked against the loss once."""
+
+    def __init__(self) -> None:
+        self.note: str | None = None
+        self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def infer(self, source: Source, chunk: Mapping[str, Any]) -> Any:
+        """The loss inferred from ``source``'s labels (``infer_loss_for``)."""
+        loss, self.note = infer_loss_for(source, chunk)
+        logging.getLogger("easyfit").info("easyfit: %s", self.note)
+        return loss
+
+    def check(
+        self, source: Source, loss: Any, output_shapes: Callable[[], Any], chunk: Mapping[str, Any]
+    ) -> None:
+        """``check_source_labels``, the first time ``source`` is seen."""
+        if source in self._checked:
+            return
+        self._checked.add(source)
+        check_source_labels(source, loss, output_shapes, chunk, inferred=self.note)

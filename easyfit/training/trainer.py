@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
-import sys
-import threading
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,14 +30,14 @@ import optax
 
 from .. import distributed
 from .._env import arrange_determinism
-from .._interrupts import Background, shielded
+from .._interrupts import shielded
 from .._lazy import import_while
 from ..callbacks import Callback, CallbackList, History
-from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks
+from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks, fit_completed, resume_point
 from ..callbacks.progbar import format_value
 from ..core import steps
 from ..core.losses import LossFn
-from ..core.metrics import compute_on_host, epoch_logs
+from ..core.metrics import compute_on_host
 from ..core.models import adapt, check_input_shape, input_spec, write_back
 from ..core.multi_output import is_structured
 from ..core.optimizers import accumulating, get_optimizer
@@ -56,19 +52,20 @@ from ..persistence import checkpoint, metadata
 from ..persistence import export as export_lib
 from ..persistence.fingerprint import data_fingerprint
 from . import labels
-from .args import check_int, check_momentum, check_verbose
-from .compiled import CompiledSteps, Resolved
-from .fit_options import check_class_weight, class_weights, validation_epochs
+from .args import check_int, check_momentum
+from .compiled import CompiledSteps, HookValues, Resolved
+from .epoch_loop import EpochLoop
+from .first_step import FirstStep
+from .fit_options import FitArgs, check_class_weight
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
     from ..data.sources.base import Source
+    from ..persistence.checkpoint import ResumePoint
 
 __all__ = ["Trainer"]
-
-log = logging.getLogger("easyfit")
 
 
 class Trainer:
@@ -205,17 +202,13 @@ class Trainer:
         self.stop_training = False
         self.stop_evaluating = False
         self.stop_predicting = False
-        self._loss_note: str | None = None  # why the loss was inferred, when it was
-        self._labels_checked: weakref.WeakSet[Any] = weakref.WeakSet()  # sources, once each
+        self._labels = labels.LabelChecks()  # the loss inferred, each source's labels checked
         self._input_spec: tuple[Any, Any] | None = None  # one sample's (see models.input_spec)
         self._maker: StateMaker | None = None  # makes fresh states (_init_state)
-        self._input_scale: float | None = None  # what the steps multiply the inputs by
-        self._class_weight: tuple[float, ...] | None = None  # the current fit's
+        self._hook_values = HookValues()  # what the hooks read: the input scale, class weights
         self._inference_only: str | None = None  # why fit cannot go on (loaded without optimizer)
         self._progress: checkpoint.Progress | None = None
         self._data_fingerprint: dict[str, Any] | None = None  # the last fit's, with a backup
-        self._fit_callbacks: CallbackList | None = None  # the running fit's (their states: backups)
-        self._validation_skipped = False  # the epoch ending was not validated (validation_freq)
 
     # ----------------------------------------------------------------------------- public state
     @property
@@ -249,7 +242,7 @@ class Trainer:
         return metadata.checkpoint_meta(
             seed=self.seed,
             input_spec=self._input_spec,
-            input_scale=self._input_scale,
+            input_scale=self._hook_values.input_scale,
             class_names=self.class_names,
             precision=self.precision.name,
             data=self._data_fingerprint,
@@ -293,9 +286,9 @@ class Trainer:
             self.optimizer,
             self.compute_loss,
             self._resolved(batch["y"]).metrics,
-            self._input_scale,
+            self._hook_values.input_scale,
             self.precision,
-            None if self._class_weight is None else jnp.asarray(self._class_weight),
+            None if self._hook_values.class_weight is None else jnp.asarray(self._hook_values.class_weight),
         )
         return default(state, dict(batch))
 
@@ -306,7 +299,7 @@ class Trainer:
         (times the training data's input scale, in the precision's compute dtype; float32
         outputs), in training mode (dropout with ``rng``, batch statistics updated) or not.
         For :meth:`train_step`; callable outside it too."""
-        scale = self._input_scale
+        scale = self._hook_values.input_scale
         return steps.forward(self._adapter, self.precision, scale, params, model_state, x, train, rng)
 
     def compute_metrics(self, outputs: Any, batch: Mapping[str, Any], loss: jax.Array) -> Any:
@@ -430,117 +423,59 @@ class Trainer:
             The History of this fit (the one in ``callbacks`` if given; also
             ``trainer.history``).
         """
-        self._check_trainable()
-        check_int("batch_size", batch_size, 1, none=True)
-        check_int("epochs", epochs, 0)
-        check_int("initial_epoch", initial_epoch, 0)
-        check_int("steps_per_epoch", steps_per_epoch, 1, none=True)
-        check_int("validation_steps", validation_steps, 1, none=True)
-        if not isinstance(shuffle, (bool, np.bool_)) and shuffle != "batch":
-            raise ValueError(f"shuffle={shuffle!r}: expected True, False or 'batch'")
-        shuffle = shuffle if shuffle == "batch" else bool(shuffle)
-        verbose = check_verbose(verbose) if jax.process_index() == 0 else 0  # process 0 reports
-        self._class_weight = class_weights(class_weight)
-        if self.state is None:  # the runtime starts while the input is listed and opened
-            threading.Thread(target=_start_runtime, name="easyfit-runtime").start()
-        validates = validation_epochs(validation_freq)
-        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
-        for note in self._data.left_out(train, val) if verbose else ():
-            print(f"easyfit: {note}", flush=True)
-        self._input_scale = train.scale  # what the training steps and forward multiply x by
-        self.class_names = train.class_names
-        batch_size = int(batch_size or self.batch_size)
-        self.batch_size = batch_size
-        callbacks = as_list(callbacks)
-        resume = checkpoint.find_resume_point(callbacks)
-        if any(hasattr(cb, "restore_point") for cb in callbacks):  # a backup: note the data
-            self._data_fingerprint = data_fingerprint(train)
-            if resume is not None:
-                resume.check_data(self._data_fingerprint)
-        distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
-            train,
-            val,
+        if self._inference_only is not None:  # loaded without its optimizer
+            raise ValueError(f"fit: {self._inference_only}")
+        args = FitArgs.check(
             batch_size=batch_size,
             epochs=epochs,
             initial_epoch=initial_epoch,
-            resume=None if resume is None else [resume.epoch, resume.batch],
             steps_per_epoch=steps_per_epoch,
-            steps_per_execution=self.steps_per_execution,
+            validation_steps=validation_steps,
+            validation_split=validation_split,
+            validation_freq=validation_freq,
             shuffle=shuffle,
             cache=cache,
-            validation_split=validation_split,
-            validation_steps=validation_steps,
-            validation_freq=validation_freq,
-            class_weight=self._class_weight,
+            class_weight=class_weight,
+            verbose=verbose,
+        )
+        first_step = FirstStep(warm_up=self.state is None)
+        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
+        if args.verbose:
+            _say(*self._data.left_out(train, val))
+        self._know(train.scale, train.class_names, args.weights)  # what the traced hooks read
+        self.batch_size = batch_size = int(batch_size or self.batch_size)
+        callbacks = as_list(callbacks)
+        resume = self._resume_point(callbacks, train)
+        distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
+            train,
+            val,
+            **args.settings(batch_size),
+            resume=None if resume is None else [resume.epoch, resume.batch],
+            steps_per_execution=self.steps_per_execution,
             seed=self.seed,
             model=type(self._model).__name__,
             input_spec=self._input_spec,
         )
-        loader, why = self._data.train_loader(
-            train,
-            batch_size,
-            shuffle=shuffle,
-            cache=cache,
-            initial_epoch=initial_epoch,
-            resume=resume,
-            steps_per_epoch=steps_per_epoch,
+        stream, why = self._data.train_loader(train, batch_size, resume=resume, **args.stream())
+        if args.verbose:
+            _say(why if cache == "auto" else None, unscaled_note(train))
+        initial_epoch, first_batch = (initial_epoch, 0) if resume is None else (resume.epoch, resume.batch)
+        compiled = first_step.start(
+            stream,
+            stream.plan.live_steps(first_batch),
+            peek_spec=self.loss is not None or known_labels(train) is not None,
+            functions=lambda chunk: self._functions(train, stream.plan, chunk, args.verbose),
+            shapes=self._shapes,
+            make_state=lambda chunk, labels: self._ensure_state(chunk, train, labels, class_weight),
         )
-        if verbose and cache == "auto":
-            print(f"easyfit: {why}", flush=True)
-        if verbose and (unscaled := unscaled_note(train)):
-            print(f"easyfit: {unscaled}", flush=True)
-        if resume is not None:
-            initial_epoch = resume.epoch
-        plan = loader.plan
-        start = dict(loader.position())  # read now: the stream moves on at once
-        compiling: dict[int, Background] = {}
-        try:  # a failure before training (bad labels or inputs) leaves nothing running
-            # the chunk's shapes as the source declares them or the pipelines' first run tells
-            # them (GPUs): the model initialises and the first step compiles while the chunk is read
-            spec = loader.chunk_spec() if self.loss is not None or known_labels(train) is not None else None
-            head: Any = next(loader) if spec is None else spec
-            fns = self._functions(train, plan, head)
-            if verbose and self._loss_note:
-                print(f"easyfit: {self._loss_note}", flush=True)
-            # the steps trained by the first chunk, by most and by an epoch's last one (fewer when
-            # the steps do not divide evenly): the first chunk's function compiled while the model
-            # initialises, the others after it, while the first chunks train (two compilations at
-            # once stalled on a GPU)
-            first_count = plan.live_steps(resume.batch if resume is not None else 0)
-            abstract, empty = self._abstract_state(head), self._empty_spec(fns)
-            with shielded("starting the compilation"):  # a Ctrl-C after the start finds it listed
-                compiling[first_count] = steps.compile_ahead(fns.train(first_count), abstract, empty, head)
-            if spec is not None:  # the state from the spec's shapes, then the chunk itself
-                self._ensure_state(spec, train, labels_too=False)
-                head = next(loader)
-            first: dict | None = head  # the first step's chunk, already read
-            self._ensure_state(head, train)
-            self._check_class_weight(class_weight, head)
-            compiling[first_count].join()
-            ends = {plan.live_steps(0), plan.live_steps(plan.chunks_per_epoch - 1)}
-            others = [n for n in ends if n != first_count]
-            if others:
-                with shielded("starting the compilation"):
-                    later = steps.compile_ahead([fns.train(n) for n in others], abstract, empty, head)
-                    compiling.update(dict.fromkeys(others, later))
-        except BaseException:
-            _wind_down(compiling, loader)
-            raise
-        acc = None
-        first_batch = 0
-        if resume is not None:
-            self.state, acc = resume.restore(self.state, self._empty(fns))
-            first_batch = resume.batch
-        self._progress = checkpoint.Progress(initial_epoch, first_batch, start, acc, plan)
-        listed, history = fit_callbacks(callbacks, verbose)
-        cbs = CallbackList(
-            listed,
-            self,
-            {"epochs": epochs, "steps": plan.chunks_per_epoch, "verbose": verbose, "batch_size": batch_size},
-        )
-        self.history = history
-        self.stop_training = False
-        self._fit_callbacks = cbs
+        empty = functools.partial(self._empty, compiled)
+        self.state, metrics = (self.state, None) if resume is None else resume.restore(self.state, empty())
+        loop = EpochLoop(first_step, compiled, empty, batch=first_batch, metrics=metrics)
+        self._progress = loop.progress(initial_epoch, first_batch)
+        listed, history = fit_callbacks(callbacks, args.verbose)
+        params = {"epochs": epochs, "steps": loop.plan.chunks_per_epoch, "verbose": args.verbose}
+        cbs = CallbackList(listed, self, {**params, "batch_size": batch_size})
+        self.history, self.stop_training = history, False
         logs: dict[str, float] = {}
         try:
             cbs.call("on_train_begin")  # in the try: on_train_end lets go of what it took
@@ -548,43 +483,28 @@ class Trainer:
                 cbs.restore(resume)  # the callbacks' states the backup holds
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
-                    cbs.begin_epoch(epoch, resumed=epoch == initial_epoch and first_batch > 0)
-                    waiting = EpochInputWait(loader)
-                    if acc is None:
-                        acc = self._empty(fns)
-                    for batch in range(first_batch, plan.chunks_per_epoch):
-                        chunk = first if first is not None else next(loader)
-                        first = None
+                    cbs.begin_epoch(epoch, resumed=loop.mid_epoch)
+                    waiting = EpochInputWait(stream)
+                    for batch, chunk in loop.batches():
                         cbs.call("on_train_batch_begin", batch)
-                        live = plan.live_steps(batch)
-                        compiling[live].join()
-                        self.state, acc = fns.train(live)(self.state, acc, chunk)
-                        self._progress = checkpoint.Progress(epoch, batch + 1, loader.position(), acc, plan)
+                        self.state = loop.train(self.state, batch, chunk)
+                        self._progress = loop.progress(epoch, batch + 1)
                         if cbs.wants("on_train_batch_end"):
-                            cbs.call(
-                                "on_train_batch_end",
-                                batch,
-                                logs=LazyLogs(functools.partial(compute_on_host, acc)),
-                            )
+                            cbs.call("on_train_batch_end", batch, logs=loop.running_logs())
                         if self.stop_training or interrupted():
                             break
                     else:
-                        position = start if first is not None else loader.position()
-                        self._progress = checkpoint.Progress(epoch + 1, 0, position, None, plan)
+                        self._progress = loop.progress(epoch + 1, 0)
                     if interrupted():
                         raise interrupted.exception()
-                    logs = epoch_logs(acc, self.state)
-                    steady = initial_epoch + loader.warmup_epochs  # the first epoch as others
-                    logs["input_wait"] = waiting.finish(epoch)
-                    acc = None
-                    first_batch = 0
-                    self._validation_skipped = val is not None and not validates(epoch)
-                    if val is not None and validates(epoch):
+                    logs = {**loop.end_epoch(self.state), "input_wait": waiting.finish(epoch)}
+                    cbs.validation_skipped = val is not None and not args.validates(epoch)
+                    if val is not None and args.validates(epoch):
                         val_logs = self._evaluate(val, batch_size, cbs, validation_steps)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
-                    if verbose and epoch == steady:
-                        waiting.report()  # under the epoch's metrics line
+                    if args.verbose and epoch == initial_epoch + stream.warmup_epochs:
+                        waiting.report()  # under the epoch's metrics line: the first epoch as others
                     if interrupted():
                         raise interrupted.exception()
                     if self.stop_training:
@@ -594,13 +514,12 @@ class Trainer:
                 cbs.call("on_interrupt", logs=logs)
             raise
         finally:
-            _wind_down(compiling, loader)
+            first_step.close()
             try:
                 cbs.call_all("on_train_end", logs=logs)  # every callback, even after one raised
             finally:
-                self._fit_callbacks, self._validation_skipped = None, False
                 write_back(self._model, self.state)  # the user's NNX module holds the trained state
-        checkpoint.fit_completed(callbacks)  # only now may a backup go (BackupAndRestore)
+        fit_completed(callbacks)  # only now may a backup go (BackupAndRestore)
         return history
 
     @classmethod
@@ -667,29 +586,34 @@ class Trainer:
         """A leased loader over ``source`` (its first ``steps`` batches) and the compiled steps
         for it (``evaluate``), or with ``predict`` the prediction function (no labels: no loss)."""
         with self._data.lease(source, batch_size, steps) as loader:
-            first = loader.peek()
-            self._ensure_state(first, source, labels_too=not predict)
+            chunk, made = loader.peek(), self.state is None
+            compiled: Any = None if predict else self._functions(source, loader.plan, chunk)
+            self._ensure_state(chunk, source, labels_too=not predict)
+            if made:  # the state made from this data: its scale (and names, if none yet)
+                self._know(
+                    source.scale, self.class_names if self.class_names is not None else source.class_names
+                )
             if predict:
-                yield loader, self._predictor(source, loader.plan)
-            else:
-                yield loader, self._functions(source, loader.plan, first)
+                k = loader.plan.steps_per_execution
+                compiled = self._steps.predictor(self._adapter, self.precision, source.scale, k)
+            yield loader, compiled
 
     def _evaluate(
         self, source: Source, batch_size: int, cbs: CallbackList, steps: int | None = None
     ) -> dict[str, float]:
-        with self._pass(source, batch_size, steps=steps) as (loader, fns):
+        with self._pass(source, batch_size, steps=steps) as (loader, compiled):
             self.stop_evaluating = False
             cbs.call("on_test_begin")
-            acc = self._empty(fns)
+            metrics = self._empty(compiled)
             for batch in range(loader.plan.chunks_per_epoch):
                 cbs.call("on_test_batch_begin", batch)
-                acc = fns.eval(self.state, acc, next(loader))
+                metrics = compiled.eval(self.state, metrics, next(loader))
                 if cbs.wants("on_test_batch_end"):
-                    running = LazyLogs(functools.partial(compute_on_host, acc))
+                    running = LazyLogs(functools.partial(compute_on_host, metrics))
                     cbs.call("on_test_batch_end", batch, logs=running)
                 if self.stop_evaluating:
                     break
-            logs = compute_on_host(acc)
+            logs = compute_on_host(metrics)
         cbs.call("on_test_end", logs=logs)
         return logs
 
@@ -817,7 +741,8 @@ class Trainer:
         # on the host, as JAX arrays: NumPy's are read-only, and an NNX module drawing from the
         # nnx.Rngs it holds writes its count while the export traces it
         host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(self._require_state()))
-        infer = functools.partial(steps.make_infer(self._adapter, self._input_scale, self.precision), host)
+        scale = self._hook_values.input_scale
+        infer = functools.partial(steps.make_infer(self._adapter, scale, self.precision), host)
         spec = self._input_spec or ([], None)
         return export_lib.export_trained(path, infer, spec, self.class_names, self._data.recipe, inputs)
 
@@ -884,9 +809,8 @@ class Trainer:
             )
         else:
             self._data.use_recipe(recipe)
-        if meta["class_names"] is not None:
-            self.class_names = list(meta["class_names"])
-        self._input_scale = meta.get("input_scale")
+        names = meta["class_names"]
+        self._know(meta.get("input_scale"), self.class_names if names is None else list(names))
         if meta["kind"] == "full":
             self.seed = int(meta["seed"])
             self._data.seed = self.seed
@@ -904,23 +828,34 @@ class Trainer:
             )
         return self._steps.resolved(self.loss, self.loss_weights, self.metrics, y)
 
-    def _resolve_loss(self, source: Source, chunk: Mapping[str, Any]) -> Resolved:
-        """Infers ``self.loss`` from ``source``'s labels when none was given (saying so in the
-        log), and resolves it for ``chunk``'s labels."""
-        if self.loss is None:
-            self.loss, self._loss_note = labels.infer_loss_for(source, chunk)
-            log.info("easyfit: %s", self._loss_note)
-        return self._resolved(chunk["y"])
+    def _know(
+        self, scale: float | None, class_names: list[str] | None, class_weight: Any = HookValues.KEEP
+    ) -> None:
+        """The one place that sets what the traced hooks read (one value: the input scale and
+        fit's class weights, kept unless given) and the class names: by fit (its training
+        data's), by an evaluate or predict that makes the state (its data's), by load (the
+        checkpoint's)."""
+        self._hook_values = self._hook_values.replace(scale, class_weight)
+        self.class_names = class_names
 
-    def _functions(self, source: Source, plan: Plan, chunk: Mapping[str, Any]) -> steps.Compiled:
+    def _functions(
+        self, source: Source, plan: Plan, chunk: Mapping[str, Any], verbose: int = 0
+    ) -> steps.Compiled:
         """The compiled training and evaluation steps for ``source`` (its input scale) and
-        ``plan`` (its steps per dispatch), with the current fit's class weights."""
-        resolved = self._resolve_loss(source, chunk)
-        if self._class_weight is not None and is_structured(chunk["y"]):
+        ``plan`` (its steps per dispatch), with the current fit's class weights. The one place
+        the loss is inferred from ``source``'s labels when none was given (said in the log, and
+        with ``verbose`` on stdout)."""
+        if self.loss is None:
+            self.loss = self._labels.infer(source, chunk)
+        resolved = self._resolved(chunk["y"])
+        class_weight = self._hook_values.class_weight
+        if class_weight is not None and is_structured(chunk["y"]):
             raise ValueError(
                 "class_weight: the model has several outputs (y is a dict or a tuple); weight "
                 "the samples with sample_weight= instead"
             )
+        if verbose:
+            _say(self._labels.note)
         train: Any = self.train_step
         if self.ema_momentum is not None:  # after any train_step, an override's too
             train = steps.with_ema(train, self.ema_momentum, self.gradient_accumulation_steps)
@@ -932,12 +867,8 @@ class Trainer:
             metrics=resolved.metrics,
             scale=source.scale,
             steps_per_execution=plan.steps_per_execution,
-            class_weight=self._class_weight,
+            class_weight=class_weight,
         )
-
-    def _predictor(self, source: Source, plan: Plan) -> Any:
-        """The jitted prediction function for ``source`` (``steps.compile_predict``)."""
-        return self._steps.predictor(self._adapter, self.precision, source.scale, plan.steps_per_execution)
 
     def _check_class_weight(self, class_weight: Mapping[Any, float] | None, chunk: Mapping[str, Any]) -> None:
         """ValueError for a ``class_weight`` key past the model's classes (its outputs, or 0
@@ -948,21 +879,30 @@ class Trainer:
         size = self._adapter.num_outputs(state.params, state.model_state, input_spec(chunk["x"])[0])
         check_class_weight(class_weight, 2 if size == 1 else int(size))
 
-    def _check_trainable(self) -> None:
-        """Raises ValueError when the state was loaded for inference, without its optimizer."""
-        if self._inference_only is not None:
-            raise ValueError(f"fit: {self._inference_only}")
+    def _resume_point(self, callbacks: list[Callback], train: Source) -> ResumePoint | None:
+        """Where a ``Resumable`` callback offers to resume fit, checked against the training
+        data; with a backup, the data's fingerprint noted (the backups record it)."""
+        resume, backed_up = resume_point(callbacks)
+        if backed_up:
+            self._data_fingerprint = data_fingerprint(train)
+            if resume is not None:
+                resume.check_data(self._data_fingerprint)
+        return resume
 
     # ------------------------------------------------------------------------------ the state
-    def _ensure_state(self, chunk: Mapping[str, Any], source: Source, labels_too: bool = True) -> None:
+    def _ensure_state(
+        self,
+        chunk: Mapping[str, Any],
+        source: Source,
+        labels_too: bool = True,
+        class_weight: Mapping[Any, float] | None = None,
+    ) -> None:
         """Creates the state from a first batch (or its ``jax.ShapeDtypeStruct`` spec) if there
         is none, else checks the batch's input shape against the state's; with ``labels_too``,
-        resolves the loss and checks the source's labels (once per source)."""
+        checks the source's labels against the loss (once per source) and ``class_weight``'s
+        keys against the model's classes."""
         if self.state is None:
             self._init_state(*input_spec(chunk["x"]))
-            if self.class_names is None:
-                self.class_names = source.class_names
-            self._input_scale = source.scale
             self._data.adopt(source)
         elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
             built, model = self._input_spec[0], self._require_state()
@@ -974,18 +914,10 @@ class Trainer:
             )
         if not labels_too:
             return
-        self._resolve_loss(source, chunk)  # sets self.loss when it was None
-        if source in self._labels_checked:
-            return
-        self._labels_checked.add(source)
-        state = self._require_state()
-        labels.check_source_labels(
-            source,
-            self.loss,
-            lambda: self._adapter.output_shapes(state.params, state.model_state, input_spec(chunk["x"])[0]),
-            chunk,
-            inferred=self._loss_note,
-        )
+        state, shape = self._require_state(), input_spec(chunk["x"])[0]
+        outputs = functools.partial(self._adapter.output_shapes, state.params, state.model_state, shape)
+        self._labels.check(source, self.loss, outputs, chunk)
+        self._check_class_weight(class_weight, chunk)
 
     def _init_state(self, shape: Any, dtype: Any, abstract: bool = False) -> Any:
         """Creates ``self.state`` for inputs of ``shape`` (one sample's, or a dict or list of
@@ -1009,19 +941,18 @@ class Trainer:
             maker = self._maker = StateMaker(self._adapter, self.optimizer, ema)
         return maker
 
-    def _abstract_state(self, chunk: Mapping[str, Any]) -> Any:
-        """Shapes, dtypes and shardings of the state, before it exists (no computation)."""
+    def _shapes(self, chunk: Mapping[str, Any], compiled: steps.Compiled) -> tuple[Any, Any]:
+        """Shapes, dtypes and shardings of the state (before it exists: no computation) and of
+        what ``_empty`` makes: the first step compiles for them with no transfer to the
+        devices, which on a GPU waits for the pipelines' first run."""
         if self.state is None:
-            return self._init_state(*input_spec(chunk["x"]), True)
-        return self.placement.abstract(self.state)
+            state = self._init_state(*input_spec(chunk["x"]), True)
+        else:
+            state = self.placement.abstract(self.state)
+        return state, self.placement.abstract(jax.eval_shape(compiled.metrics.empty), replicated=True)
 
-    def _empty(self, fns: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
-        return self.placement.replicate(fns.metrics.empty())
-
-    def _empty_spec(self, fns: steps.Compiled) -> Any:
-        """What ``_empty`` makes, as shapes, dtypes and shardings: the first step compiles for it
-        with no transfer to the devices, which on a GPU waits for the pipelines' first run."""
-        return self.placement.abstract(jax.eval_shape(fns.metrics.empty), replicated=True)
+    def _empty(self, compiled: steps.Compiled) -> Any:  # placed as the steps return them (one compile)
+        return self.placement.replicate(compiled.metrics.empty())
 
     def _require_state(self) -> TrainState:
         if self.state is None:
@@ -1032,29 +963,11 @@ class Trainer:
         return metadata.optimizer_meta(self._optimizer_name, opt_state)
 
 
-def _wind_down(compiling: Mapping[int, Background], loader: Any) -> None:
-    """Waits for the steps being compiled and closes the training stream (its thread and
-    pipelines), whatever Ctrl-C comes meanwhile: a compilation or a loader thread still running
-    when the interpreter exits aborts the process. Says so when fit stops on an interrupt while
-    a step still compiles (seconds; minutes for a large model)."""
-    running = [c for c in dict.fromkeys(compiling.values()) if c.running()]
-    what = "the compilation in progress" if running else "closing the data loader"
-    with shielded(what):
-        if running and isinstance(sys.exc_info()[1], (KeyboardInterrupt, Preempted)):
-            print(f"easyfit: stopping after {what}", file=sys.stderr, flush=True)
-        for compilation in running:
-            compilation.join()
-        loader.close()
-
-
-def _start_runtime() -> None:
-    """The devices' first computation: on a GPU, the runtime's own set-up (seconds, before any
-    program of the model's) happens then. ``fit`` runs it in a thread while the input is listed
-    and its pipelines built; not a daemon, for the reason ``steps.compile_ahead`` gives."""
-    try:
-        jax.block_until_ready(jax.random.PRNGKey(0))
-    except Exception:  # noqa: BLE001 - the state's creation meets and reports it
-        pass
+def _say(*notes: str | None) -> None:
+    """Prints each note (those not None or empty) on a line of its own, for fit's ``verbose``."""
+    for note in notes:
+        if note:
+            print(f"easyfit: {note}", flush=True)
 
 
 def _on_host(output: tuple[Any, Any]) -> Any:
