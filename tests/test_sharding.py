@@ -5,6 +5,7 @@ says per device, and a checkpoint moves between layouts."""
 from __future__ import annotations
 
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +85,13 @@ def test_zero1_and_fsdp_train_as_replicated_on_eight_devices(tmp_path):
     proc = run_program("sharding_devices.py", out, devices=8)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.split()[-1] == "8"
+    assert "easyfit: the training state is sharded: fsdp over 8 devices ('data' axis)" in proc.stdout
+    summary = (tmp_path / "run.summary").read_text()
+    assert "Sharding: fsdp over 8 devices" in summary, summary
+    assert re.search(r"params/Dense_0/kernel +\(1568, 10\) +P\('data',?\) +7\.7 KiB per device", summary), (
+        summary
+    )
+    assert re.search(r"optimizer: .* per device, of .*", summary), summary
     layouts = json.loads((tmp_path / "run.json").read_text())
     with np.load(out + ".npz") as f:
         got: dict[str, dict[str, np.ndarray]] = {}

@@ -25,10 +25,11 @@ A path is the parameter's keys joined by ``/``: ``Dense_0/kernel`` (linen), ``li
 Example:
     >>> import jax, jax.numpy as jnp
     >>> from easyfit.core.sharding import StateSharding, array_spec
-    >>> array_spec(jax.ShapeDtypeStruct((1024, 2048), jnp.float32), 8)
-    PartitionSpec(None, 'data')
-    >>> array_spec(jax.ShapeDtypeStruct((10, 64), jnp.float32), 8) # 2.5 KiB: replicated
-    PartitionSpec()
+    >>> from jax.sharding import PartitionSpec as P
+    >>> array_spec(jax.ShapeDtypeStruct((1024, 2048), jnp.float32), 8) == P(None, "data")
+    True
+    >>> array_spec(jax.ShapeDtypeStruct((10, 64), jnp.float32), 8) == P()  # 2.5 KiB: replicated
+    True
     >>> StateSharding.of([("Dense_0/kernel", ("data", None))]).kind
     'rules'
 """
@@ -120,9 +121,12 @@ class StateSharding:
 
 
 def path_of(keys: Iterable[Any]) -> str:
-    """A pytree key path spelled as easyfit's rules match it: the keys joined by ``/``."""
+    """A pytree key path spelled as easyfit's rules match it: the keys joined by ``/``, without
+    the key a flax box adds to its array's (``.value``)."""
     parts = []
     for k in keys:
+        if _box_key(k):
+            continue
         if isinstance(k, jax.tree_util.DictKey):
             parts.append(str(k.key))
         elif isinstance(k, jax.tree_util.GetAttrKey):
@@ -282,7 +286,7 @@ def _mirror(params: Any, specs: Any) -> Any:
     flat_shapes = jax.tree_util.tree_leaves_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
     flat_specs = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, P))
     for (keys, shape), spec in zip(flat_shapes, flat_specs, strict=True):
-        by_path["/" + path_of(k for k in keys if not _box_key(k))] = (shape, spec)
+        by_path["/" + path_of(keys)] = (shape, spec)
 
     def mirrored(path: str, a: Any, names: Any, fallback: Any = None) -> P:
         full = "/" + path
@@ -312,7 +316,7 @@ def specs_by_path(tree: Any, shardings: Any) -> dict[str, tuple[Any, int]]:
     leaves = jax.tree_util.tree_leaves_with_path(tree)
     for (keys, a), s in zip(leaves, jax.tree_util.tree_leaves(shardings), strict=True):
         shard = s.shard_shape(tuple(a.shape))
-        out[path_of(k for k in keys if not _box_key(k))] = (
+        out[path_of(keys)] = (
             s.spec,
             math.prod(shard) * np.dtype(a.dtype).itemsize,
         )
@@ -364,5 +368,11 @@ class StateLayout:
         return jax.lax.with_sharding_constraint(state, self.shardings(state))
 
     def describe(self) -> str:
-        """The layout in force, as the epoch line and ``easyfit info`` name it."""
-        return f"sharding={self.sharding.name}"
+        """The layout in force, as fit's log and ``summary`` name it."""
+        return f"{self.sharding.name} over {self.mesh.devices.size} devices ('{DATA_AXIS}' axis)"
+
+    @staticmethod
+    def parts(state: Any) -> dict[str, Any]:
+        """The state's parts as ``summary`` lists them."""
+        parts = {"params": state.params, "model state": state.model_state, "optimizer": state.opt_state}
+        return parts if state.ema_params is None else {**parts, "EMA": state.ema_params}

@@ -498,6 +498,8 @@ class Trainer:
             print(f"easyfit: {why}", flush=True)
         if verbose and (unscaled := unscaled_note(train)):
             print(f"easyfit: {unscaled}", flush=True)
+        if verbose and self._layout.sharded:  # which arrays each device holds whole
+            print(f"easyfit: the training state is sharded: {self._layout.describe()}", flush=True)
         if resume is not None:
             initial_epoch = resume.epoch
         plan = loader.plan
@@ -801,7 +803,11 @@ class Trainer:
         else:  # shapes only: the model traced on abstract inputs
             variables = jax.eval_shape(self._adapter.init, jax.random.key(self.seed), x)
         table = export_lib.layer_table(self._adapter, variables, x, line_length)
-        export_lib.summary(*variables, type(self._model).__name__, print_fn or print, layers=table)
+        placed = None if self.state is None or not self._layout.sharded else self._layout.parts(self.state)
+        where = None if placed is None else export_lib.sharding_table(self._layout.describe(), placed)
+        export_lib.summary(
+            *variables, type(self._model).__name__, print_fn or print, layers=table, sharding=where
+        )
 
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and

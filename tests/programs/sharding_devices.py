@@ -78,8 +78,11 @@ optimizers = {"sgd": lambda: optax.sgd(0.05, momentum=0.9), "adam": lambda: opta
 for opt, kinds in (("sgd", ("replicated", "fsdp")), ("adam", ("replicated", "zero1", "fsdp"))):
     for kind in kinds:
         t = trainer(optimizers[opt](), kind)
-        t.fit(data, epochs=2, batch_size=16, verbose=0, cache=False)
+        shown = opt == "adam" and kind == "fsdp"  # fit's log names the layout; summary shows it
+        t.fit(data, epochs=2, batch_size=16, verbose=2 if shown else 0, cache=False)
         keep(f"{opt}-{kind}", t.state)
+        if shown:
+            t.summary(print_fn=lambda text: Path(out + ".summary").write_text(text))
         if opt == "adam" and kind in ("replicated", "fsdp"):
             t.save(f"{out}-{kind}.ckpt")
 
