@@ -1,6 +1,7 @@
 """``Trainer(sharding=)``: the layout rules (pure, on shapes), and on 8 virtual devices in a fresh
 interpreter: ``zero1`` and ``fsdp`` train to ``replicated``'s numbers, hold the bytes the rule
-says per device, and a checkpoint moves between layouts."""
+says per device, a checkpoint moves between layouts, and a backup taken on 8 devices resumes on
+4 and on 1."""
 
 from __future__ import annotations
 
@@ -136,3 +137,12 @@ def test_zero1_and_fsdp_train_as_replicated_on_eight_devices(tmp_path):
     for saved, into in (("replicated", "fsdp"), ("fsdp", "replicated")):
         for path, want in got[f"adam-{saved}"].items():
             np.testing.assert_array_equal(got[f"{saved}->{into}"][path], want, err_msg=path)
+    # a backup taken under fsdp on 8 devices, the run stopped mid-epoch (between two updates of
+    # the accumulated gradients), resumed on 4 devices (zero1) and on 1 (replicated): the
+    # uninterrupted run's numbers (the same samples in the same steps), up to summation order
+    for resumed in ("resumed-zero1-4", "resumed-replicated-1"):
+        assert got[resumed].keys() == got["adam-replicated"].keys()
+        for path, want in got["adam-replicated"].items():
+            np.testing.assert_allclose(
+                got[resumed][path], want, rtol=1e-5, atol=1e-7, err_msg=f"{resumed} {path}"
+            )

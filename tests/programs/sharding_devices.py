@@ -1,11 +1,13 @@
 """Trains the tiny CNN with BatchNorm on 8 (virtual) devices under each state sharding, with an
-EMA and gradient accumulation, and moves a checkpoint between layouts; writes what the test
-compares to OUT.npz and the layouts to OUT.json.
+EMA and gradient accumulation, moves a checkpoint between layouts, and resumes a backup taken
+on 8 devices on 4 and on 1; writes what the test compares to OUT.npz, the layouts to OUT.json
+and the fsdp trainer's summary to OUT.summary.
 
     python sharding_devices.py OUT
 """
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from flax import linen as nn  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.core.sharding import StateSharding  # noqa: E402
+from tests.helpers import Crash, crash_before  # noqa: E402
 
 
 class NormedCNN(nn.Module):
@@ -39,7 +42,7 @@ arrays: dict[str, np.ndarray] = {}
 layouts: dict[str, dict] = {}
 
 
-def trainer(optimizer, kind):
+def trainer(optimizer, kind, devices=8):
     # every array above 0 bytes split (the default, 4 MiB, would leave this model replicated)
     sharding = StateSharding.of(kind, min_bytes=0)
     return ef.Trainer(
@@ -50,10 +53,11 @@ def trainer(optimizer, kind):
         ema_momentum=0.9,
         gradient_accumulation_steps=2,
         sharding=sharding,
+        devices=jax.devices()[:devices],
     )
 
 
-def keep(name, state):
+def keep(name, state, layout=True):
     tree = {
         "params": state.params,
         "ema": state.ema_params,
@@ -63,6 +67,8 @@ def keep(name, state):
     for keys, a in jax.tree_util.tree_leaves_with_path(tree):
         if hasattr(a, "addressable_shards"):
             arrays[f"{name}|{jax.tree_util.keystr(keys)}"] = np.asarray(a)
+            if not layout:
+                continue
             shard = next(s for s in a.addressable_shards if s.device == jax.devices()[0])
             spec = list(a.sharding.spec)
             while spec and spec[-1] is None:  # P("data", None) is P("data")
@@ -91,6 +97,26 @@ for saved, into in (("replicated", "fsdp"), ("fsdp", "replicated")):
     t = trainer(optax.adam(1e-3), into)
     t.load(f"{out}-{saved}.ckpt")
     keep(f"{saved}->{into}", t.state)
+
+# elastic resume: a backup taken under fsdp on 8 devices resumed on 4 (zero1) and 1 device
+t = trainer(optax.adam(1e-3), "fsdp")
+try:
+    t.fit(
+        data,
+        epochs=2,
+        batch_size=16,
+        verbose=0,
+        cache=False,
+        callbacks=[crash_before(t, 1, 2), ef.callbacks.BackupAndRestore(out + "-b8", save_freq=1)],
+    )
+except Crash:
+    pass
+for kind, n in (("zero1", 4), ("replicated", 1)):
+    shutil.copytree(out + "-b8", out + f"-b{n}")
+    t = trainer(optax.adam(1e-3), kind, n)
+    backup = ef.callbacks.BackupAndRestore(out + f"-b{n}", save_freq=1)
+    t.fit(data, epochs=2, batch_size=16, verbose=0, cache=False, callbacks=[backup])
+    keep(f"resumed-{kind}-{n}", t.state, layout=False)
 
 np.savez(out + ".npz", **arrays)
 Path(out + ".json").write_text(json.dumps(layouts))
