@@ -140,9 +140,39 @@ def test_zero1_and_fsdp_train_as_replicated_on_eight_devices(tmp_path):
     # a backup taken under fsdp on 8 devices, the run stopped mid-epoch (between two updates of
     # the accumulated gradients), resumed on 4 devices (zero1) and on 1 (replicated): the
     # uninterrupted run's numbers (the same samples in the same steps), up to summation order
+    # an NNX model: the same numbers, and the user's module left holding the sharded weights
+    assert str(got["nnx-fsdp-module"]["spec"]) in ("P('data',)", "P('data', None)")  # (784, 128)
+    assert str(got["nnx-replicated-module"]["spec"]) == "P()"
+    assert got["nnx-fsdp"].keys() == got["nnx-replicated"].keys() and got["nnx-fsdp"]
+    for path, want in got["nnx-replicated"].items():
+        np.testing.assert_allclose(got["nnx-fsdp"][path], want, rtol=1e-5, atol=1e-7, err_msg=f"nnx {path}")
     for resumed in ("resumed-zero1-4", "resumed-replicated-1"):
         assert got[resumed].keys() == got["adam-replicated"].keys()
         for path, want in got["adam-replicated"].items():
             np.testing.assert_allclose(
                 got[resumed][path], want, rtol=1e-5, atol=1e-7, err_msg=f"{resumed} {path}"
             )
+
+
+def test_annotations_in_the_model_are_honoured():
+    from flax import linen as nn
+
+    class Annotated(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            kernel = nn.with_partitioning(nn.initializers.lecun_normal(), (None, "data"))
+            hidden = nn.Dense(64, kernel_init=kernel)(x)  # Dense_0
+            return nn.Dense(10)(hidden)
+
+    params = jax.eval_shape(Annotated().init, jax.random.key(0), jnp.zeros((1, 16)))["params"]
+    state = _state(params)
+    for kind, want in (("replicated", P()), ("zero1", P(None, "data")), ("fsdp", P(None, "data"))):
+        specs = state_specs(state, StateSharding.of(kind), {"data": 8})
+        # a box keeps its metadata; its array's spec is the annotation's (16 x 64: under 4 MiB)
+        assert specs.params["Dense_0"]["kernel"].value == want
+        assert specs.opt_state[0].mu["Dense_0"]["kernel"].value == want
+        assert specs.params["Dense_1"]["kernel"] == P()
+    rules = StateSharding.of([("Dense_0/kernel", P())])  # the path without the box's key; a rule wins
+    assert state_specs(state, rules, {"data": 8}).params["Dense_0"]["kernel"].value == P()
+    with pytest.raises(ValueError, match=r"Dense_0/kernel of shape \(16, 64\): its annotation"):
+        state_specs(state, StateSharding.of("fsdp"), {"data": 3})

@@ -17,10 +17,12 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import linen as nn  # noqa: E402
+from flax import nnx  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.core.sharding import StateSharding  # noqa: E402
 from tests.helpers import Crash, crash_before  # noqa: E402
+from tests.helpers.models import NNXMLP  # noqa: E402
 
 
 class NormedCNN(nn.Module):
@@ -97,6 +99,20 @@ for saved, into in (("replicated", "fsdp"), ("fsdp", "replicated")):
     t = trainer(optax.adam(1e-3), into)
     t.load(f"{out}-{saved}.ckpt")
     keep(f"{saved}->{into}", t.state)
+
+# an NNX model the user built: placed shard by shard, trained, and written back sharded
+for kind in ("replicated", "fsdp"):
+    module = NNXMLP(nnx.Rngs(0))
+    t = ef.Trainer(
+        module,
+        optimizer=optax.sgd(0.05),
+        seed=0,
+        steps_per_execution=1,
+        sharding=StateSharding.of(kind, min_bytes=0),
+    )
+    t.fit(data, epochs=1, batch_size=16, verbose=0, cache=False)
+    keep(f"nnx-{kind}", t.state, layout=False)
+    arrays[f"nnx-{kind}-module|spec"] = np.asarray(str(module.hidden.kernel.value.sharding.spec))
 
 # elastic resume: a backup taken under fsdp on 8 devices resumed on 4 (zero1) and 1 device
 t = trainer(optax.adam(1e-3), "fsdp")
