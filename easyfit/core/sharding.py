@@ -155,7 +155,7 @@ def array_spec(a: Any, axis_size: int, min_bytes: int = MIN_BYTES) -> P:
         return P()
     for i in sorted(range(len(shape)), key=lambda d: (-shape[d], -d)):
         if shape[i] % axis_size == 0:
-            return P(*[DATA_AXIS if d == i else None for d in range(len(shape))])
+            return P(*[None] * i, DATA_AXIS)  # no trailing None: as XLA spells its outputs'
     return P()
 
 
@@ -215,7 +215,17 @@ def _check_spec(spec: P, a: Any, axes: Mapping[str, int], path: str, why: str) -
                 f"sharding: {path} of shape {shape}: {why} {spec} splits a dimension of {dim} "
                 f"over {size} devices, which does not divide it"
             )
-    return spec
+    return _trimmed(spec)
+
+
+def _trimmed(spec: P) -> P:
+    """``spec`` without trailing Nones, as XLA spells the shardings of a step's outputs: the
+    state then comes back from a step with the very shardings it went in with (else the step's
+    first call and the next have different signatures)."""
+    parts = list(spec)
+    while parts and parts[-1] is None:
+        parts.pop()
+    return P(*parts)
 
 
 def state_specs(state: Any, sharding: StateSharding, axes: Mapping[str, int]) -> Any:

@@ -89,6 +89,9 @@ for opt, kinds in (("sgd", ("replicated", "fsdp")), ("adam", ("replicated", "zer
         shown = opt == "adam" and kind == "fsdp"  # fit's log names the layout; summary shows it
         t.fit(data, epochs=2, batch_size=16, verbose=2 if shown else 0, cache=False)
         keep(f"{opt}-{kind}", t.state)
+        # compiled once: the step returns the state in the layout it takes (no recompilation)
+        compiled = [fns.train(n)._cache_size() for fns in t._steps.configurations() for n in (1,)]
+        arrays[f"{opt}-{kind}-compiled|train"] = np.asarray(compiled)
         if shown:
             t.summary(print_fn=lambda text: Path(out + ".summary").write_text(text))
         if opt == "adam" and kind in ("replicated", "fsdp"):
