@@ -246,6 +246,18 @@ def _s3(env: Environment) -> str:
     return f"available (boto3 {boto3}; endpoint {env.s3_endpoint or 'AWS'})"
 
 
+def _sharding(devices: int) -> str:
+    """What ``Trainer(sharding=)`` does with this process's devices (its default in force)."""
+    from .core.sharding import MIN_BYTES
+
+    if devices < 2:
+        return "replicated (one device: Trainer(sharding=) has nothing to split)"
+    return (
+        f"replicated by default; Trainer(sharding='zero1' or 'fsdp') splits arrays over "
+        f"{MIN_BYTES >> 20} MiB {devices} ways"
+    )
+
+
 def report(env: Environment) -> str:
     """``easyfit info``'s text: versions, backend, devices, then warnings."""
     v = env.versions
@@ -271,6 +283,7 @@ def report(env: Environment) -> str:
         ("backend", env.backend),
         ("devices", ", ".join(f"{n} x {k}" for k, n in kinds.items()) or "none"),
         ("processes", str(env.process_count)),
+        ("sharding", _sharding(len(env.devices))),
         ("XLA_FLAGS", env.xla_flags or "(not set)"),
         (CONNECTIONS[0], env.connections or "(not set)"),
         ("jax_compilation_cache_dir", env.compilation_cache or "(not known)"),

@@ -54,6 +54,10 @@ def test_info_prints_versions_backend_and_devices(tmp_path):
     assert fields["optax"] == metadata.version("optax")
     assert fields["dali"].startswith(nvidia.dali.__version__ + " ")
     assert fields["backend"] == "cpu" and fields["devices"] == "2 x cpu"
+    assert (
+        fields["sharding"]
+        == "replicated by default; Trainer(sharding='zero1' or 'fsdp') splits arrays over 4 MiB 2 ways"
+    )
     assert "--xla_gpu_enable_command_buffer=" in fields["XLA_FLAGS"]
     assert fields["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
 

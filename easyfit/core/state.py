@@ -10,9 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from . import initial_states
 from .models import example_input
+
+if TYPE_CHECKING:
+    from .sharding import StateLayout
 
 __all__ = ["CPU_INIT_OPTIONS", "HOST_INIT_BYTES", "StateMaker", "TrainState", "inference_params"]
 
@@ -111,7 +116,14 @@ class StateMaker:
         variables = nnx_variables if self.adapter.kind == "nnx" else example_input(shape, abstract)
         return init_rng, train_rng, variables
 
-    def make(self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None) -> TrainState:
+    def make(
+        self,
+        seed: int,
+        shape: Any,
+        nnx_variables: Any = None,
+        dynamic_scale: Any = None,
+        layout: StateLayout | None = None,
+    ) -> TrainState:
         """A fresh TrainState for inputs of ``shape`` (one sample's: a shape, or a dict or list
         of shapes for several inputs, see ``easyfit.core.models.input_spec``). ``seed``
         seeds the initialisation (linen) and the training RNG key; ``nnx_variables``: an NNX
@@ -121,7 +133,11 @@ class StateMaker:
         A linen model's state of at most :data:`HOST_INIT_BYTES` is computed on the ``host``
         device (on an accelerator, by default: the host's CPU) and returned on the default device,
         uncommitted, as one computed there would be (``placement.replicate`` then places it
-        on every device, across processes too)."""
+        on every device, across processes too).
+
+        With a sharded ``layout`` (``easyfit.core.sharding``), a state made on the devices is
+        made sharded (one program with its out-shardings: no array whole on one device first),
+        and one made on the host or read back from the kept states is placed shard by shard."""
         host = self._host_device()
         # an NNX model's variables exist already, where the user made them: copied there
         linen = self.adapter.kind != "nnx"
@@ -129,20 +145,32 @@ class StateMaker:
         where = host if on_host else None
         cpu = (where.platform if where is not None else jax.default_backend()) == "cpu"
         init = self._init_cpu if cpu else self._init
+        shardings = None
+        if layout is not None and layout.sharded:
+            shardings = layout.shardings(self.abstract(seed, shape, nnx_variables))
         with _default_device(where):  # as abstract: the same trace
             args = self._args(seed, shape, nnx_variables, False)
+            if shardings is not None and not on_host:
+                args = _sharded_args(args, shardings, linen)
             # a linen model's state made on a CPU is kept, and read back by an unchanged re-run
             kept = linen and cpu and initial_states.folder() is not None
             key, state = self._kept(init, args, where or jax.local_devices()[0]) if kept else (None, None)
             if state is None:
-                state = init(*args)
-                if key is not None:
-                    initial_states.write(key, [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)])
+                state = init(*args) if shardings is None or on_host else self._sharded(shardings)(*args)
+                leaves = jax.tree_util.tree_leaves(state)
+                if key is not None and all(leaf.is_fully_addressable for leaf in leaves):
+                    initial_states.write(key, [np.asarray(leaf) for leaf in leaves])
             elif not on_host:  # read back: placed on the default device as a computed one
-                state = jax.device_put(state)
+                state = jax.device_put(state, shardings)
         if on_host:
-            state = jax.device_put(jax.tree_util.tree_map(np.asarray, state))
+            state = jax.device_put(jax.tree_util.tree_map(np.asarray, state), shardings)
         return state.replace(dynamic_scale=dynamic_scale)
+
+    def _sharded(self, shardings: Any) -> Any:
+        """The initialisation jitted to return its arrays placed by ``shardings`` (the same
+        trace: the values are those of the unsharded program, JAX's random bits being
+        partitionable)."""
+        return jax.jit(self._fresh, out_shardings=shardings)
 
     def _kept(self, init: Any, args: tuple[Any, ...], device: jax.Device) -> tuple[str | None, Any]:
         """``(key, state)``: the key of the state ``init(*args)`` gives on ``device`` (a CPU)
@@ -182,6 +210,19 @@ class StateMaker:
             return jax.local_devices(backend="cpu")[0]
         except RuntimeError:  # JAX_PLATFORMS leaves the host's backend out
             return None
+
+
+def _sharded_args(args: tuple[Any, ...], shardings: TrainState, linen: bool) -> tuple[Any, ...]:
+    """The initialisation's arguments for a sharded state: an NNX model's variables placed
+    shard by shard as its state will hold them (a jitted function cannot take arrays of one
+    device and return arrays of the mesh); a linen model's zero input replicated."""
+    init_rng, train_rng, variables = args
+    mesh = jax.tree_util.tree_leaves(shardings)[0].mesh
+    replicated = NamedSharding(mesh, P())
+    if linen:
+        return jax.device_put((init_rng, train_rng, variables), replicated)
+    placed = jax.device_put(variables, (shardings.params, shardings.model_state))
+    return jax.device_put(init_rng, replicated), jax.device_put(train_rng, replicated), placed
 
 
 def _default_device(device: jax.Device | None) -> contextlib.AbstractContextManager[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,9 @@ from ..parallel import DATA_AXIS, Placement
 from .models import ModelAdapter
 from .precision import Precision
 from .state import TrainState, inference_params
+
+if TYPE_CHECKING:
+    from .sharding import StateLayout
 
 __all__ = [
     "Compiled",
@@ -265,7 +268,11 @@ def _scan(body: Callable, carry: Any, steps: Batch, k: int) -> tuple[Any, Any]:
 
 
 def compile_train(
-    train_step: Callable, placement: Placement, k: int, steps: int | None = None
+    train_step: Callable,
+    placement: Placement,
+    k: int,
+    steps: int | None = None,
+    layout: StateLayout | None = None,
 ) -> jax.stages.Wrapped:
     """``(state, acc, chunk) -> (state, acc)``: a chunk of k steps' rows, its first ``steps``
     steps (all k by default) trained in one dispatch.
@@ -274,6 +281,9 @@ def compile_train(
     rest, padding, is sliced off inside the compiled function rather than skipped step by step:
     a ``lax.cond`` per step costs XLA's GPU backend a host round trip each time
     (docs/performance.md).
+
+    The state comes back replicated, or with a sharded ``layout`` (``easyfit.core.sharding``)
+    placed as the layout says, as the next dispatch takes it.
     """
     used = k if steps is None else steps
 
@@ -286,9 +296,12 @@ def compile_train(
         if used < k:
             batches = jax.tree_util.tree_map(lambda a: a[:used], batches)
         (state, acc), _ = _scan(body, (state, acc), batches, used)
-        return state, acc
+        return (state, acc) if layout is None else (layout.constrain(state), acc)
 
     rep = placement.replicated
+    if layout is not None and layout.sharded:  # the state's shardings: the constraint's
+        return jax.jit(run, donate_argnums=(0, 1), out_shardings=(None, rep))
+    layout = None
     return jax.jit(run, donate_argnums=(0, 1), out_shardings=(rep, rep))
 
 
@@ -385,10 +398,12 @@ class Compiled:
     metrics: type[clu_metrics.Collection]
 
 
-def trains(train_step: Callable, placement: Placement, k: int) -> Callable[[int], jax.stages.Wrapped]:
+def trains(
+    train_step: Callable, placement: Placement, k: int, layout: StateLayout | None = None
+) -> Callable[[int], jax.stages.Wrapped]:
     """``n -> `` the jitted function that trains the first n steps of a chunk of k (n = k but
     for an epoch's last chunk; ``compile_train``), one per n, made when first asked for."""
-    return functools.cache(functools.partial(compile_train, train_step, placement, k))
+    return functools.cache(lambda n: compile_train(train_step, placement, k, n, layout))
 
 
 def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> Background:

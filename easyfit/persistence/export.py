@@ -25,7 +25,15 @@ from .._files import write_files
 from ..core.models import ModelAdapter
 from ..data.recipe import ImageRecipe
 
-__all__ = ["export", "export_trained", "layer_table", "load_exported", "summary", "summary_input"]
+__all__ = [
+    "export",
+    "export_trained",
+    "layer_table",
+    "load_exported",
+    "sharding_table",
+    "summary",
+    "summary_input",
+]
 
 FUNCTION = "model.stablehlo"
 META = "model.json"
@@ -57,10 +65,12 @@ def summary(
     name: str = "model",
     print_fn: Callable[[str], Any] | None = None,
     layers: str | None = None,
+    sharding: str | None = None,
 ) -> str:
     """The layer table ``layers`` (:func:`layer_table`; without it, ``name``), then the totals
-    of ``params`` and ``model_state`` (arrays or ``jax.ShapeDtypeStruct``), printed with
-    ``print_fn`` if given (``Trainer.summary``).
+    of ``params`` and ``model_state`` (arrays or ``jax.ShapeDtypeStruct``), then ``sharding``
+    (:func:`sharding_table`) when given, printed with ``print_fn`` if given
+    (``Trainer.summary``).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -80,10 +90,53 @@ def summary(
         f"Non-trainable variables: {m:,} ({_size(c)})",
         f"Total: {n + m:,} ({_size(b + c)})",
     ]
+    if sharding is not None:
+        lines.append(sharding)
     text = "\n".join(lines)
     if print_fn is not None:
         print_fn(text)
     return text
+
+
+def sharding_table(name: str, parts: Mapping[str, Any], listed: Sequence[str] = ("params",)) -> str:
+    """The state's layout on the devices, read from its arrays' shardings: a line per array of
+    the ``listed`` parts (its path, shape, ``PartitionSpec`` and bytes on one device), then per
+    part the bytes one device holds of the whole.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from easyfit.persistence.export import sharding_table
+        >>> print(sharding_table("fsdp", {"params": {"w": jnp.zeros((4, 8))}}))
+        Sharding: fsdp
+          params/w  (4, 8)  P()  128 B per device
+        params: 128 B per device, of 128 B
+    """
+    lines = [f"Sharding: {name}"]
+    rows, totals = [], []
+    for part, tree in parts.items():
+        held = whole = 0
+        for keys, a in jax.tree_util.tree_leaves_with_path(_pure(tree)):
+            if not hasattr(a, "addressable_shards"):
+                continue
+            mine = a.addressable_shards[0].data.nbytes
+            held, whole = held + mine, whole + a.nbytes
+            if part in listed:
+                path = "/".join(
+                    str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in keys
+                )
+                rows.append(
+                    (
+                        f"{part}/{path}",
+                        str(tuple(a.shape)),
+                        str(getattr(a.sharding, "spec", "P()")),
+                        f"{_size(mine)} per device",
+                    )
+                )
+        if whole:
+            totals.append(f"{part}: {_size(held)} per device, of {_size(whole)}")
+    widths = [max((len(r[i]) for r in rows), default=0) for i in range(4)]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines + totals)
 
 
 def summary_input(shape: Any, dtype: Any = None, what: str = "input_shape") -> Any:

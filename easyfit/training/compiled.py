@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..core.losses import LossFn
     from ..core.models import ModelAdapter
     from ..core.precision import Precision
+    from ..core.sharding import StateLayout
     from ..parallel import Placement
 
 __all__ = ["CompiledSteps", "HookValues", "Resolved"]
@@ -65,10 +66,13 @@ class CompiledSteps:
 
     Args:
         placement: the devices the steps run on.
+        layout: where the training state's arrays live (``easyfit.core.sharding``; None:
+            replicated).
     """
 
-    def __init__(self, placement: Placement):
+    def __init__(self, placement: Placement, layout: StateLayout | None = None):
         self._placement = placement
+        self._layout = layout
         self._lock = threading.Lock()  # the compiling thread and fit's may resolve at once
         self._resolved: dict[Any, Resolved] = {}
         self._training: dict[tuple[Any, ...], steps.Compiled] = {}
@@ -111,7 +115,7 @@ class CompiledSteps:
                 k, placement = steps_per_execution, self._placement
                 evaluate = steps.make_eval_step(adapter, compute_loss, metrics, scale, precision)
                 self._training[key] = steps.Compiled(
-                    train=steps.trains(train_step, placement, k),
+                    train=steps.trains(train_step, placement, k, self._layout),
                     eval=steps.compile_eval(evaluate, placement, k),
                     metrics=metrics,
                 )

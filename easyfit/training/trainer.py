@@ -42,6 +42,7 @@ from ..core.models import adapt, check_input_shape, input_spec, write_back
 from ..core.multi_output import is_structured
 from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
+from ..core.sharding import StateLayout, StateSharding
 from ..core.state import StateMaker, TrainState, inference_params
 from ..data.inputs import DataInputs
 from ..data.sources.arrays import unscaled_note
@@ -128,6 +129,12 @@ class Trainer:
             ema_momentum=m``); evaluation (validation in fit too), prediction, export and
             ``trainer.params`` use it, ``trainer.state.params`` stays the raw weights
             ([EMA](models.md#a-moving-average-of-the-weights-ema)).
+        sharding: where the training state lives on the devices: ``"replicated"`` (default,
+            whole on each), ``"zero1"`` (optimizer state and moving average split over the
+            devices), ``"fsdp"`` (the parameters and BatchNorm statistics too; arrays over 4 MiB,
+            along their largest dimension the device count divides), or a list of
+            ``(regex, PartitionSpec)`` rules over parameter paths such as ``"Dense_0/kernel"``
+            ([Sharding the state](multi-device.md#sharding-the-state)).
 
     Example:
         >>> import optax, tempfile, easyfit as ef
@@ -162,6 +169,7 @@ class Trainer:
         deterministic: bool = False,
         gradient_accumulation_steps: int | None = None,
         ema_momentum: float | None = None,
+        sharding: str | Sequence[tuple[str, Any]] | StateSharding = "replicated",
     ):
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic={deterministic!r}: must be True or False")
@@ -179,6 +187,7 @@ class Trainer:
         )
         self._optimizer_name = optimizer if isinstance(optimizer, str) else None  # its Keras name
         self.ema_momentum = check_momentum(ema_momentum)
+        self.sharding = StateSharding.of(sharding)
         self._optimizer_given = optimizer is not None
         self.loss: Any = loss  # set from the first labels when None
         self.loss_weights = loss_weights
@@ -194,7 +203,8 @@ class Trainer:
 
         # what the trainer builds and keeps
         self._data = DataInputs(self.placement, self.seed, steps_per_execution, loader_options)
-        self._steps = CompiledSteps(self.placement)
+        self._layout = StateLayout(self.sharding, self.placement.mesh)  # where the state lives
+        self._steps = CompiledSteps(self.placement, self._layout)
         self.state: TrainState | None = None
         self.history: History | None = None
         self.class_names: list[str] | None = None
@@ -458,7 +468,10 @@ class Trainer:
         )
         stream, why = self._data.train_loader(train, batch_size, resume=resume, **args.stream())
         if args.verbose:
-            _say(why if cache == "auto" else None, unscaled_note(train))
+            sharded = (
+                f"the training state is sharded: {self._layout.describe()}" if self._layout.sharded else None
+            )
+            _say(why if cache == "auto" else None, unscaled_note(train), sharded)
         initial_epoch, first_batch = (initial_epoch, 0) if resume is None else (resume.epoch, resume.batch)
         compiled = first_step.start(
             stream,
@@ -716,7 +729,11 @@ class Trainer:
         else:  # shapes only: the model traced on abstract inputs
             variables = jax.eval_shape(self._adapter.init, jax.random.key(self.seed), x)
         table = export_lib.layer_table(self._adapter, variables, x, line_length)
-        export_lib.summary(*variables, type(self._model).__name__, print_fn or print, layers=table)
+        placed = None if self.state is None or not self._layout.sharded else self._layout.parts(self.state)
+        where = None if placed is None else export_lib.sharding_table(self._layout.describe(), placed)
+        export_lib.summary(
+            *variables, type(self._model).__name__, print_fn or print, layers=table, sharding=where
+        )
 
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
@@ -926,10 +943,11 @@ class Trainer:
         self._input_spec = (list(shape) if isinstance(shape, tuple) else shape, dtype)
         maker = self._state_maker()
         make = maker.abstract if abstract else maker.make
-        state = make(self.seed, shape, self._nnx_variables, self.precision.initial_scale())
+        layout = {} if abstract else {"layout": self._layout}
+        state = make(self.seed, shape, self._nnx_variables, self.precision.initial_scale(), **layout)
         if abstract:
-            return self.placement.abstract(state, replicated=True)
-        self.state = self.placement.replicate(state)
+            return self._layout.abstract(state)
+        self.state = self._layout.place(state)
         return self.state
 
     def _state_maker(self) -> StateMaker:
