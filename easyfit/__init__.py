@@ -10,7 +10,7 @@ from ._env import arrange_environment
 
 arrange_environment()  # before anything below can start JAX's backend
 
-from . import callbacks, data, datasets, distributed, errors, metrics  # noqa: E402
+from . import callbacks, data, datasets, distributed, errors, metrics, models  # noqa: E402
 from .callbacks import Callback, History  # noqa: E402
 from .errors import CheckpointError, DataError  # noqa: E402
 from .persistence import checkpoint  # noqa: E402
@@ -32,4 +32,5 @@ __all__ = [
     "distributed",
     "errors",
     "metrics",
+    "models",
 ]

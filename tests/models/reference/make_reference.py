@@ -18,13 +18,12 @@ import os
 import sys
 
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import draw  # noqa: E402
 
 
-def build(name: str) -> torch.nn.Module:
+def build(name: str):  # noqa: ANN201 (torch is imported only where it is run)
     if name == "torchvision_resnet18":
         import torchvision
 
@@ -45,6 +44,8 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="folder for the .npz files")
     ap.add_argument("--only", nargs="*", default=list(draw.MODELS), help="models to run")
     args = ap.parse_args()
+    import torch
+
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     failed = []

@@ -1,0 +1,111 @@
+"""Fine-tuning: which parameters train, with which optimizer, as one optax transformation.
+
+``trainable(model, optimizer, "head")`` gives an ``optax.multi_transform`` that applies
+``optimizer`` to the chosen parameters and ``optax.set_to_zero()`` to the rest, so frozen
+parameters get no optimizer state (no momentum, no Adam moments) and never move. It goes to
+the Trainer through its ``optimizer`` argument, like any optax transformation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import optax
+from flax import nnx
+
+__all__ = ["parameter_path", "trainable"]
+
+FROZEN = "frozen"
+
+
+def parameter_path(key_path: Sequence[Any]) -> str:
+    """A parameter's path as ``trainable`` and its error messages spell it: the keys joined by
+    ``/`` (``layer4/0/conv1/kernel``, ``blocks/11/attn/qkv/kernel``, ``head/bias``)."""
+    parts = []
+    for k in key_path:
+        for attr in ("key", "idx", "name"):
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return "/".join(p for p in parts if p != "value")
+
+
+def _head(model: Any) -> str:
+    for name in ("head", "fc", "classifier"):
+        if hasattr(model, name):
+            return name
+    raise ValueError(
+        f"trainable='head': {type(model).__name__} has no attribute head, fc or classifier; "
+        "give regexes over parameter paths instead"
+    )
+
+
+def trainable(
+    model: nnx.Module,
+    optimizer: optax.GradientTransformation,
+    which: str | Sequence[str] = "all",
+    *,
+    groups: Mapping[str, optax.GradientTransformation] | None = None,
+) -> optax.GradientTransformation:
+    """An optimizer that trains only the parameters ``which`` names, for ``Trainer(model,
+    optimizer=...)``.
+
+    Frozen parameters go through ``optax.set_to_zero()``: no update and no optimizer state. A
+    BatchNorm of ``ef.models`` whose parameters are all frozen is also kept in inference mode
+    (its statistics stop moving), as Keras does for a layer with ``trainable = False``; this
+    is set on ``model``, so call this before ``Trainer(model)``.
+
+    Args:
+        model: The NNX model (an ``ef.models`` one, or any NNX module).
+        optimizer: The optax transformation for the trained parameters.
+        which: ``"all"``, ``"head"`` (the model's ``head``, ``fc`` or ``classifier``), or
+            regexes searched in each parameter's path (``"layer4/"``, ``"^blocks/1[01]/"``).
+        groups: Per-group optimizers, for other learning rates: ``{regex: transformation}``;
+            a trained parameter takes the first group whose regex its path matches, else
+            ``optimizer``.
+
+    Returns:
+        An ``optax.multi_transform``.
+
+    Example:
+        >>> import optax, easyfit as ef
+        >>> model = ef.models.ResNet([1], bottleneck=False, num_classes=2, width=4)
+        >>> tx = ef.models.trainable(model, optax.sgd(0.1), "head")
+        >>> trainer = ef.Trainer(model, optimizer=tx)
+    """
+    if isinstance(which, str) and which not in ("all", "head"):
+        raise ValueError(f"trainable={which!r}: expected 'all', 'head' or a list of regexes")
+    patterns = (
+        [".*"] if which == "all" else [f"^{_head(model)}/"] if which == "head" else [str(w) for w in which]
+    )
+    compiled = [re.compile(p) for p in patterns]
+    group_res = [(re.compile(r), f"group:{r}") for r in (groups or {})]
+    params = nnx.state(model, nnx.Param)
+    paths = [parameter_path(k) for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    unused = [p for p, c in zip(patterns, compiled, strict=True) if not any(c.search(x) for x in paths)]
+    if unused and which not in ("all", "head"):
+        raise ValueError(f"trainable: {unused} match no parameter path (e.g. {paths[:3]})")
+
+    def label(path: str) -> str:
+        if not any(c.search(path) for c in compiled):
+            return FROZEN
+        return next((name for c, name in group_res if c.search(path)), "default")
+
+    def labels(tree: Any) -> Any:
+        return jax.tree_util.tree_map_with_path(lambda k, _: label(parameter_path(k)), tree)
+
+    frozen = {p for p in paths if label(p) == FROZEN}
+    for path, module in nnx.iter_graph(model):
+        if isinstance(module, nnx.BatchNorm):
+            prefix = "/".join(str(p) for p in path)
+            own = [p for p in paths if p.startswith(prefix + "/")]
+            if own and hasattr(module, "frozen"):  # ef.models' BatchNorm
+                module.frozen = all(p in frozen for p in own)
+    transforms = {"default": optimizer, FROZEN: optax.set_to_zero()}
+    transforms |= {name: groups[r.pattern] for r, name in group_res} if groups else {}
+    return optax.multi_transform(transforms, labels)
