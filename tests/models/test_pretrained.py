@@ -40,10 +40,12 @@ def _parity(model: nnx.Module, name: str, tmp_path, layout: str) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
+@pytest.mark.slow  # the full-size models: tens of seconds on a shared CPU
 def test_resnet18_matches_torchvision(tmp_path):
     _parity(ef.models.resnet18(), "torchvision_resnet18", tmp_path, "torchvision")
 
 
+@pytest.mark.slow
 def test_vit_small_matches_timm(tmp_path):
     _parity(ef.models.vit_small_patch16_224(), "timm_vit_small_patch16_224", tmp_path, "timm")
 
