@@ -109,6 +109,14 @@ class Preprocessing:
         return {**kwargs, **overrides}
 
     @classmethod
+    def read(cls, path: str | os.PathLike) -> Preprocessing | None:
+        """The preprocessing of the weights at ``path`` (a file or folder, as
+        ``load_weights`` takes), from timm's config.json, Hugging Face's
+        preprocessor_config.json or the file's metadata (``pretrained_cfg``, JSON); None when
+        none says it. Reads no arrays, so the data can be opened before the model is built."""
+        return _preprocessing(*_locate(path))
+
+    @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Preprocessing | None:
         """From timm's ``pretrained_cfg`` (in its config.json), a Hugging Face preprocessor
         config, or safetensors metadata holding either as JSON; None when none is there."""
@@ -123,11 +131,11 @@ class Preprocessing:
                 tuple(float(v) for v in cfg.get("std", cls.std)),
             )
         if "image_mean" in cfg:  # Hugging Face's preprocessor_config.json
-            size = cfg.get("crop_size") or cfg.get("size") or {}
-            side = size.get("height", size.get("shortest_edge", 224)) if isinstance(size, dict) else size
+            hw: Any = cfg.get("crop_size") or cfg.get("size") or {}
+            side: Any = hw.get("height", hw.get("shortest_edge", 224)) if isinstance(hw, dict) else hw
             crop = float(cfg.get("crop_pct") or 1.0)
             return cls(
-                (int(side), int(size.get("width", side) if isinstance(size, dict) else side)),
+                (int(side), int(hw.get("width", side) if isinstance(hw, dict) else side)),
                 {2: "bilinear", 3: "bicubic"}.get(cfg.get("resample", 2), "bilinear"),
                 crop,
                 tuple(float(v) for v in cfg["image_mean"]),
@@ -156,32 +164,40 @@ def _locate(path: str | os.PathLike) -> tuple[Path, list[Path]]:
     raise FileNotFoundError(f"weights: {p} holds no model.safetensors (nor snapshots/*/model.safetensors)")
 
 
-def read_weights(
-    path: str | os.PathLike,
-) -> tuple[dict[str, np.ndarray], Preprocessing | None, dict[str, Any]]:
-    """The arrays of a safetensors file (or a folder with ``model.safetensors``), the
-    preprocessing its configs or metadata give, and its config.json (empty when none)."""
+def _metadata(file: Path) -> dict[str, str]:
     from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="np") as f:
+            return dict(f.metadata() or {})
+    except Exception as e:  # safetensors' errors name no file
+        raise ValueError(f"weights: cannot read {file} as safetensors: {e}") from e
+
+
+def _preprocessing(file: Path, configs: list[Path]) -> Preprocessing | None:
+    for c in configs:
+        pre = Preprocessing.from_config(json.loads(c.read_text()))
+        if pre is not None:
+            return pre
+    metadata = _metadata(file)
+    for key in ("pretrained_cfg", "preprocessing"):
+        if key in metadata:
+            return Preprocessing.from_config(json.loads(metadata[key]))
+    return None
+
+
+def read_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], Preprocessing | None]:
+    """The arrays of a safetensors file (or a folder with ``model.safetensors``) and the
+    preprocessing its configs or metadata give."""
     from safetensors.numpy import load_file
 
     file, configs = _locate(path)
+    pre = _preprocessing(file, configs)
     try:
         arrays = load_file(str(file))
-        with safe_open(str(file), framework="np") as f:
-            metadata = f.metadata() or {}
     except Exception as e:  # safetensors' errors name no file
         raise ValueError(f"weights: cannot read {file} as safetensors: {e}") from e
-    config: dict[str, Any] = {}
-    pre = None
-    for c in configs:
-        loaded = json.loads(c.read_text())
-        if c.name == "config.json":
-            config = loaded
-        pre = pre or Preprocessing.from_config(loaded)
-    for key in ("pretrained_cfg", "preprocessing"):
-        if pre is None and key in metadata:
-            pre = Preprocessing.from_config(json.loads(metadata[key]))
-    return arrays, pre, config
+    return arrays, pre
 
 
 def _rename(key: str, rules: list[_Rule]) -> str | None:
@@ -271,7 +287,7 @@ def load_weights(
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {sorted(LAYOUTS)}")
-    arrays, pre, _ = read_weights(path)
+    arrays, pre = read_weights(path)
     state = nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat))
     variables = {"/".join(str(k) for k in key): v for key, v in nnx.to_flat_state(state)}
     paths = set(variables)
