@@ -3,9 +3,9 @@
 
 Example:
     >>> import easyfit as ef
-    >>> model = ef.models.create_model("resnet18", num_classes=10)
+    >>> model = ef.models.create_model("resnet18", num_classes=10, width=8)
     >>> type(model).__name__, model.fc.kernel.shape
-    ('ResNet', (512, 10))
+    ('ResNet', (64, 10))
 """
 
 from __future__ import annotations
