@@ -19,7 +19,7 @@ from flax import nnx
 from .finetune import trainable
 from .resnet import ResNet
 from .vit import ViT
-from .weights import Preprocessing, load_weights
+from .weights import Preprocessing, load_weights, model_config
 
 __all__ = [
     "Preprocessing",
@@ -82,6 +82,9 @@ def create_model(
         )
     elif name in _VITS:
         dim, depth, heads = _VITS[name]
+        eps = model_config(weights).get("layer_norm_eps") if weights is not None else None
+        if eps is not None:  # Hugging Face's ViT: 1e-12
+            kwargs.setdefault("norm_eps", float(eps))
         model = ViT(dim, depth, heads, num_classes=num_classes, dtype=dtype, rngs=rngs, **kwargs)
     else:
         raise ValueError(f"model {name!r}: expected one of {sorted(_RESNETS) + sorted(_VITS)}")

@@ -186,6 +186,13 @@ def _preprocessing(file: Path, configs: list[Path]) -> Preprocessing | None:
     return None
 
 
+def model_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``config.json`` beside the weights at ``path`` (empty when there is none)."""
+    _, configs = _locate(path)
+    found = [c for c in configs if c.name == "config.json"]
+    return dict(json.loads(found[0].read_text())) if found else {}
+
+
 def read_weights(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], Preprocessing | None]:
     """The arrays of a safetensors file (or a folder with ``model.safetensors``) and the
     preprocessing its configs or metadata give."""
@@ -260,7 +267,8 @@ def load_weights(
     same shape, and every variable of the model a key, except the head when its number of
     classes differs from the file's (fine-tuning: the model keeps its fresh head). Otherwise
     nothing is changed and one ValueError lists every missing, extra or mis-shaped key with
-    its name in the file and in the model. The weights' preprocessing, when the file or its
+    its name in the file and in the model. A ``layer_norm_eps`` in config.json (Hugging
+    Face's ViT: 1e-12) must equal the model's ``norm_eps``. The weights' preprocessing, when the file or its
     folder says it, is set as ``model.preprocessing`` (a ``Preprocessing``).
 
     Args:
@@ -287,6 +295,13 @@ def load_weights(
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {sorted(LAYOUTS)}")
+    eps = model_config(path).get("layer_norm_eps")  # Hugging Face's ViT: 1e-12, timm's 1e-6
+    norm = getattr(model, "norm", None)
+    if eps is not None and isinstance(norm, nnx.LayerNorm) and not np.isclose(norm.epsilon, eps, rtol=1e-3):
+        raise ValueError(
+            f"weights {path}: config.json's layer_norm_eps is {eps}, the model's {norm.epsilon}: "
+            f"build the model with norm_eps={eps} (create_model does so from the config)"
+        )
     arrays, pre = read_weights(path)
     state = nnx.state(model, nnx.Any(nnx.Param, nnx.BatchStat))
     variables = {"/".join(str(k) for k in key): v for key, v in nnx.to_flat_state(state)}

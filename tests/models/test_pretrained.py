@@ -75,10 +75,11 @@ def _timm_names(model: nnx.Module) -> dict[str, np.ndarray]:
 
 
 def test_hf_vit_layout_loads_as_timm_and_errors_name_both_keys(tmp_path):
-    """Hugging Face's ViT names (query, key and value apart) give the model timm's names give;
+    """Hugging Face's ViT names (query, key and value apart; its LayerNorm epsilon, from
+    config.json, checked) give the model timm's names give;
     a file with a missing, an extra and a mis-shaped key is refused in one error naming each
     in the file and the model, and the model is left as it was."""
-    source = _tiny_vit(rngs=nnx.Rngs(1))
+    source = _tiny_vit(rngs=nnx.Rngs(1), norm_eps=1e-12)
     timm = _timm_names(source)
     hf = {}
     for k, v in timm.items():
@@ -101,7 +102,12 @@ def test_hf_vit_layout_loads_as_timm_and_errors_name_both_keys(tmp_path):
         else:
             hf[hf_key] = v
     x = jnp.asarray(np.random.default_rng(0).random((2, 32, 32, 3)), jnp.float32)
-    model = ef.models.load_weights(_tiny_vit(), _save(hf, tmp_path / "hf.safetensors"), "hf")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({"layer_norm_eps": 1e-12}))
+    _save(hf, tmp_path / "hf" / "model.safetensors")
+    with pytest.raises(ValueError, match="layer_norm_eps is 1e-12, the model's 1e-06"):
+        ef.models.load_weights(_tiny_vit(), tmp_path / "hf", "hf")
+    model = ef.models.load_weights(_tiny_vit(norm_eps=1e-12), tmp_path / "hf", "hf")
     forward = jax.jit(lambda m, x: m(x))
     np.testing.assert_allclose(forward(model, x), forward(source, x), rtol=1e-6, atol=1e-6)
 
