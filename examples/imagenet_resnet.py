@@ -27,10 +27,14 @@ import optax
 import easyfit as ef
 
 
-def resnet(name: str, num_classes: int, width: int) -> ef.models.ResNet:
-    """``ef.models``' ResNet v1.5 (NNX, NHWC); the Trainer's precision sets the passes' dtype."""
-    stages = {"resnet50": [3, 4, 6, 3], "resnet18": [2, 2, 2, 2]}[name]
-    return ef.models.ResNet(stages, bottleneck=name == "resnet50", num_classes=num_classes, width=width)
+def resnet18(num_classes: int = 1000, width: int = 64) -> ef.models.ResNet:
+    """``ef.models``' ResNet-18 (NNX, NHWC); the Trainer's precision sets the passes' dtype."""
+    return ef.models.ResNet([2, 2, 2, 2], bottleneck=False, num_classes=num_classes, width=width)
+
+
+def resnet50(num_classes: int = 1000, width: int = 64) -> ef.models.ResNet:
+    """``ef.models``' ResNet-50 v1.5 (NNX, NHWC)."""
+    return ef.models.ResNet([3, 4, 6, 3], bottleneck=True, num_classes=num_classes, width=width)
 
 
 def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -85,7 +89,7 @@ def main() -> None:
     train = ef.data.ImageFolder(
         os.path.join(args.data, "train"), image_size=size, augment=augment, normalize="imagenet"
     )
-    model = resnet(args.model, len(train.class_names), width)
+    model = {"resnet50": resnet50, "resnet18": resnet18}[args.model](len(train.class_names), width)
     steps = -(-len(train) // args.batch_size)
     trainer = ef.Trainer(
         model,

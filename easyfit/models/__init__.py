@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import jax.numpy as jnp
 from flax import nnx
 
 from .finetune import trainable
@@ -52,7 +51,7 @@ def create_model(
     *,
     weights: str | os.PathLike | None = None,
     layout: str = "timm",
-    dtype: Any = jnp.float32,
+    dtype: Any = None,
     rngs: nnx.Rngs | None = None,
     **kwargs: Any,
 ) -> nnx.Module:

@@ -37,12 +37,16 @@ def _conv(cin: int, cout: int, k: int, stride: int, dtype: Any, rngs: nnx.Rngs) 
 
 class BatchNorm(nnx.BatchNorm):
     """``nnx.BatchNorm`` that stays in inference mode once ``frozen`` (set by ``trainable``
-    when its parameters are frozen), whatever ``model.train()`` says."""
+    when its parameters are frozen), whatever ``model.train()`` says, and returns its input's
+    dtype unless given one."""
 
     frozen = False
 
     def __call__(self, x: jax.Array, use_running_average: bool | None = None, **kwargs: Any) -> jax.Array:
-        return super().__call__(x, use_running_average=True if self.frozen else use_running_average, **kwargs)
+        y = super().__call__(x, use_running_average=True if self.frozen else use_running_average, **kwargs)
+        # with no dtype set, the passes stay in the input's (float32 statistics would promote
+        # bfloat16 activations to float32 for the rest of the network)
+        return y if self.dtype is not None else y.astype(x.dtype)
 
 
 def _norm(c: int, dtype: Any, rngs: nnx.Rngs, zero: bool = False) -> nnx.BatchNorm:
@@ -123,7 +127,7 @@ class ResNet(nnx.Module):
         width: int = 64,
         in_channels: int = 3,
         zero_init_residual: bool = True,
-        dtype: Any = jnp.float32,
+        dtype: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         rngs = rngs if rngs is not None else nnx.Rngs(0)

@@ -100,7 +100,7 @@ class ViT(nnx.Module):
         patch_size: int = 16,
         in_channels: int = 3,
         norm_eps: float = 1e-6,
-        dtype: Any = jnp.float32,
+        dtype: Any = None,
         rngs: nnx.Rngs | None = None,
     ):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
