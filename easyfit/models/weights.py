@@ -288,10 +288,11 @@ def load_weights(
         >>> from safetensors.numpy import save_file
         >>> file = tempfile.mkdtemp() + "/w.safetensors"
         >>> save_file({"fc.weight": np.zeros((5, 3), np.float32)}, file)
-        >>> ef.models.load_weights(ef.models.resnet18(num_classes=5), file)
+        >>> model = ef.models.ResNet([1], bottleneck=False, num_classes=5, width=4)
+        >>> ef.models.load_weights(model, file)
         Traceback (most recent call last):
         ...
-        ValueError: weights ... do not fit ResNet: 101 missing (in the model, not in the file): ...
+        ValueError: weights ... do not fit ResNet: 16 missing (in the model, not in the file): ...
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {sorted(LAYOUTS)}")
