@@ -252,6 +252,15 @@ def _kernel(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _timm_key(path: str) -> str:
+    """The timm (and torchvision) name a model path is read from: for a missing key's message."""
+    prefix, _, leaf = path.rpartition("/")
+    leaf = {"kernel": "weight", "scale": "weight", "mean": "running_mean", "var": "running_var"}.get(
+        leaf, leaf
+    )
+    return f"{prefix.replace('/', '.')}.{leaf}" if prefix else leaf
+
+
 def _head(model: Any) -> str | None:
     return "fc" if hasattr(model, "fc") else "head" if hasattr(model, "head") else None
 
@@ -292,7 +301,7 @@ def load_weights(
         >>> ef.models.load_weights(model, file)
         Traceback (most recent call last):
         ...
-        ValueError: weights ... do not fit ResNet: 16 missing (in the model, not in the file): ...
+        ValueError: weights ... do not fit ResNet: 16 missing (in the model, not in the file; ...
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: expected one of {sorted(LAYOUTS)}")
@@ -325,11 +334,14 @@ def load_weights(
             misshaped.append(f"{key} {tuple(arrays[key].shape) if key in arrays else ''} -> {target} {want}")
             continue
         planned[target] = value
-    missing = sorted(paths - set(planned) - set(kept_head))
+    missing = [f"{p} (as {_timm_key(p)})" for p in sorted(paths - set(planned) - set(kept_head))]
     if missing or extra or misshaped:
         parts = []
         if missing:
-            parts.append(f"{len(missing)} missing (in the model, not in the file): {', '.join(missing)}")
+            parts.append(
+                f"{len(missing)} missing (in the model, not in the file; timm's name after 'as'): "
+                + ", ".join(missing)
+            )
         if extra:
             parts.append(f"{len(extra)} extra (in the file, not in the model): {', '.join(extra)}")
         if misshaped:

@@ -120,7 +120,7 @@ def test_hf_vit_layout_loads_as_timm_and_errors_name_both_keys(tmp_path):
         ef.models.load_weights(model, _save(bad, tmp_path / "bad.safetensors"), "timm")
     message = str(e.value)
     assert "bad.safetensors" in message
-    assert "1 missing" in message and "blocks/1/mlp/fc2/bias" in message
+    assert "1 missing" in message and "blocks/1/mlp/fc2/bias (as blocks.1.mlp.fc2.bias)" in message
     assert "1 extra" in message and "blocks.0.attn.extra.weight" in message
     assert "blocks.0.mlp.fc1.weight (8, 16) -> blocks/0/mlp/fc1/kernel (16, 64)" in message
     np.testing.assert_array_equal(np.asarray(model.blocks[0].mlp.fc1.kernel[...]), before)
