@@ -129,7 +129,8 @@ def test_hf_vit_layout_loads_as_timm_and_errors_name_both_keys(tmp_path):
 def test_new_head_from_a_hub_folder_with_its_recipe(tmp_path):
     """A hub cache folder (snapshots/<hash>/model.safetensors and timm's config.json): the
     backbone and BatchNorm statistics load, the 1000-class head is left for the model's 3
-    classes, and the weights' preprocessing becomes ImageFolder's arguments."""
+    classes, and the weights' preprocessing becomes ImageFolder's arguments; the model follows
+    bfloat16 weights."""
     width = dict(width=4, in_channels=1)
     source = ef.models.ResNet([1, 1], bottleneck=True, num_classes=1000, rngs=nnx.Rngs(1), **width)
     source.bn1.mean[...] = jnp.arange(4.0)
@@ -158,6 +159,12 @@ def test_new_head_from_a_hub_folder_with_its_recipe(tmp_path):
         "eval_crop": None,
     }
     assert model.preprocessing.interpolation == "bicubic"
+    # bfloat16 weights (the Trainer's precision) keep the passes in bfloat16 through BatchNorm
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+    half = nnx.merge(graph, jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), params), rest)
+    half.eval()
+    spec = jax.ShapeDtypeStruct((1, 48, 40, 1), jnp.bfloat16)
+    assert jax.eval_shape(half.features, spec).dtype == jnp.bfloat16
     with pytest.raises(ValueError, match=r"fc.weight \(1000, 32\) -> fc/kernel \(32, 3\)"):
         ef.models.load_weights(model, tmp_path / "models--timm--tiny", strict_head=True)
 
