@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 from flax import nnx
 
@@ -45,12 +46,18 @@ def _head(model: Any) -> str:
     )
 
 
+def _gate(step: int) -> optax.GradientTransformation:
+    """Zero updates before optimizer step ``step``, then the updates as they are."""
+    return optax.scale_by_schedule(lambda count: jnp.where(count >= step, 1.0, 0.0))
+
+
 def trainable(
     model: nnx.Module,
     optimizer: optax.GradientTransformation,
     which: str | Sequence[str] = "all",
     *,
     groups: Mapping[str, optax.GradientTransformation] | None = None,
+    unfreeze: Mapping[str, int] | None = None,
 ) -> optax.GradientTransformation:
     """An optimizer that trains only the parameters ``which`` names, for ``Trainer(model,
     optimizer=...)``.
@@ -68,6 +75,12 @@ def trainable(
         groups: Per-group optimizers, for other learning rates: ``{regex: transformation}``;
             a trained parameter takes the first group whose regex its path matches, else
             ``optimizer``.
+        unfreeze: A schedule for the parameters ``which`` leaves frozen: ``{regex: step}``,
+            the optimizer step from which the parameters the regex matches train (with
+            ``optimizer``; ``steps_per_epoch * 2`` for the third epoch). Until then their
+            updates are zero, but they keep optimizer state (it accumulates from the start)
+            and their BatchNorm trains its statistics. The schedule is in the optimizer's
+            state, so it resumes with a checkpoint.
 
     Returns:
         An ``optax.multi_transform``.
@@ -87,13 +100,16 @@ def trainable(
     group_res = [(re.compile(r), f"group:{r}") for r in (groups or {})]
     params = nnx.state(model, nnx.Param)
     paths = [parameter_path(k) for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-    unused = [p for p, c in zip(patterns, compiled, strict=True) if not any(c.search(x) for x in paths)]
-    if unused and which not in ("all", "head"):
+    named = ([] if which in ("all", "head") else patterns) + list(unfreeze or {})
+    unused = [p for p in named if not any(re.search(p, x) for x in paths)]
+    if unused:
         raise ValueError(f"trainable: {unused} match no parameter path (e.g. {paths[:3]})")
+
+    later = [(re.compile(r), f"unfreeze:{r}", int(step)) for r, step in (unfreeze or {}).items()]
 
     def label(path: str) -> str:
         if not any(c.search(path) for c in compiled):
-            return FROZEN
+            return next((name for c, name, _ in later if c.search(path)), FROZEN)
         return next((name for c, name in group_res if c.search(path)), "default")
 
     def labels(tree: Any) -> Any:
@@ -108,4 +124,5 @@ def trainable(
                 module.frozen = all(p in frozen for p in own)
     transforms = {"default": optimizer, FROZEN: optax.set_to_zero()}
     transforms |= {name: groups[r.pattern] for r, name in group_res} if groups else {}
+    transforms |= {name: optax.chain(optimizer, _gate(step)) for _, name, step in later}
     return optax.multi_transform(transforms, labels)

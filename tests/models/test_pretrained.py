@@ -187,5 +187,23 @@ def test_head_only_fit_freezes_the_backbone_and_its_batchnorm(tmp_path):
         assert moved == (key == ("fc", "kernel")), key  # the bias's group has a rate of 0
     momenta = [a for a in jax.tree_util.tree_leaves(trainer.state.opt_state) if np.ndim(a) > 0]
     assert sorted(a.shape for a in momenta) == [(4, 10)], [a.shape for a in momenta]
+    # an unfreeze schedule: the first block's second convolution trains from step 2
+    tx = ef.models.trainable(model, optax.sgd(0.1), "head", unfreeze={"^layer1/0/conv2/": 2})
+    params = nnx.state(model, nnx.Param)
+    opt_state = tx.init(params)
+    moved = []
+    for _ in range(3):
+        grads = jax.tree_util.tree_map(jnp.ones_like, params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        new = optax.apply_updates(params, updates)
+        changed = lambda a, b: not np.array_equal(np.asarray(a), np.asarray(b))  # noqa: E731
+        moved.append(
+            (
+                changed(new["layer1"][0]["conv2"]["kernel"], params["layer1"][0]["conv2"]["kernel"]),
+                changed(new["layer1"][0]["conv1"]["kernel"], params["layer1"][0]["conv1"]["kernel"]),
+            )
+        )
+        params = new
+    assert moved == [(False, False), (False, False), (True, False)]
     with pytest.raises(ValueError, match="match no parameter path"):
         ef.models.trainable(model, optax.sgd(0.1), ["^nothing/"])
