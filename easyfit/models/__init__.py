@@ -15,7 +15,7 @@ from typing import Any
 
 from flax import nnx
 
-from .finetune import trainable
+from .finetune import add_lora, merge_lora, trainable
 from .resnet import ResNet
 from .vit import ViT
 from .weights import Preprocessing, load_weights, model_config
@@ -24,8 +24,10 @@ __all__ = [
     "Preprocessing",
     "ResNet",
     "ViT",
+    "add_lora",
     "create_model",
     "load_weights",
+    "merge_lora",
     "resnet18",
     "resnet34",
     "resnet50",

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-__all__ = ["parameter_path", "trainable"]
+__all__ = ["add_lora", "merge_lora", "parameter_path", "trainable"]
 
 FROZEN = "frozen"
 
@@ -46,6 +46,91 @@ def _head(model: Any) -> str:
     )
 
 
+LORA_TARGETS = r"attn/(qkv|proj)$|mlp/fc[12]$"  # ViT's attention and MLP kernels
+
+
+def _parent(model: nnx.Module, path: Sequence[Any]) -> Any:
+    node: Any = model
+    for p in path[:-1]:
+        node = node[p] if isinstance(p, int) else getattr(node, p)
+    return node
+
+
+def _set(parent: Any, key: Any, module: nnx.Module) -> None:
+    if isinstance(key, int):
+        parent[key] = module
+    else:
+        setattr(parent, key, module)
+
+
+def add_lora(
+    model: nnx.Module, rank: int = 8, targets: str = LORA_TARGETS, *, rngs: nnx.Rngs | None = None
+) -> nnx.Module:
+    """Adds LoRA adapters, in place, to the ``nnx.Linear`` layers whose path ``targets``
+    matches: each becomes an ``nnx.LoRALinear`` with the same kernel and bias and a low-rank
+    ``lora_a @ lora_b`` beside it (``lora_b`` starts at zero, so the outputs are unchanged).
+    ``trainable(model, optimizer, "lora")`` then trains the adapters and the head only.
+
+    Args:
+        model: The NNX model, weights loaded.
+        rank: The adapters' rank.
+        targets: A regex searched in each Linear layer's path (default: a ViT's attention
+            ``qkv`` and ``proj`` and its MLP's ``fc1`` and ``fc2``).
+        rngs: Where ``lora_a`` is drawn from (``nnx.Rngs(0)`` when None).
+
+    Returns:
+        The model.
+    """
+    rngs = rngs if rngs is not None else nnx.Rngs(0)
+    found = [
+        (path, m)
+        for path, m in nnx.iter_graph(model)
+        if type(m) is nnx.Linear and path and re.search(targets, "/".join(map(str, path)))
+    ]
+    if not found:
+        raise ValueError(f"add_lora: no nnx.Linear layer's path matches {targets!r}")
+    for path, linear in found:
+        lora = nnx.LoRALinear(
+            linear.in_features,
+            linear.out_features,
+            lora_rank=rank,
+            use_bias=linear.bias is not None,
+            dtype=linear.dtype,
+            rngs=rngs,
+        )
+        lora.kernel[...] = linear.kernel[...]
+        if linear.bias is not None:
+            lora.bias[...] = linear.bias[...]  # type: ignore[index]
+        _set(_parent(model, path), path[-1], lora)
+    return model
+
+
+def merge_lora(model: nnx.Module) -> nnx.Module:
+    """Folds every LoRA adapter into its layer's kernel (``kernel + lora_a @ lora_b``), in
+    place: the model becomes plain ``nnx.Linear`` layers again, for export and serving.
+
+    Args:
+        model: A model that ``add_lora`` changed.
+
+    Returns:
+        The model.
+    """
+    found = [(path, m) for path, m in nnx.iter_graph(model) if isinstance(m, nnx.LoRALinear) and path]
+    for path, lora in found:
+        linear = nnx.Linear(
+            lora.in_features,
+            lora.out_features,
+            use_bias=lora.bias is not None,
+            dtype=lora.dtype,
+            rngs=nnx.Rngs(0),
+        )
+        linear.kernel[...] = lora.kernel[...] + lora.lora.lora_a[...] @ lora.lora.lora_b[...]
+        if lora.bias is not None:
+            linear.bias[...] = lora.bias[...]  # type: ignore[index]
+        _set(_parent(model, path), path[-1], linear)
+    return model
+
+
 def _gate(step: int) -> optax.GradientTransformation:
     """Zero updates before optimizer step ``step``, then the updates as they are."""
     return optax.scale_by_schedule(lambda count: jnp.where(count >= step, 1.0, 0.0))
@@ -70,8 +155,10 @@ def trainable(
     Args:
         model: The NNX model (an ``ef.models`` one, or any NNX module).
         optimizer: The optax transformation for the trained parameters.
-        which: ``"all"``, ``"head"`` (the model's ``head``, ``fc`` or ``classifier``), or
-            regexes searched in each parameter's path (``"layer4/"``, ``"^blocks/1[01]/"``).
+        which: ``"all"``, ``"head"`` (the model's ``head``, ``fc`` or ``classifier``),
+            ``"lora"`` (the adapters ``add_lora`` added, and the head), ``"lora:rank=8"``
+            (``add_lora(model, 8)`` first, then as ``"lora"``), or regexes searched in each
+            parameter's path (``"layer4/"``, ``"^blocks/1[01]/"``).
         groups: Per-group optimizers, for other learning rates: ``{regex: transformation}``;
             a trained parameter takes the first group whose regex its path matches, else
             ``optimizer``.
@@ -91,16 +178,29 @@ def trainable(
         >>> tx = ef.models.trainable(model, optax.sgd(0.1), "head")
         >>> trainer = ef.Trainer(model, optimizer=tx)
     """
-    if isinstance(which, str) and which not in ("all", "head"):
-        raise ValueError(f"trainable={which!r}: expected 'all', 'head' or a list of regexes")
-    patterns = (
-        [".*"] if which == "all" else [f"^{_head(model)}/"] if which == "head" else [str(w) for w in which]
-    )
+    if isinstance(which, str) and which.startswith("lora:"):  # "lora:rank=8"
+        m = re.fullmatch(r"lora:rank=(\d+)", which)
+        if not m:
+            raise ValueError(f"trainable={which!r}: expected 'lora:rank=N'")
+        add_lora(model, int(m.group(1)))
+        which = "lora"
+    if isinstance(which, str) and which not in ("all", "head", "lora"):
+        raise ValueError(f"trainable={which!r}: expected 'all', 'head', 'lora', 'lora:rank=N' or regexes")
+    if which == "lora":
+        patterns = ["/lora/lora_[ab]$", f"^{_head(model)}/"]
+    else:
+        patterns = (
+            [".*"]
+            if which == "all"
+            else [f"^{_head(model)}/"]
+            if which == "head"
+            else [str(w) for w in which]
+        )
     compiled = [re.compile(p) for p in patterns]
     group_res = [(re.compile(r), f"group:{r}") for r in (groups or {})]
     params = nnx.state(model, nnx.Param)
     paths = [parameter_path(k) for k, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-    named = ([] if which in ("all", "head") else patterns) + list(unfreeze or {})
+    named = ([] if which in ("all", "head", "lora") else patterns) + list(unfreeze or {})
     unused = [p for p in named if not any(re.search(p, x) for x in paths)]
     if unused:
         raise ValueError(f"trainable: {unused} match no parameter path (e.g. {paths[:3]})")

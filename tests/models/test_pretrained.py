@@ -207,3 +207,34 @@ def test_head_only_fit_freezes_the_backbone_and_its_batchnorm(tmp_path):
     assert moved == [(False, False), (False, False), (True, False)]
     with pytest.raises(ValueError, match="match no parameter path"):
         ef.models.trainable(model, optax.sgd(0.1), ["^nothing/"])
+
+
+LORA = ("attn/qkv", "attn/proj", "mlp/fc1", "mlp/fc2")
+
+
+def test_lora_trains_adapters_and_head_only_and_merges_back():
+    """trainable='lora:rank=2' puts adapters on a ViT's attention and MLP kernels without
+    changing its outputs; an update moves only the adapters and the head; merge_lora folds
+    them into plain Linear layers that give the same outputs."""
+    model = _tiny_vit(rngs=nnx.Rngs(1))
+    x = jnp.asarray(np.random.default_rng(0).random((2, 32, 32, 3)), jnp.float32)
+    forward = jax.jit(lambda m, x: m(x))
+    before = np.asarray(forward(model, x))
+    tx = ef.models.trainable(model, optax.sgd(0.1), "lora:rank=2")
+    assert isinstance(model.blocks[1].attn.qkv, nnx.LoRALinear)
+    np.testing.assert_allclose(forward(model, x), before, rtol=1e-6, atol=1e-6)  # lora_b is zero
+    params = nnx.state(model, nnx.Param)
+    grads = jax.tree_util.tree_map(jnp.ones_like, params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    moved = {
+        ef.models.finetune.parameter_path(k)
+        for k, u in jax.tree_util.tree_flatten_with_path(updates)[0]
+        if np.any(np.asarray(u) != 0)
+    }
+    adapters = {f"blocks/{i}/{m}/lora/lora_{ab}" for i in (0, 1) for m in LORA for ab in "ab"}
+    assert moved == adapters | {"head/kernel", "head/bias"}, sorted(moved ^ adapters)
+    nnx.update(model, optax.apply_updates(params, updates))
+    tuned = np.asarray(forward(model, x))
+    ef.models.merge_lora(model)
+    assert type(model.blocks[1].attn.qkv) is nnx.Linear
+    np.testing.assert_allclose(forward(model, x), tuned, rtol=1e-5, atol=1e-5)
