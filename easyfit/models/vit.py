@@ -82,11 +82,10 @@ class ViT(nnx.Module):
         rngs: Where the initial weights are drawn from (``nnx.Rngs(0)`` when None).
 
     Example:
-        >>> import jax.numpy as jnp
         >>> import easyfit as ef
         >>> model = ef.models.ViT(dim=32, depth=1, heads=2, num_classes=3, image_size=32)
-        >>> model(jnp.zeros((2, 32, 32, 3))).shape
-        (2, 3)
+        >>> model.pos_embed.shape, model.head.kernel.shape  # 2 x 2 patches of 16, the class token
+        ((1, 5, 32), (32, 3))
     """
 
     def __init__(
