@@ -26,6 +26,26 @@ def example():
     return sys.modules[spec.name]
 
 
+def as_linen(model):
+    """``(init, apply)`` with linen's signatures for the example's NNX model, so that the plain
+    JAX loops below run it as a pure function: ``init(key, x, train=False)`` gives
+    ``{"params", "batch_stats"}``, ``apply(variables, x, train, mutable=...)`` as linen's."""
+    from flax import nnx
+
+    graphdef, params, stats = nnx.split(model, nnx.Param, nnx.BatchStat)
+
+    def init(key, x, train=False):
+        return {"params": params, "batch_stats": stats}
+
+    def apply(variables, x, train=False, mutable=()):
+        m = nnx.merge(graphdef, variables["params"], variables["batch_stats"], copy=True)  # this trace's
+        m.train() if train else m.eval()
+        out = m(x)
+        return (out, {"batch_stats": nnx.state(m, nnx.BatchStat)}) if mutable else out
+
+    return init, apply
+
+
 def recipe_source(args):
     """The recipe's training source (random resized crop, flip, ImageNet normalisation), with
     ``--hw-load`` applied to easyfit's decoder setting when given."""
@@ -48,16 +68,14 @@ def model_step(name: str, classes: int, batch: int, width: int = 64, size: int =
     import optax
 
     ex = example()
-    model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](classes, width)
-    variables = jax.jit(lambda x: model.init(jax.random.PRNGKey(0), x, train=False))(
-        jnp.zeros((1, size, size, 3))
-    )
+    init, apply = as_linen({"resnet18": ex.resnet18, "resnet50": ex.resnet50}[name](classes, width))
+    variables = jax.jit(lambda x: init(jax.random.PRNGKey(0), x, train=False))(jnp.zeros((1, size, size, 3)))
     params, stats = variables["params"], variables["batch_stats"]
     tx = ex.optimizer(batch, 100, 90)
 
     def loss_fn(p, stats, x, y):
         p16 = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), p)
-        out, new = model.apply(
+        out, new = apply(
             {"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16), train=True, mutable=["batch_stats"]
         )
         out = out.astype(jnp.float32)
@@ -73,7 +91,7 @@ def model_step(name: str, classes: int, batch: int, width: int = 64, size: int =
     def correct(state, x, y):
         p, _, stats = state
         p16 = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), p)
-        out = model.apply({"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16), train=False)
+        out = apply({"params": p16, "batch_stats": stats}, x.astype(jnp.bfloat16), train=False)
         return jnp.sum(jnp.argmax(out, -1) == y)
 
     return (params, tx.init(params), stats), jax.jit(step, donate_argnums=0), jax.jit(correct)

@@ -43,19 +43,21 @@ def child(args: argparse.Namespace) -> dict:
     import jax.numpy as jnp
     import numpy as np
     import optax
-    from imagenet_recipe import example
+    from imagenet_recipe import as_linen, example
 
     from easyfit.core.state import CPU_INIT_OPTIONS
 
     ex = example()
-    model = {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[args.model](10, args.width)
+    model_init, model_apply = as_linen(
+        {"resnet18": ex.resnet18, "resnet50": ex.resnet50}[args.model](10, args.width)
+    )
     x1 = jnp.zeros((1, args.size, args.size, 3))
     rng = jax.random.PRNGKey(0)
     tx = ex.optimizer(args.batch_size, 100, 90)
     out: dict = {}
 
     def init(key, x):
-        return model.init({"params": key, "dropout": key}, x, train=False)
+        return model_init({"params": key, "dropout": key}, x, train=False)
 
     def compile_train() -> None:
         abstract = jax.eval_shape(init, rng, x1)
@@ -63,7 +65,7 @@ def child(args: argparse.Namespace) -> dict:
 
         def loss_fn(p, stats, x, y):
             p16 = jax.tree_util.tree_map(lambda a: a.astype(jnp.bfloat16), p)
-            logits, new = model.apply(
+            logits, new = model_apply(
                 {"params": p16, "batch_stats": stats},
                 x.astype(jnp.bfloat16),
                 train=True,

@@ -6,6 +6,8 @@ Example:
     (<class 'easyfit.training.trainer.Trainer'>, ...)
 """
 
+from typing import Any
+
 from ._env import arrange_environment
 
 arrange_environment()  # before anything below can start JAX's backend
@@ -15,6 +17,17 @@ from .callbacks import Callback, History  # noqa: E402
 from .errors import CheckpointError, DataError  # noqa: E402
 from .persistence import checkpoint  # noqa: E402
 from .training.trainer import Trainer  # noqa: E402
+
+
+def __getattr__(name: str) -> Any:
+    """``easyfit.models`` on its first use: it imports ``flax.nnx``, which a linen user's
+    ``import easyfit`` should not wait for."""
+    if name == "models":
+        import importlib
+
+        return importlib.import_module(".models", __name__)
+    raise AttributeError(f"module 'easyfit' has no attribute {name!r}")
+
 
 __version__ = "0.1.0"  # the only place the version is written (pyproject reads it)
 
@@ -32,4 +45,5 @@ __all__ = [
     "distributed",
     "errors",
     "metrics",
+    "models",
 ]

@@ -20,68 +20,21 @@ import argparse
 import functools
 import os
 import tempfile
-from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import optax
-from flax import linen as nn
 
 import easyfit as ef
 
 
-class Block(nn.Module):
-    """A residual block: two 3x3 convolutions (basic) or 1x1-3x3-1x1 (bottleneck, with the
-    stride on the 3x3 convolution: ResNet v1.5)."""
-
-    filters: int
-    strides: int = 1
-    bottleneck: bool = False
-
-    @nn.compact
-    def __call__(self, x: jax.Array, train: bool) -> jax.Array:
-        conv = functools.partial(nn.Conv, use_bias=False)
-        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9, epsilon=1e-5)
-        s = (self.strides, self.strides)
-        if self.bottleneck:
-            y = nn.relu(norm()(conv(self.filters, (1, 1))(x)))
-            y = nn.relu(norm()(conv(self.filters, (3, 3), s)(y)))
-            out = self.filters * 4
-            y = norm(scale_init=nn.initializers.zeros)(conv(out, (1, 1))(y))
-        else:
-            y = nn.relu(norm()(conv(self.filters, (3, 3), s)(x)))
-            out = self.filters
-            y = norm(scale_init=nn.initializers.zeros)(conv(out, (3, 3))(y))
-        if x.shape != y.shape:  # the shortcut projects when the shape changes
-            x = norm()(conv(out, (1, 1), s)(x))
-        return nn.relu(x + y)
+def resnet18(num_classes: int = 1000, width: int = 64) -> ef.models.ResNet:
+    """``ef.models``' ResNet-18 (NNX, NHWC); the Trainer's precision sets the passes' dtype."""
+    return ef.models.ResNet([2, 2, 2, 2], bottleneck=False, num_classes=num_classes, width=width)
 
 
-class ResNet(nn.Module):
-    """ResNet v1.5 on NHWC images; returns logits."""
-
-    stage_sizes: Sequence[int]
-    num_classes: int = 1000
-    bottleneck: bool = True
-    width: int = 64
-
-    @nn.compact
-    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-        x = nn.Conv(self.width, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], use_bias=False)(x)
-        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5)(x))
-        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
-        for i, blocks in enumerate(self.stage_sizes):
-            for j in range(blocks):
-                x = Block(self.width * 2**i, 2 if i > 0 and j == 0 else 1, self.bottleneck)(x, train)
-        return nn.Dense(self.num_classes)(jnp.mean(x, axis=(1, 2)))
-
-
-def resnet18(num_classes: int = 1000, width: int = 64) -> ResNet:
-    return ResNet([2, 2, 2, 2], num_classes, bottleneck=False, width=width)
-
-
-def resnet50(num_classes: int = 1000, width: int = 64) -> ResNet:
-    return ResNet([3, 4, 6, 3], num_classes, bottleneck=True, width=width)
+def resnet50(num_classes: int = 1000, width: int = 64) -> ef.models.ResNet:
+    """``ef.models``' ResNet-50 v1.5 (NNX, NHWC)."""
+    return ef.models.ResNet([3, 4, 6, 3], bottleneck=True, num_classes=num_classes, width=width)
 
 
 def smoothed_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:

@@ -37,6 +37,14 @@ def test_mnist_cnn_on_the_sample(tmp_path):
     assert "replicas identical: True" in out
 
 
+def test_finetune_from_weights_it_draws(tmp_path):
+    """Offline: a narrow ResNet-18's weights saved as timm's, loaded with a new head for the
+    sample's 10 classes, the head alone trained one epoch."""
+    out = run_example("finetune.py", "--smoke", cwd=tmp_path)
+    assert "resnet18: head replaced for 10 classes: (64, 10)" in out
+    assert len(accuracies(out)) == 1
+
+
 def test_arrays_on_the_sample(tmp_path):
     out = run_example("arrays.py", "--epochs", "1", cwd=tmp_path)
     evaluated = float(re.search(r"'accuracy': ([\d.]+)", out).group(1))
