@@ -271,8 +271,8 @@ class Source(abc.ABC):
     """Base class of easyfit's data sources: what every kind says about its samples.
 
     Subclass :class:`IndexedSource` or :class:`ReaderSource`, not this class. Only
-    ``num_samples`` is required here; the optional capabilities are in
-    ``easyfit.data.sources.capabilities``.
+    ``num_samples`` is required here; what only some sources can do (labels known up
+    front, a host check of a sample, ...) is an optional capability, tested with ``isinstance``.
     """
 
     #: Factor applied to ``x`` (cast to float32) in the train step; None to leave it as is.
@@ -473,8 +473,8 @@ class Subset(IndexedSource):
     """The samples of ``source`` at ``indices`` (used by validation_split).
 
     A Subset is its source renumbered: it has the source's form of samples, recipe and checks,
-    and the optional capabilities (``easyfit.data.sources.capabilities``) the source has, its
-    sample numbers mapped through ``indices``.
+    and the optional capabilities the source has, its sample numbers mapped through
+    ``indices``.
 
     Example:
         >>> import numpy as np, easyfit as ef
