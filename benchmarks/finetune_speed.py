@@ -2,7 +2,8 @@
 with the ImageNet recipe, against the same fit on batches already on the device.
 
     python benchmarks/finetune_speed.py ROOT [--models resnet50,vit_base_patch16_224]
-        [--trainable head,all] [--images 8000] [--batch-size 256] [--epochs 3] [--json OUT]
+        [--trainable head,all] [--images 8000] [--batch-size 256] [--epochs 3]
+        [--device-batches 32] [--json OUT]
 
 ROOT is written first if it holds no ``train/`` folder (``ef.datasets.synthetic_images``:
 ``--images`` JPEGs of 300-550 px sides in 10 classes, nine tenths for training). For each
@@ -10,7 +11,7 @@ model and each ``--trainable`` (``head``: the backbone frozen, no optimizer stat
 BatchNorm in inference mode; ``all``: everything trains, the backbone at a tenth of the head's
 rate), each in a fresh interpreter:
 
-* ``device``: ``Trainer.fit`` on ``--batch-size`` x 8 random images held in device memory
+* ``device``: ``Trainer.fit`` on ``--batch-size`` x ``--device-batches`` random images held in device memory
   (``cache=True``, so the later epochs read no input): fit's train step with nothing to wait
   for, the most the model allows through fit;
 * ``stream``: ``Trainer.fit`` on ``ROOT/train`` with random resized crops of 224 px, flips and
@@ -43,7 +44,7 @@ def child(args: argparse.Namespace) -> None:
     import easyfit as ef
 
     if args.where == "device":
-        n = args.batch_size * 8
+        n = args.batch_size * args.device_batches
         rng = np.random.default_rng(0)
         x = rng.integers(0, 256, (n, 224, 224, 3), dtype=np.uint8)
         y = rng.integers(0, 10, n)
@@ -88,6 +89,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=8000)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--device-batches", type=int, default=32, help="batches of the on-device run")
     ap.add_argument("--json", default=None)
     ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default=None, help=argparse.SUPPRESS)
