@@ -10,7 +10,7 @@ named. A reader-driven source is read again in order, one record at a time (:fun
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -123,10 +123,26 @@ def odd_shape_sample(
     return None
 
 
+def _one_at_a_time(define: Callable[[], Any]) -> Callable[[], Any]:
+    """``define`` as a DALI pipeline of one sample per run on the CPU, neither prefetched nor
+    asynchronous, so that an error belongs to the sample just run."""
+    from nvidia.dali import pipeline_def
+
+    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+    return pipeline_def(  # type: ignore[call-overload]
+        batch_size=1,
+        num_threads=1,
+        device_id=None,
+        prefetch_queue_depth=1,
+        exec_async=False,
+        exec_pipelined=False,
+    )(define)
+
+
 def _alone(source: IndexedSource, order: list[int]) -> Iterator[tuple[int, Any]]:
     """``(index, outputs or the RuntimeError)`` of each sample of ``order`` run alone through
     the source's graph on the CPU (no augmentation)."""
-    from nvidia.dali import fn, pipeline_def
+    from nvidia.dali import fn
 
     if not order:
         return
@@ -134,15 +150,7 @@ def _alone(source: IndexedSource, order: list[int]) -> Iterator[tuple[int, Any]]
     def one(info):
         return tuple(source.feed(np.array([order[min(info.iteration, len(order) - 1)]])))
 
-    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-    @pipeline_def(
-        batch_size=1,
-        num_threads=1,
-        device_id=None,
-        prefetch_queue_depth=1,  # type: ignore[call-overload]
-        exec_async=False,
-        exec_pipelined=False,
-    )
+    @_one_at_a_time
     def pipeline():
         nodes = fn.external_source(
             source=one,
@@ -171,17 +179,8 @@ def _alone(source: IndexedSource, order: list[int]) -> Iterator[tuple[int, Any]]
 def scan_for_bad_record(source: ReaderSource, limit: int = 100_000) -> str | None:
     """Reads ``source`` in order, one record at a time, up to ``limit`` records; names the first
     one DALI cannot read or decode (``source.locate(position)``)."""
-    from nvidia.dali import pipeline_def
 
-    # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-    @pipeline_def(
-        batch_size=1,
-        num_threads=1,
-        device_id=None,
-        prefetch_queue_depth=1,  # type: ignore[call-overload]
-        exec_async=False,
-        exec_pipelined=False,
-    )
+    @_one_at_a_time
     def pipeline():
         return source.read(shard_id=0, num_shards=1, shuffle=False, device="cpu")
 
