@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -80,6 +80,8 @@ __all__ = [
     "Progress",
     "ResumePoint",
     "checkpoint_args",
+    "find_resume_point",
+    "fit_completed",
     "read_metadata",
     "reader",
     "restore",
@@ -527,3 +529,22 @@ class ResumePoint:
         """Item ``name`` of the checkpoint (``callback_arrays``), restored onto ``target``'s
         structure, shapes and shardings, checked against its checksums."""
         return self.read(ocp.args.Composite(**{name: ocp.args.StandardRestore(_abstract(target))}))[name]
+
+
+def fit_completed(callbacks: Iterable[Any]) -> None:
+    """Tells each callback that has a ``fit_completed()`` method that fit returned normally
+    (every ``on_train_end`` ran without an error): a backup may now be deleted."""
+    for cb in callbacks:
+        done = getattr(cb, "fit_completed", None)
+        if callable(done):
+            done()
+
+
+def find_resume_point(callbacks: Any) -> ResumePoint | None:
+    """The first ResumePoint offered by a callback's ``restore_point()`` method, if any."""
+    for cb in callbacks:
+        offer = getattr(cb, "restore_point", None)
+        point = offer() if callable(offer) else None
+        if point is not None:
+            return point
+    return None
