@@ -155,6 +155,19 @@ def test_zero1_and_fsdp_train_as_replicated_on_eight_devices(tmp_path):
     assert got["nnx-fsdp"].keys() == got["nnx-replicated"].keys() and got["nnx-fsdp"]
     for path, want in got["nnx-replicated"].items():
         np.testing.assert_allclose(got["nnx-fsdp"][path], want, rtol=1e-5, atol=1e-7, err_msg=f"nnx {path}")
+    # a second mesh axis: Dense_0's (1568, 10) kernel and its Adam moment split over "model"
+    # (halves of 10 outputs on each device pair), the batch over "data": replicated's numbers
+    for part in ("params", "mu"):
+        spec, whole, shard, described = got[f"adam-model-{part}"]["layout"].tolist()
+        assert (spec, int(shard) * 2, described) == (
+            "P(None, 'model')",
+            int(whole),
+            "1 rule over 8 devices ('data' x 'model' axes: 4 x 2)",
+        )
+    for path, want in got["adam-replicated"].items():
+        np.testing.assert_allclose(
+            got["adam-model"][path], want, rtol=1e-5, atol=1e-7, err_msg=f"model axis {path}"
+        )
     for resumed in ("resumed-zero1-4", "resumed-replicated-1"):
         assert got[resumed].keys() == got["adam-replicated"].keys()
         for path, want in got["adam-replicated"].items():
@@ -286,3 +299,21 @@ def test_annotations_in_the_model_are_honoured():
     assert state_specs(state, rules, {"data": 8}).params["Dense_0"]["kernel"].value == P()
     with pytest.raises(ValueError, match=r"Dense_0/kernel of shape \(16, 64\): its annotation"):
         state_specs(state, StateSharding.of("fsdp"), {"data": 3})
+
+
+def test_a_mesh_of_axes_checked_and_batches_split_over_data_only():
+    from easyfit.parallel import Placement
+
+    one = jax.devices()[:1]
+    placement = Placement.create(one, {"data": -1, "model": 1})
+    assert placement.mesh.axis_names == ("data", "model") and placement.num_shards == 1
+    assert placement.local_shards == [(0, one[0])]
+    with pytest.raises(ValueError, match=r"mesh=\{'model': 2\}: .* 'data' axis"):
+        Placement.create(one, {"model": 2})
+    with pytest.raises(ValueError, match=r"mesh=\{'data': -1, 'model': 2\}: .* the 1 devices"):
+        Placement.create(one, {"data": -1, "model": 2})
+    specs = state_specs(
+        _state(PARAMS), StateSharding.of([("head", (None, "model"))]), {"data": 4, "model": 2}
+    )
+    assert specs.params["head"]["kernel"] == P(None, "model")
+    assert specs.opt_state[0].nu["head"]["kernel"] == P(None, "model")  # mirrors its parameter
