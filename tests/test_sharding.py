@@ -168,6 +168,11 @@ def test_zero1_and_fsdp_train_as_replicated_on_eight_devices(tmp_path):
         np.testing.assert_allclose(
             got["adam-model"][path], want, rtol=1e-5, atol=1e-7, err_msg=f"model axis {path}"
         )
+    # a batch of 4 shards of 2 rows, shard i made on device 2i and copied to device 2i + 1
+    np.testing.assert_array_equal(
+        got["model-axis-rows"]["whole"], np.repeat(np.arange(4.0), 2)[:, None].repeat(3, 1)
+    )
+    assert got["model-axis-rows"]["shards"].tolist() == [[d // 2, d] for d in range(8)]
     for resumed in ("resumed-zero1-4", "resumed-replicated-1"):
         assert got[resumed].keys() == got["adam-replicated"].keys()
         for path, want in got["adam-replicated"].items():

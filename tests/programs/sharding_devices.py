@@ -21,6 +21,7 @@ from flax import nnx  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.core.sharding import StateSharding  # noqa: E402
+from easyfit.parallel import Placement  # noqa: E402
 from tests.helpers import Crash, crash_before  # noqa: E402
 from tests.helpers.models import NNXMLP  # noqa: E402
 
@@ -120,6 +121,17 @@ for part, a in (("params", t.state.params["Dense_0"]["kernel"]), ("mu", *moments
     arrays[f"adam-model-{part}|layout"] = np.asarray(
         [str(a.sharding.spec), str(a.nbytes), str(shard.data.nbytes), t._layout.describe()]
     )
+
+# a batch shard made on one device of its "model" pair (as GPU pipelines make them) and copied
+# to the other
+placement = Placement.create(jax.devices(), {"data": -1, "model": 2})
+batch = placement.shard_device_rows(
+    [jax.device_put(np.full((2, 3), i, np.float32), d) for i, d in placement.local_shards]
+)
+arrays["model-axis-rows|whole"] = np.asarray(batch)
+arrays["model-axis-rows|shards"] = np.asarray(
+    [[float(s.data[0, 0]), s.device.id] for s in sorted(batch.addressable_shards, key=lambda s: s.device.id)]
+)
 
 # a checkpoint saved under one layout restored into the other
 for saved, into in (("replicated", "fsdp"), ("fsdp", "replicated")):
