@@ -1,7 +1,9 @@
 """``Trainer(sharding=)``: the layout rules (pure, on shapes), and on 8 virtual devices in a fresh
 interpreter: ``zero1`` and ``fsdp`` train to ``replicated``'s numbers, hold the bytes the rule
-says per device, a checkpoint moves between layouts, and a backup taken on 8 devices resumes on
-4 and on 1."""
+says per device, a checkpoint moves between layouts, a backup taken on 8 devices resumes on 4
+and on 1, and a second mesh axis ("model") holds a rule's split; in real processes
+(tests/programs/elastic.py): a fit SIGKILLed on 8 devices resumes on 4 and on 2 with the
+uninterrupted run's samples, step by step, and 2 processes x 4 devices train as 1 x 8."""
 
 from __future__ import annotations
 
