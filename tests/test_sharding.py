@@ -1,12 +1,20 @@
 """``Trainer(sharding=)``: the layout rules (pure, on shapes), and on 8 virtual devices in a fresh
 interpreter: ``zero1`` and ``fsdp`` train to ``replicated``'s numbers, hold the bytes the rule
-says per device, a checkpoint moves between layouts, and a backup taken on 8 devices resumes on
-4 and on 1."""
+says per device, a checkpoint moves between layouts, a backup taken on 8 devices resumes on 4
+and on 1, and a second mesh axis ("model") holds a rule's split; in real processes
+(tests/programs/elastic.py): a fit SIGKILLed on 8 devices resumes on 4 and on 2 with the
+uninterrupted run's samples, step by step, and 2 processes x 4 devices train as 1 x 8."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +23,10 @@ import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from easyfit.callbacks import BackupAndRestore
 from easyfit.core.sharding import StateSharding, array_spec, state_specs
 from easyfit.core.state import TrainState
-from tests.helpers import run_program
+from tests.helpers import PROGRAMS, run_program
 
 
 def _state(params):
@@ -148,12 +157,131 @@ def test_zero1_and_fsdp_train_as_replicated_on_eight_devices(tmp_path):
     assert got["nnx-fsdp"].keys() == got["nnx-replicated"].keys() and got["nnx-fsdp"]
     for path, want in got["nnx-replicated"].items():
         np.testing.assert_allclose(got["nnx-fsdp"][path], want, rtol=1e-5, atol=1e-7, err_msg=f"nnx {path}")
+    # a second mesh axis: Dense_0's (1568, 10) kernel and its Adam moment split over "model"
+    # (halves of 10 outputs on each device pair), the batch over "data": replicated's numbers
+    for part in ("params", "mu"):
+        spec, whole, shard, described = got[f"adam-model-{part}"]["layout"].tolist()
+        assert (spec, int(shard) * 2, described) == (
+            "P(None, 'model')",
+            int(whole),
+            "1 rule over 8 devices ('data' x 'model' axes: 4 x 2)",
+        )
+    for path, want in got["adam-replicated"].items():
+        np.testing.assert_allclose(
+            got["adam-model"][path], want, rtol=1e-5, atol=1e-7, err_msg=f"model axis {path}"
+        )
+    # a batch of 4 shards of 2 rows, shard i made on device 2i and copied to device 2i + 1
+    np.testing.assert_array_equal(
+        got["model-axis-rows"]["whole"], np.repeat(np.arange(4.0), 2)[:, None].repeat(3, 1)
+    )
+    assert got["model-axis-rows"]["shards"].tolist() == [[d // 2, d] for d in range(8)]
     for resumed in ("resumed-zero1-4", "resumed-replicated-1"):
         assert got[resumed].keys() == got["adam-replicated"].keys()
         for path, want in got["adam-replicated"].items():
             np.testing.assert_allclose(
                 got[resumed][path], want, rtol=1e-5, atol=1e-7, err_msg=f"{resumed} {path}"
             )
+
+
+def _env(devices: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def elastic(tmp_path_factory):
+    """tests/programs/elastic.py's runs, in order: 2 processes x 4 devices train under fsdp and
+    save; 1 process x 8 devices trains the same fit uninterrupted, loads that checkpoint, then
+    trains it again with a backup after every batch and is SIGKILLed in epoch 1; a process of 4
+    devices resumes the backup on 4 (zero1) and on 2 (replicated)."""
+    out = tmp_path_factory.mktemp("elastic")
+    program = [sys.executable, str(PROGRAMS / "elastic.py")]
+    port = _free_port()
+    pair = [
+        subprocess.Popen(
+            [*program, "multiprocess", str(i), "2", str(port), str(out)],
+            env=_env(4),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:  # the bound only keeps a hang from blocking the suite
+        logs = [p.communicate(timeout=300)[0] for p in pair]
+    finally:
+        for p in pair:
+            p.kill()
+    assert [p.returncode for p in pair] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    killed = subprocess.Popen(
+        [*program, "killed", str(out)], env=_env(8), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    watchdog = threading.Timer(300, killed.kill)  # a hang fails the test rather than hang it
+    watchdog.start()
+    try:
+        lines = []
+        for line in killed.stdout:  # blocked after epoch 1's second batch, its backup written
+            lines.append(line)
+            if line.strip() == "blocked":
+                killed.send_signal(signal.SIGKILL)
+                break
+    finally:
+        watchdog.cancel()
+        killed.kill()
+        err = killed.communicate()[1]
+    assert killed.returncode == -signal.SIGKILL and "blocked\n" in lines, "".join(lines) + err[-3000:]
+    resumed = run_program("elastic.py", "resumed", str(out), devices=4, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    return out
+
+
+def _arrays(path) -> dict[str, np.ndarray]:
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _same_training(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
+    """The same samples in the same steps (the ids each step received, exactly) and the same
+    parameters and Adam moments up to float32 summation order: 8 updates of a 4-class MLP whose
+    gradients are summed over another number of devices (or over processes through gloo) differ
+    by a few ulps."""
+    assert got.keys() == want.keys(), what
+    seen = "['seen']['ids']"
+    np.testing.assert_array_equal(got[seen], want[seen], err_msg=f"{what}: the samples of each step")
+    for path, a in want.items():
+        np.testing.assert_allclose(got[path], a, rtol=1e-5, atol=1e-7, err_msg=f"{what} {path}")
+
+
+@pytest.mark.slow  # fresh interpreters: a SIGKILL, 4 devices after 8
+def test_fsdp_killed_on_eight_devices_resumes_on_four_and_two_as_never_stopped(elastic):
+    reference = _arrays(elastic / "ref.npz")
+    ids = reference["['seen']['ids']"]  # (steps, batch): what each step of the fit received
+    epochs = ids.reshape(2, -1)  # 4 steps an epoch
+    assert all(sorted(e.tolist()) == list(range(64)) for e in epochs)  # each sample once an epoch
+    assert epochs[0].tolist() != epochs[1].tolist()  # reshuffled
+    point = BackupAndRestore(elastic / "backup").restore_point()  # what the killed run left
+    assert (point.epoch, point.batch, point.meta["step"]) == (1, 2, 6)  # mid-epoch
+    for devices in (4, 2):  # zero1 on 4 devices, replicated on 2
+        _same_training(_arrays(elastic / f"resumed-{devices}.npz"), reference, f"resumed on {devices}")
+
+
+@pytest.mark.slow  # 2 processes
+def test_fsdp_on_two_processes_trains_as_on_one_and_its_checkpoint_loads_there(elastic):
+    two = _arrays(elastic / "mp.npz")
+    _same_training(two, _arrays(elastic / "ref.npz"), "2 processes x 4 devices against 1 x 8")
+    loaded = _arrays(elastic / "mp-loaded.npz")  # the 2-process checkpoint in 1 process x 8 devices
+    assert loaded.keys() == two.keys()
+    for path, a in two.items():
+        np.testing.assert_array_equal(loaded[path], a, err_msg=path)
 
 
 def test_annotations_in_the_model_are_honoured():
@@ -178,3 +306,21 @@ def test_annotations_in_the_model_are_honoured():
     assert state_specs(state, rules, {"data": 8}).params["Dense_0"]["kernel"].value == P()
     with pytest.raises(ValueError, match=r"Dense_0/kernel of shape \(16, 64\): its annotation"):
         state_specs(state, StateSharding.of("fsdp"), {"data": 3})
+
+
+def test_a_mesh_of_axes_checked_and_batches_split_over_data_only():
+    from easyfit.parallel import Placement
+
+    one = jax.devices()[:1]
+    placement = Placement.create(one, {"data": -1, "model": 1})
+    assert placement.mesh.axis_names == ("data", "model") and placement.num_shards == 1
+    assert placement.local_shards == [(0, one[0])]
+    with pytest.raises(ValueError, match=r"mesh=\{'model': 2\}: .* 'data' axis"):
+        Placement.create(one, {"model": 2})
+    with pytest.raises(ValueError, match=r"mesh=\{'data': -1, 'model': 2\}: .* the 1 devices"):
+        Placement.create(one, {"data": -1, "model": 2})
+    specs = state_specs(
+        _state(PARAMS), StateSharding.of([("head", (None, "model"))]), {"data": 4, "model": 2}
+    )
+    assert specs.params["head"]["kernel"] == P(None, "model")
+    assert specs.opt_state[0].nu["head"]["kernel"] == P(None, "model")  # mirrors its parameter

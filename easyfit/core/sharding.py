@@ -10,7 +10,9 @@ a checkpoint's restore target:
 - ``"fsdp"``: the parameters and the model's other variables (BatchNorm statistics) sharded too;
 - a list of ``(regex, PartitionSpec)`` rules over the parameters' paths: the first rule whose
   regex matches a path (``re.search``) gives the spec of that parameter and of the optimizer
-  state and moving average that mirror it; arrays no rule matches are replicated.
+  state and moving average that mirror it; arrays no rule matches are replicated. A spec may
+  name any axis of the mesh (``"model"`` of ``Trainer(mesh={"data": -1, "model": 2})``: tensor
+  parallel).
 
 An array is sharded by big_vision's rule: along its largest dimension that the ``"data"``
 axis's size divides (the next largest when it does not), and only when it holds more than
@@ -113,7 +115,8 @@ class StateSharding:
     @property
     def name(self) -> str:
         """How the epoch line and ``easyfit info`` name it."""
-        return f"{len(self.rules)} rules" if self.kind == "rules" else self.kind
+        n = len(self.rules)
+        return (f"{n} rule" + "s" * (n > 1)) if self.kind == "rules" else self.kind
 
     @property
     def sharded(self) -> bool:
@@ -339,7 +342,7 @@ class StateLayout:
 
     Args:
         sharding: the layout's rules.
-        mesh: the mesh (``Placement.mesh``: one ``"data"`` axis).
+        mesh: the mesh (``Placement.mesh``: a ``"data"`` axis, and any other of ``Trainer(mesh=)``).
     """
 
     def __init__(self, sharding: StateSharding, mesh: Mesh):
@@ -379,7 +382,12 @@ class StateLayout:
 
     def describe(self) -> str:
         """The layout in force, as fit's log and ``summary`` name it."""
-        return f"{self.sharding.name} over {self.mesh.devices.size} devices ('{DATA_AXIS}' axis)"
+        n = self.mesh.devices.size
+        if len(self.mesh.axis_names) == 1:
+            return f"{self.sharding.name} over {n} devices ('{DATA_AXIS}' axis)"
+        names = " x ".join(f"'{a}'" for a in self.mesh.axis_names)
+        sizes = " x ".join(str(v) for v in self.mesh.shape.values())
+        return f"{self.sharding.name} over {n} devices ({names} axes: {sizes})"
 
     @staticmethod
     def parts(state: Any) -> dict[str, Any]:

@@ -142,10 +142,13 @@ class ReaderPipelines:
         self._unit_steps = layout.unit_steps
         self._unit = layout.unit
         saved = list((position or {}).get("dali") or [])
-        if saved and len(saved) != len(ids):
+        # the reader's order depends on its number of shards: a position of another number
+        # means other samples (a position of several processes holds no DALI checkpoints)
+        was = (position or {}).get("readers", len(saved) * jax.process_count() if saved else readers)
+        if was != readers:
             raise ValueError(
-                f"position: saved for {len(saved)} reader pipelines, but this "
-                f"placement has {len(ids)}; {source.describe()} cannot resume "
+                f"position: saved for {was} reader pipelines, but this "
+                f"placement has {readers}; {source.describe()} cannot resume "
                 "exactly on another number of pipelines"
             )
         self._pipes = [
@@ -230,20 +233,21 @@ class ReaderPipelines:
         return pipe
 
     def position(self, iteration: int) -> dict[str, Any]:
-        """``{"chunk": i, "dali": [one checkpoint per pipeline]}``: the pipelines' state before
-        chunk ``iteration``, the next one to be consumed (DALI's serialized checkpoints, base64
-        text so that the position stays JSON). With several processes only
-        ``{"chunk": i}``: a checkpoint's metadata is written by process 0, whose pipelines
-        read other shards than the others' (they resume by reading and dropping)."""
+        """``{"chunk": i, "readers": r, "dali": [one checkpoint per pipeline]}``: the pipelines'
+        state before chunk ``iteration``, the next one to be consumed (DALI's serialized
+        checkpoints, base64 text so that the position stays JSON), and the number of reader
+        shards, on which the order depends. With several processes no ``"dali"``: a
+        checkpoint's metadata is written by process 0, whose pipelines read other shards than
+        the others' (they resume by reading and dropping)."""
         if jax.process_count() > 1:
-            return {"chunk": iteration}
+            return {"chunk": iteration, "readers": self._readers}
         if iteration == self.next:
             dali = self._checkpoint()
         elif iteration in self._checkpoints:
             dali = self._checkpoints[iteration]  # produced ahead (peeked), not yet consumed
         else:
             raise RuntimeError(f"reader pipelines are at chunk {self.next}: chunk {iteration}'s is gone")
-        return {"chunk": iteration, "dali": dali}
+        return {"chunk": iteration, "readers": self._readers, "dali": dali}
 
     def _checkpoint(self) -> list[str]:
         return [base64.b64encode(p.checkpoint()).decode("ascii") for p in self._pipes]

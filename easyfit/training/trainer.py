@@ -135,6 +135,10 @@ class Trainer:
             along their largest dimension the device count divides), or a list of
             ``(regex, PartitionSpec)`` rules over parameter paths such as ``"Dense_0/kernel"``
             ([Sharding the state](multi-device.md#sharding-the-state)).
+        mesh: the mesh's axes and their sizes, in order (one may be -1: the devices left);
+            default ``{"data": -1}``. Batches are split over ``"data"`` only; another axis
+            (``{"data": -1, "model": 2}``) is for rules that name it: tensor parallel
+            ([A second mesh axis](multi-device.md#a-second-mesh-axis-tensor-parallel)).
 
     Example:
         >>> import optax, tempfile, easyfit as ef
@@ -170,6 +174,7 @@ class Trainer:
         gradient_accumulation_steps: int | None = None,
         ema_momentum: float | None = None,
         sharding: str | Sequence[tuple[str, Any]] | StateSharding = "replicated",
+        mesh: Mapping[str, int] | None = None,
     ):
         if not isinstance(deterministic, bool):
             raise TypeError(f"deterministic={deterministic!r}: must be True or False")
@@ -197,7 +202,7 @@ class Trainer:
         self.steps_per_execution = steps_per_execution
         # DALI's import, which fit's first pipeline needs, while JAX's runtime starts
         self.placement = import_while(
-            lambda: Placement.create(devices), "nvidia.dali.fn", "nvidia.dali.pipeline"
+            lambda: Placement.create(devices, mesh), "nvidia.dali.fn", "nvidia.dali.pipeline"
         )
         loader_options = {"num_threads": num_threads, "pipelines_per_device": pipelines_per_device}
 

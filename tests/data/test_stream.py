@@ -93,10 +93,14 @@ def test_a_reader_position_is_read_when_used_and_resumes_at_its_chunk_even_when_
         now = loader.position()  # chunk 3, read while the stream stands there
         assert dict(late) == {"chunk": 1}  # no DALI checkpoint: the reader reads and drops
         at_three = dict(now)
-        assert at_three["chunk"] == 3 and len(at_three["dali"]) == 1
+        assert at_three["chunk"] == 3 and len(at_three["dali"]) == 1 and at_three["readers"] == 1
         expected.append(_host(next(loader)))  # chunk 3
     finally:
         loader.close()
+    # the reader's order depends on its shards: a position of 2 (2 processes' backup, which
+    # holds no DALI checkpoint) is refused rather than read on in another order
+    with pytest.raises(ValueError, match="saved for 2 reader pipelines, but this placement has 1"):
+        Loader(lmdb, plan, placement, training=True, position={"chunk": 3, "readers": 2})
     for position, chunks in ((dict(late), expected), (at_three, expected[2:])):
         resumed = Loader(lmdb, plan, placement, training=True, position=position)
         try:

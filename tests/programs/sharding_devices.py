@@ -1,7 +1,7 @@
 """Trains the tiny CNN with BatchNorm on 8 (virtual) devices under each state sharding, with an
 EMA and gradient accumulation, moves a checkpoint between layouts, and resumes a backup taken
 on 8 devices on 4 and on 1; writes what the test compares to OUT.npz, the layouts to OUT.json
-and the fsdp trainer's summary to OUT.summary.
+and the fsdp trainer's summary to OUT.summary; trains with a second mesh axis ("model") too.
 
     python sharding_devices.py OUT
 """
@@ -21,6 +21,7 @@ from flax import nnx  # noqa: E402
 
 import easyfit as ef  # noqa: E402
 from easyfit.core.sharding import StateSharding  # noqa: E402
+from easyfit.parallel import Placement  # noqa: E402
 from tests.helpers import Crash, crash_before  # noqa: E402
 from tests.helpers.models import NNXMLP  # noqa: E402
 
@@ -96,6 +97,41 @@ for opt, kinds in (("sgd", ("replicated", "fsdp")), ("adam", ("replicated", "zer
             t.summary(print_fn=lambda text: Path(out + ".summary").write_text(text))
         if opt == "adam" and kind in ("replicated", "fsdp"):
             t.save(f"{out}-{kind}.ckpt")
+
+# tensor parallel: a second mesh axis, "model", holding halves of Dense_0's output dimension
+t = ef.Trainer(
+    NormedCNN(),
+    optimizer=optax.adam(1e-3),
+    seed=0,
+    steps_per_execution=1,
+    ema_momentum=0.9,
+    gradient_accumulation_steps=2,
+    sharding=[("Dense_0/kernel", (None, "model"))],
+    mesh={"data": -1, "model": 2},
+)
+t.fit(data, epochs=2, batch_size=16, verbose=0, cache=False)
+keep("adam-model", t.state, layout=False)
+moments = [
+    a
+    for keys, a in jax.tree_util.tree_leaves_with_path(t.state.opt_state)
+    if "mu" in jax.tree_util.keystr(keys) and "Dense_0']['kernel" in jax.tree_util.keystr(keys)
+]
+for part, a in (("params", t.state.params["Dense_0"]["kernel"]), ("mu", *moments)):
+    shard = next(s for s in a.addressable_shards if s.device == jax.devices()[0])
+    arrays[f"adam-model-{part}|layout"] = np.asarray(
+        [str(a.sharding.spec), str(a.nbytes), str(shard.data.nbytes), t._layout.describe()]
+    )
+
+# a batch shard made on one device of its "model" pair (as GPU pipelines make them) and copied
+# to the other
+placement = Placement.create(jax.devices(), {"data": -1, "model": 2})
+batch = placement.shard_device_rows(
+    [jax.device_put(np.full((2, 3), i, np.float32), d) for i, d in placement.local_shards]
+)
+arrays["model-axis-rows|whole"] = np.asarray(batch)
+arrays["model-axis-rows|shards"] = np.asarray(
+    [[float(s.data[0, 0]), s.device.id] for s in sorted(batch.addressable_shards, key=lambda s: s.device.id)]
+)
 
 # a checkpoint saved under one layout restored into the other
 for saved, into in (("replicated", "fsdp"), ("fsdp", "replicated")):

@@ -1,0 +1,129 @@
+"""Elastic training of a tiny model that records the samples each train step received (its
+``seen`` collection: one row of sample ids per step, kept in the state, so in backups too).
+
+    python elastic.py multiprocess PROCESS_ID NUM_PROCESSES PORT OUT
+    python elastic.py killed OUT
+    python elastic.py resumed OUT
+
+``multiprocess``: one of NUM_PROCESSES processes of a ``jax.distributed`` run; trains under
+``fsdp`` on every process's devices and saves OUT/mp.ckpt; process 0 writes the state to
+OUT/mp.npz. ``killed`` (8 devices): trains the same fit uninterrupted (OUT/ref.npz), loads
+OUT/mp.ckpt into an fsdp trainer when it exists (OUT/mp-loaded.npz), then trains it again with
+``BackupAndRestore(OUT/backup, save_freq=1)``, and once the backup of epoch 1's second batch is
+written prints ``blocked`` and waits to be killed. ``resumed`` (4 devices): resumes copies of
+that backup under ``zero1`` on 4 devices (OUT/resumed-4.npz) and ``replicated`` on 2
+(OUT/resumed-2.npz).
+"""
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+mode, out = sys.argv[1], sys.argv[-1]
+import easyfit as ef  # noqa: E402
+
+if mode == "multiprocess":
+    pid, n, port = (int(a) for a in sys.argv[2:5])
+    ef.distributed.initialize(f"127.0.0.1:{port}", n, pid, heartbeat_timeout_seconds=10)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from flax import linen as nn  # noqa: E402
+
+from easyfit.core.sharding import StateSharding  # noqa: E402
+from easyfit.parallel import gather_to_host  # noqa: E402
+
+N, BATCH, EPOCHS = 64, 16, 2  # 4 steps an epoch
+STEPS = EPOCHS * N // BATCH
+
+
+class Recorded(nn.Module):
+    """Column 0 of x is the sample's id; the rest go through two Dense layers. Each training
+    call writes the batch's ids into row ``count`` of its ``seen`` collection."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        count = self.variable("seen", "count", lambda: jnp.zeros((), jnp.int32))
+        ids = self.variable("seen", "ids", lambda: jnp.full((STEPS, BATCH), -1, jnp.int32))
+        if train:
+            ids.value = ids.value.at[count.value].set(x[:, 0].astype(jnp.int32))
+            count.value = count.value + 1
+        return nn.Dense(4)(nn.relu(nn.Dense(16)(x[:, 1:])))
+
+
+rng = np.random.default_rng(0)
+x = np.concatenate([np.arange(N, dtype=np.float32)[:, None], rng.normal(size=(N, 8)).astype(np.float32)], 1)
+data = ef.data.Arrays(x, rng.integers(0, 4, N).astype(np.int32))
+
+
+def trainer(kind: str, devices: int | None = None) -> ef.Trainer:
+    return ef.Trainer(
+        Recorded(),
+        optimizer=optax.adam(1e-2),
+        seed=0,
+        steps_per_execution=1,
+        sharding=StateSharding.of(kind, min_bytes=0),  # every array split that the rule allows
+        devices=None if devices is None else jax.devices()[:devices],
+    )
+
+
+def fit(t: ef.Trainer, callbacks=()) -> None:
+    t.fit(data, epochs=EPOCHS, batch_size=BATCH, verbose=0, cache=False, callbacks=list(callbacks))
+
+
+def write(t: ef.Trainer, name: str) -> None:
+    """The state's arrays (whole, on every process) to OUT/<name>.npz, from process 0."""
+    tree = {"params": t.state.params, "opt": t.state.opt_state, "seen": t.state.model_state["seen"]}
+    arrays = {
+        jax.tree_util.keystr(k): gather_to_host(a) for k, a in jax.tree_util.tree_leaves_with_path(tree)
+    }
+    if jax.process_index() == 0:
+        np.savez(os.path.join(out, name + ".npz"), **arrays)
+
+
+if mode == "multiprocess":
+    t = trainer("fsdp")
+    fit(t)
+    t.save(os.path.join(out, "mp.ckpt"))  # every process writes its shards
+    write(t, "mp")
+elif mode == "killed":
+    t = trainer("fsdp")
+    fit(t)
+    write(t, "ref")
+    if os.path.isdir(os.path.join(out, "mp.ckpt")):  # the 2-process checkpoint into 1 x 8
+        t = trainer("fsdp")
+        t.load(os.path.join(out, "mp.ckpt"))
+        write(t, "mp-loaded")
+    t = trainer("fsdp")
+    backups = os.path.join(out, "backup", "easyfit-backups")
+
+    def block(batch, logs):
+        if t.progress.epoch == 1 and batch == 2:  # epoch 1's batches 0 and 1 trained (step 6)
+            # their asynchronous backup, which BackupAndRestore numbers epoch * (steps + 1) + batch
+            while not os.path.isdir(os.path.join(backups, "7")):
+                time.sleep(0.05)
+            print("blocked", flush=True)
+            time.sleep(600)
+
+    fit(
+        t,
+        [
+            ef.callbacks.LambdaCallback(on_train_batch_begin=block),
+            ef.callbacks.BackupAndRestore(os.path.join(out, "backup"), save_freq=1),
+        ],
+    )
+    print("not killed", flush=True)
+else:
+    for kind, devices in (("zero1", 4), ("replicated", 2)):
+        backup = os.path.join(out, f"backup-{devices}")
+        shutil.copytree(os.path.join(out, "backup"), backup)
+        t = trainer(kind, devices)
+        fit(t, [ef.callbacks.BackupAndRestore(backup, save_freq=1)])
+        write(t, f"resumed-{devices}")
+print("done", jax.process_index(), jax.device_count(), flush=True)
