@@ -60,6 +60,7 @@ from .first_step import FirstStep
 from .fit_options import FitArgs, check_class_weight
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
+from .pretrained import recipe_source
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
@@ -449,6 +450,7 @@ class Trainer:
             verbose=verbose,
         )
         first_step = FirstStep(warm_up=self.state is None)
+        x, validation_data = recipe_source(self._model, x, validation_data, validation_split)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
         if args.verbose:
             _say(*self._data.left_out(train, val))

@@ -158,6 +158,7 @@ def test_new_head_from_a_hub_folder_with_its_recipe(tmp_path):
         "image_size": (48, 40),
         "normalize": ((0.5,), (0.25,)),
         "eval_crop": None,
+        "color_mode": "grayscale",  # one channel's mean and std
     }
     assert model.preprocessing.interpolation == "bicubic"
     # bfloat16 weights (the Trainer's precision) keep the passes in bfloat16 through BatchNorm
@@ -243,11 +244,11 @@ def test_lora_trains_adapters_and_head_only_and_merges_back():
 
 def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp_path):
     """One step of LoRA fine-tuning of a tiny ViT loaded from timm-style files whose config
-    names a recipe: the recipe becomes ImageFolder's and travels in the checkpoint, the export
-    and the adapters; trainer.save(adapters_only=True) writes the adapters and the head alone,
-    which on a fresh model of the same base give the trained outputs; another base or rank is
-    refused naming what differs; the export holds merged plain weights (no adapter arrays) and
-    gives the unmerged model's outputs."""
+    names a recipe: fit(folder) reads the folder with it (input size, mean, std, crop), and it
+    travels in the checkpoint, the export and the adapters; trainer.save(adapters_only=True)
+    writes the adapters and the head alone, which on a fresh model of the same base give the
+    trained outputs; another base or rank is refused naming what differs; the export holds
+    merged plain weights (no adapter arrays) and gives the unmerged model's outputs."""
     base = _tiny_vit(rngs=nnx.Rngs(1), in_channels=1)
     (tmp_path / "w").mkdir()
     _save(_timm_names(base), tmp_path / "w" / "model.safetensors")
@@ -266,10 +267,9 @@ def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp
 
     model = fresh()
     root = ef.datasets.sample_folder(tmp_path / "mnist", limit=(8, 2))
-    train = ef.data.ImageFolder(root + "/train", **model.preprocessing.image_folder_kwargs())
     tx = ef.models.trainable(model, optax.adam(1e-2), "lora:rank=2")
     trainer = ef.Trainer(model, optimizer=tx, loss="sparse_categorical_crossentropy")
-    trainer.fit(train, epochs=1, batch_size=8, verbose=0)
+    trainer.fit(root + "/train", epochs=1, batch_size=8, verbose=0)  # read with the weights' recipe
     assert np.any(np.asarray(model.blocks[0].attn.qkv.lora.lora_b[...]) != 0)  # the adapters trained
     full = ef.checkpoint.read_metadata(trainer.save(tmp_path / "full"))["recipe"]["images"]
     assert full["image_size"] == [32, 32] and (full["mean"], full["std"]) == ([0.5], [0.25]), full
