@@ -15,6 +15,7 @@ from typing import Any
 
 from flax import nnx
 
+from .adapters import load_adapters, save_adapters
 from .finetune import add_lora, merge_lora, trainable
 from .resnet import ResNet
 from .vit import ViT
@@ -26,12 +27,14 @@ __all__ = [
     "ViT",
     "add_lora",
     "create_model",
+    "load_adapters",
     "load_weights",
     "merge_lora",
     "resnet18",
     "resnet34",
     "resnet50",
     "resnet101",
+    "save_adapters",
     "trainable",
     "vit_base_patch16_224",
     "vit_large_patch16_224",

@@ -99,12 +99,13 @@ class Preprocessing:
 
     def image_folder_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """``ImageFolder``'s arguments for this recipe (``image_size``, ``normalize``,
-        ``eval_crop``), with ``overrides`` replacing or adding any:
-        ``ImageFolder(root, **pre.image_folder_kwargs(augment=...))``."""
+        ``eval_crop``, and ``color_mode`` from the channels of ``mean``), with ``overrides``
+        replacing or adding any: ``ImageFolder(root, **pre.image_folder_kwargs(augment=...))``."""
         kwargs: dict[str, Any] = {
             "image_size": tuple(self.input_size),
             "normalize": (tuple(self.mean), tuple(self.std)),
             "eval_crop": self.crop_fraction,
+            "color_mode": "grayscale" if len(self.mean) == 1 else "rgb",
         }
         return {**kwargs, **overrides}
 

@@ -60,6 +60,7 @@ from .first_step import FirstStep
 from .fit_options import FitArgs, check_class_weight
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
+from .pretrained import recipe_source
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
@@ -454,6 +455,7 @@ class Trainer:
             verbose=verbose,
         )
         first_step = FirstStep(warm_up=self.state is None)
+        x, validation_data = recipe_source(self._model, x, validation_data, validation_split)
         train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
         if args.verbose:
             _say(*self._data.left_out(train, val))
@@ -764,11 +766,18 @@ class Trainer:
         # nnx.Rngs it holds writes its count while the export traces it
         host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(self._require_state()))
         scale = self._hook_values.input_scale
-        infer = functools.partial(steps.make_infer(self._adapter, scale, self.precision), host)
+        adapter = self._adapter
+        if adapter.kind == "nnx":  # LoRA adapters folded into their kernels: plain weights
+            from ..models.adapters import merged_for_inference
+
+            adapter, host = merged_for_inference(adapter, host)
+        infer = functools.partial(steps.make_infer(adapter, scale, self.precision), host)
         spec = self._input_spec or ([], None)
         return export_lib.export_trained(path, infer, spec, self.class_names, self._data.recipe, inputs)
 
-    def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str:
+    def save(
+        self, path: str | os.PathLike, *, weights_only: bool = False, adapters_only: bool = False
+    ) -> str:
         """Writes an Orbax checkpoint: parameters, optimizer state, step, RNG key, the epoch
         reached, the seed, and the training data's input recipe as plain JSON, so that ``load``
         reads data as training did (see [Checkpoints](checkpoints.md#save-and-load)). Replaces a
@@ -777,10 +786,19 @@ class Trainer:
         Args:
             path: the checkpoint's directory.
             weights_only: save the parameters (and model state) only.
+            adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save
+                the adapters and the head alone, with the input recipe, as PEFT's
+                ``save_pretrained`` does: ``ef.models.load_adapters`` puts them onto a model
+                built from the same base weights ([Fine-tuning](finetune.md#saving-adapters)).
 
         Returns:
             The absolute path written.
         """
+        if adapters_only:
+            from ..models.adapters import save_adapters
+
+            write_back(self._model, self._require_state())
+            return save_adapters(self._model, path, recipe=self._data.recipe, class_names=self.class_names)
         with shielded("the save in progress"):  # a Ctrl-C meanwhile is raised once the checkpoint is whole
             return checkpoint.save(
                 path, self._require_state(), self._progress, self.checkpoint_meta, weights_only=weights_only

@@ -15,6 +15,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 import easyfit as ef
+from easyfit.persistence.export import load_exported
 from tests.models.reference import draw
 
 
@@ -157,6 +158,7 @@ def test_new_head_from_a_hub_folder_with_its_recipe(tmp_path):
         "image_size": (48, 40),
         "normalize": ((0.5,), (0.25,)),
         "eval_crop": None,
+        "color_mode": "grayscale",  # one channel's mean and std
     }
     assert model.preprocessing.interpolation == "bicubic"
     # bfloat16 weights (the Trainer's precision) keep the passes in bfloat16 through BatchNorm
@@ -238,3 +240,82 @@ def test_lora_trains_adapters_and_head_only_and_merges_back():
     ef.models.merge_lora(model)
     assert type(model.blocks[1].attn.qkv) is nnx.Linear
     np.testing.assert_allclose(forward(model, x), tuned, rtol=1e-5, atol=1e-5)
+
+
+def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp_path):
+    """One step of LoRA fine-tuning of a tiny ViT loaded from timm-style files whose config
+    names a recipe: fit(folder) reads the folder with it (input size, mean, std, crop), and it
+    travels in the checkpoint, the export and the adapters; trainer.save(adapters_only=True)
+    writes the adapters and the head alone, which on a fresh model of the same base give the
+    trained outputs; another base or rank is refused naming what differs; the export holds
+    merged plain weights (no adapter arrays) and gives the unmerged model's outputs."""
+    base = _tiny_vit(rngs=nnx.Rngs(1), in_channels=1)
+    (tmp_path / "w").mkdir()
+    _save(_timm_names(base), tmp_path / "w" / "model.safetensors")
+    cfg = {
+        "input_size": [1, 32, 32],
+        "interpolation": "bicubic",
+        "crop_pct": 1.0,
+        "mean": [0.5],
+        "std": [0.25],
+    }
+    (tmp_path / "w" / "config.json").write_text(json.dumps({"pretrained_cfg": cfg}))
+
+    def fresh() -> ef.models.ViT:
+        model = ef.models.ViT(16, 2, 2, num_classes=10, image_size=32, in_channels=1, rngs=nnx.Rngs(7))
+        return ef.models.load_weights(model, tmp_path / "w")  # a new head for the 10 digits
+
+    model = fresh()
+    root = ef.datasets.sample_folder(tmp_path / "mnist", limit=(8, 2))
+    tx = ef.models.trainable(model, optax.adam(1e-2), "lora:rank=2")
+    trainer = ef.Trainer(model, optimizer=tx, loss="sparse_categorical_crossentropy")
+    trainer.fit(root + "/train", epochs=1, batch_size=8, verbose=0)  # read with the weights' recipe
+    assert np.any(np.asarray(model.blocks[0].attn.qkv.lora.lora_b[...]) != 0)  # the adapters trained
+    full = ef.checkpoint.read_metadata(trainer.save(tmp_path / "full"))["recipe"]["images"]
+    assert full["image_size"] == [32, 32] and (full["mean"], full["std"]) == ([0.5], [0.25]), full
+    assert full["eval_crop"] == 1.0, full
+
+    saved = trainer.save(tmp_path / "adapters", adapters_only=True)
+    arrays = ef.models.adapters.ADAPTERS
+    from safetensors.numpy import load_file
+
+    keys = set(load_file(f"{saved}/{arrays}"))
+    assert keys == {f"blocks/{i}/{m}/lora/lora_{ab}" for i in (0, 1) for m in LORA for ab in "ab"} | {
+        "head/kernel",
+        "head/bias",
+    }
+    x = jnp.asarray(np.random.default_rng(0).random((2, 32, 32, 1)), jnp.float32)
+    forward = jax.jit(lambda m, x: m(x))
+    model.eval()
+    tuned = np.asarray(forward(model, x))
+    again = fresh()
+    del again.preprocessing
+    config = ef.models.load_adapters(again, saved)
+    again.eval()
+    np.testing.assert_allclose(np.asarray(forward(again, x)), tuned, rtol=1e-6, atol=1e-6)
+    assert again.preprocessing == model.preprocessing and config["recipe"]["images"] == full
+
+    other = ef.models.ViT(16, 2, 2, num_classes=10, image_size=32, in_channels=1)  # another base
+    with pytest.raises(
+        ValueError,
+        match=r"other base weights.*11 of 30 base parameters of other values \(blocks/0/attn/proj/kernel",
+    ):
+        ef.models.load_adapters(other, saved)
+    ranked = ef.models.add_lora(fresh(), rank=3)
+    with pytest.raises(ValueError, match=r"blocks/0/attn/proj: rank 2 in the adapters, 3 in the model"):
+        ef.models.load_adapters(ranked, saved)
+    assert np.all(np.asarray(ranked.blocks[0].attn.qkv.lora.lora_b[...]) == 0)  # left as it was
+
+    fn, meta = load_exported(trainer.export(tmp_path / "exported", inputs="prepared"))
+    np.testing.assert_allclose(
+        np.asarray(fn(x.astype(jnp.float16))),
+        np.asarray(forward(model, x.astype(jnp.float16).astype(jnp.float32))),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert meta["recipe"]["images"] == full
+    text = jax.export.deserialize(
+        bytearray((tmp_path / "exported" / "model.stablehlo").read_bytes())
+    ).mlir_module()
+    assert "16x2xf32" not in text and "2x48xf32" not in text  # no adapter arrays: merged
+    assert isinstance(model.blocks[0].attn.qkv, nnx.LoRALinear)  # the trainer's model keeps them
