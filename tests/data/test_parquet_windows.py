@@ -75,6 +75,14 @@ def test_windows_each_sample_once_a_window_of_row_groups_at_a_time_a_function_of
     np.testing.assert_array_equal(plan.order(1), orders[1])
     rows = np.concatenate([plan.chunk(c)[0] for c in range(plan.steps_per_pass)])
     assert sorted(rows.tolist()) == list(range(N))
+    # a backup records the windows: a resume with others (another cache_bytes) is refused
+    from easyfit.persistence.checkpoint import ResumePoint, _plan_json
+
+    saved = ResumePoint(1, 0, None, {"plan": _plan_json(plan)}, read=None)
+    saved.check(plan)
+    other = Plan(N, 8, shuffle=True, seed=SEED, num_shards=2, windows=_source(shard, held=12).shuffle_windows())
+    with pytest.raises(ValueError, match=r"batching changed \(shuffle windows \[size, blocks\]: \[4, "):
+        saved.check(other)
     # validation_split: the training rows, windowed by the row groups they are in
     train, val = ef.data.split_validation(source, 0.25, seed=SEED)
     sub = train.shuffle_windows()
