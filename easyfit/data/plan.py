@@ -79,18 +79,25 @@ class Windows:
     size: int
     note: str = ""
     _digest: str = dataclasses.field(default="", init=False, repr=False)
+    _block: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, np.int64), init=False, repr=False
+    )
+    _blocks: int = dataclasses.field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "block_of", np.asarray(self.block_of, np.int64))
         object.__setattr__(self, "size", max(1, int(self.size)))
         digest = hashlib.sha256(np.ascontiguousarray(self.block_of).tobytes()).hexdigest()[:16]
         object.__setattr__(self, "_digest", digest)
+        blocks, block = np.unique(self.block_of, return_inverse=True)
+        object.__setattr__(self, "_block", block.reshape(-1))  # each sample's block, 0...
+        object.__setattr__(self, "_blocks", len(blocks))
 
     def order(self, seed: int, data_pass: int) -> np.ndarray:
         """The order of the samples in pass ``data_pass``: window after window."""
         rng = np.random.default_rng([seed, data_pass, 0x817D])
-        blocks, block = np.unique(self.block_of, return_inverse=True)
-        window = (rng.permutation(len(blocks)) // self.size)[block.reshape(-1)]
+        windows = rng.permutation(self._blocks) // self.size
+        window = windows.astype(np.min_scalar_type(self._blocks))[self._block]  # small: a radix sort
         shuffled = rng.permutation(len(self.block_of))
         return shuffled[np.argsort(window[shuffled], kind="stable")]
 

@@ -80,7 +80,9 @@ def test_windows_each_sample_once_a_window_of_row_groups_at_a_time_a_function_of
 
     saved = ResumePoint(1, 0, None, {"plan": _plan_json(plan)}, read=None)
     saved.check(plan)
-    other = Plan(N, 8, shuffle=True, seed=SEED, num_shards=2, windows=_source(shard, held=12).shuffle_windows())
+    other = Plan(
+        N, 8, shuffle=True, seed=SEED, num_shards=2, windows=_source(shard, held=12).shuffle_windows()
+    )
     with pytest.raises(ValueError, match=r"batching changed \(shuffle windows \[size, blocks\]: \[4, "):
         saved.check(other)
     # validation_split: the training rows, windowed by the row groups they are in

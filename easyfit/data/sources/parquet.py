@@ -178,10 +178,10 @@ class Parquet(EncodedImages, IndexedSource):
     for every batch and read each row group again and again; so (``shuffle="auto"``) a
     shuffled pass permutes the row groups, cuts them into windows of a quarter as many as the
     cache holds (the window being fed and those the pipelines' next runs need, read ahead,
-    stay cached together), and permutes the rows within each window: each row group is read once per
-    pass, as Keras' ``shuffle="batch"`` and petastorm's row-group shuffling do. fit says so
-    once, with the window's size. The order is still a function of (seed, pass), the same in
-    every process, so resuming is exact.
+    stay cached together), and permutes the rows within each window: each row group is read
+    once per pass, as with Keras' ``shuffle="batch"`` and petastorm's row-group shuffling.
+    fit says so once, with the window's size. The order is still a function of (seed, pass),
+    the same in every process, so resuming is exact.
 
     Args:
         path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as
@@ -195,7 +195,8 @@ class Parquet(EncodedImages, IndexedSource):
         shuffle: how fit's ``shuffle=True`` orders a pass: ``"auto"``, windows of row groups
             only when the images do not fit ``cache_bytes``; ``"global"``, a permutation of all
             the rows every pass (row groups read again and again when they do not fit);
-            ``"row_groups"``, windows of row groups always.
+            ``"row_groups"``, windows of row groups always (of a quarter of the row groups
+            ``cache_bytes`` holds).
         **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
             (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
@@ -427,7 +428,7 @@ class Parquet(EncodedImages, IndexedSource):
             return None
         groups = len(self._local)
         held = self.cache_bytes // max(1, int(self._group_bytes.max()))  # the largest: the bound
-        size = groups if fits else max(1, min(groups, held // WINDOWS_HELD))
+        size = max(1, min(groups, held // WINDOWS_HELD))
         rows = round(self.num_samples / groups * size)
         why = (
             f"shuffle={self.shuffle!r}"
