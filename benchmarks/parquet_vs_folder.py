@@ -18,8 +18,10 @@ normalisation, bfloat16) and batch, ``--repeat`` times alternating
 ``ef.data.ImageFolder(ROOT/folder/train)`` and ``ef.data.Parquet(ROOT/parquet/data/train-*)``;
 then once Parquet with ``cache_bytes`` at ``--small-cache`` of the shards' size (or
 ``--cache-bytes`` bytes), two epochs at most and stopped after ``--small-cache-timeout``
-seconds (a shuffled pass reads row groups again and again: what that costs; ``--small-cache
-0`` leaves it out).
+seconds: a shuffled pass then reads windows of row groups, each once per pass
+(``ef.data.Parquet(shuffle="auto")``; ``--small-cache-shuffle global`` measures a permutation of
+all the rows instead, which reads row groups again and again); its row group reads per pass
+are reported; ``--small-cache 0`` leaves it out).
 It prints, per model and source, the medians over the runs of images/s (each run's median of
 its epochs after the first) and of the first epoch's seconds, a markdown table, and writes
 every run's figures to ``--out`` (JSON). ``--model tiny`` (one strided convolution and a dense
@@ -98,6 +100,7 @@ def child(args) -> None:
             augment=aug,
             normalize="imagenet",
             cache_bytes=args.child_cache,
+            shuffle=args.small_cache_shuffle if args.child_cache is not None else "auto",
         )
     classes = len(train.class_names)
     if args.child_model == "tiny":
@@ -138,6 +141,12 @@ def child(args) -> None:
                 "input_wait": history.history.get("input_wait"),
                 "accuracy": history.history["accuracy"][-1],
                 "loss": history.history["loss"][-1],
+                # reads of row groups from the files per pass (1.0: each once; Parquet only)
+                "row_group_reads_per_pass": (
+                    round(float(train._groups.reads.sum()) / len(train._groups.reads) / len(seconds), 2)
+                    if args.source == "parquet"
+                    else None
+                ),
                 "machine": machine(),
             }
         ),
@@ -215,6 +224,12 @@ def main() -> None:
         help="that run's cache_bytes in bytes (instead of --small-cache)",
     )
     ap.add_argument("--small-cache-timeout", type=float, default=75, help="seconds that run may take")
+    ap.add_argument(
+        "--small-cache-shuffle",
+        choices=["auto", "global", "row_groups"],
+        default="auto",
+        help="that run's ef.data.Parquet(shuffle=)",
+    )
     ap.add_argument("--image-size", type=int, default=224, help="the crops' side")
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--row-group", type=int, default=256, help="rows per Parquet row group")
@@ -257,7 +272,7 @@ def main() -> None:
                 runs[source].append(r)
                 print(f"{model} {source} run {k + 1}: {json.dumps(r)}", flush=True)
         if small is not None:
-            epochs = min(args.epochs, 2)  # row groups read again and again: slow
+            epochs = min(args.epochs, 2)  # with shuffle="global", row groups read again and again
             r = run(args, "parquet", model, epochs, small, args.small_cache_timeout)
             runs[f"parquet, cache_bytes {small / 2**20:,.1f} MiB"] = [r]
             print(f"{model} parquet cache_bytes={small}: {json.dumps(r)}", flush=True)

@@ -103,6 +103,7 @@ def test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each(tmp_pa
         *("--images", "80", "--sides", "40,80", "--epochs", "2", "--batch-size", "16"),
         *("--model", "tiny", "--image-size", "32", "--shards", "2", "--row-group", "16"),
         *("--repeat", "1", "--out", str(tmp_path / "r.json")),
+        *("--small-cache-shuffle", "global"),  # the folder's order: the same training
     )
     shards = sorted(os.listdir(root / "parquet" / "data"))
     assert shards == ["train-00000-of-00002.parquet", "train-00001-of-00002.parquet"]
@@ -123,6 +124,8 @@ def test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each(tmp_pa
     assert label == f"parquet, cache_bytes {small / 2**20:,.1f} MiB"
     assert folder["images"] == parquet["images"] == quarter["images"] == 70
     assert folder["images_per_s"] > 0 and parquet["images_per_s"] > 0
+    assert parquet["row_group_reads_per_pass"] <= 1.0  # all cached: each read once in the run
+    assert quarter["row_group_reads_per_pass"] > 1.0  # shuffle="global": read again and again
     # the same images in the same order (the plan's), the same crops: the same training, also
     # with a cache of a quarter of the shards (row groups read ahead, dropped and read again)
     for run_ in (parquet, quarter):

@@ -21,14 +21,14 @@ from ..parallel import Placement
 from .kept_streams import KeptStreams, LentStream
 from .kinds import Resume, stream_request
 from .loader import open_stream
-from .plan import Plan
+from .plan import Plan, Windows
 from .resolve import split_layout, to_source
 from .sources.base import Source
-from .sources.capabilities import FolderListing, base_of
+from .sources.capabilities import Blocked, FolderListing, base_of
 from .split import split_validation
 from .stream import LoaderOptions, Stream
 
-__all__ = ["DataInputs"]
+__all__ = ["DataInputs", "shuffle_windows"]
 
 
 log = logging.getLogger("easyfit")
@@ -237,6 +237,7 @@ class DataInputs:
             steps_per_execution=k,
             num_shards=self.placement.num_shards,
             epoch_steps=epoch_steps,
+            windows=shuffle_windows(source, shuffle, cached),
         )
 
     def _clamped(self, source: Source, batch_size: int, warn: bool) -> int:
@@ -315,3 +316,12 @@ class DataInputs:
             source.close()
         self._sources.clear()
         self._train = None
+
+
+def shuffle_windows(source: Source, shuffle: bool | str, cached: bool = False) -> Windows | None:
+    """The windows a shuffled pass over ``source`` reads its blocks in (``Blocked``), or None: a
+    permutation of all the samples (not shuffled, ``shuffle="batch"``, or cached on the devices,
+    where any order costs the same)."""
+    if isinstance(shuffle, str) or not shuffle or cached or not isinstance(source, Blocked):
+        return None
+    return source.shuffle_windows()

@@ -45,11 +45,17 @@ from ..errors import DataError
 from .images import first_line
 from .validation.encoded import HEAD, TAIL, WHOLE, encoded_problem
 
-__all__ = ["AHEAD", "RowGroups", "cut", "fed_images", "readers"]
+__all__ = ["AHEAD", "WINDOWS_HELD", "RowGroups", "cut", "fed_images", "readers"]
 
 #: Row groups each reader may read ahead of the feeds: with :func:`readers` threads, at most
 #: ``readers() * AHEAD`` row groups beyond the cache are held.
 AHEAD = 2
+
+#: A shuffled pass of row groups larger than the cache reads them in windows of
+#: ``1 / WINDOWS_HELD`` of the row groups the cache holds: the window being fed, and those
+#: the pipelines' next runs need (several pipelines feed parts of a chunk at once, and the
+#: readers read ahead), stay cached together, so that each row group is read once per pass.
+WINDOWS_HELD = 4
 
 
 def readers() -> int:
@@ -134,6 +140,9 @@ class RowGroups:
         memory_map: per file, read it through a memory map (local, stored uncompressed).
         describe: the source's name, for the warning.
         image_bytes: the images' bytes, uncompressed, for the warning.
+        group_bytes: per row group, its images' bytes as the file's metadata says (uncompressed):
+            the cache counts a row group as this or its array's bytes, the larger, so that the
+            row groups a window of a shuffled pass holds (counted from the metadata) fit.
     """
 
     def __init__(
@@ -151,12 +160,14 @@ class RowGroups:
         memory_map: Sequence[bool],
         describe: Callable[[], str],
         image_bytes: int,
+        group_bytes: np.ndarray | None = None,
     ):
         self.files, self.column = list(files), column
         self.file_of, self.local, self.start, self.file_row = file_of, local, start, file_row
         self.cache_bytes = cache_bytes
         self._stamp, self._bad_error, self._memory_map = stamp, bad, list(memory_map)
         self._describe, self._image_bytes = describe, image_bytes
+        self._group_bytes = np.zeros(len(local), np.int64) if group_bytes is None else group_bytes
         count = len(local)
         self._arrays = np.full(count, None, object)  # the cached row groups' Arrow arrays...
         self._tensors = np.full(count, None, object)  # ...and their bytes as DALI TensorCPUs
@@ -175,6 +186,9 @@ class RowGroups:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._rows_read = 0  # rows of the row groups read from the files...
         self._rows_fed = 0  # ...and rows fed: a pass in file order reads each row once
+        #: how many times each row group was read from its file (a pass over rows that fit
+        #: the cache, or a windowed one, reads each once)
+        self.reads = np.zeros(count, np.int64)
         self._warned = False
 
     # ------------------------------------------------------------------------------ reading
@@ -191,6 +205,8 @@ class RowGroups:
         path = self.files[f]
         rows = int(self.start[g + 1] - self.start[g])
         pf = open_file(path, self._memory_map[f])
+        with self._lock:
+            self.reads[g] += 1
         try:
             self._stamp(f)  # the file opened is the one labels were read from, or refused
             try:
@@ -258,8 +274,8 @@ class RowGroups:
         ``cache_bytes`` (never ``g`` itself)."""
         if self._arrays[g] is None:
             self._arrays[g], self._tensors[g] = column, tensor
-            self._nbytes[g] = column.nbytes
-            self._cached_bytes += int(column.nbytes)
+            self._nbytes[g] = max(int(column.nbytes), int(self._group_bytes[g]))
+            self._cached_bytes += int(self._nbytes[g])
             self._rows_read += int(self.start[g + 1] - self.start[g])
         self._tick += 1
         self._used[g] = self._tick
@@ -426,9 +442,10 @@ class RowGroups:
             warnings.warn(
                 f"{self._describe()}: row groups are read again and again: its images "
                 f"({self._image_bytes / 2**20:.0f} MiB) do not fit cache_bytes "
-                f"({self.cache_bytes / 2**20:.0f} MiB), and a shuffled pass needs rows of many row "
-                "groups at a time. Raise cache_bytes=, or train with fit(shuffle=False) on shards "
-                "shuffled when written (see 'Parquet' in docs/data-formats.md)",
+                f"({self.cache_bytes / 2**20:.0f} MiB), and a shuffled pass of all the rows "
+                "(shuffle='global') needs rows of many row groups at a time. Raise cache_bytes=, "
+                "or leave ef.data.Parquet(shuffle='auto'), which shuffles windows of row groups "
+                "that fit (see 'Parquet' in docs/data-formats.md)",
                 UserWarning,
                 stacklevel=4,
             )

@@ -16,17 +16,23 @@ dispatch. An epoch always ends on a chunk boundary; steps of the last chunk that
 of the epoch are fully masked (the training function of that chunk runs only the steps before
 them: ``easyfit.core.steps.compile_train``), and the next epoch goes on with the step that follows
 the last one trained.
+
+A shuffled pass of a source stored in *blocks* read whole (Parquet's row groups) that do not all
+fit the source's cache follows :class:`Windows`: the blocks permuted, cut into windows of as many
+blocks as the cache holds, the samples permuted within each window, so that each block is read
+once per pass. The order is still a pure function of (seed, pass, sample).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import threading
 
 import numpy as np
 
-__all__ = ["Orders", "Plan", "epoch_permutation"]
+__all__ = ["Orders", "Plan", "Windows", "epoch_permutation"]
 
 
 def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
@@ -44,6 +50,68 @@ def epoch_permutation(num_samples: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch, 0x5EED]).permutation(num_samples)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Windows:
+    """A shuffle of a source stored in blocks that are read whole (Parquet's row groups) when
+    its cache holds only ``size`` of them: each pass permutes the blocks, cuts them into windows
+    of ``size`` blocks and permutes the samples within each window, so that each block is read
+    once per pass (Keras' ``shuffle="batch"`` for HDF5, petastorm's and WebDataset's row-group
+    shuffles do the same). A function of (seed, pass) only, as every order.
+
+    Attributes:
+        block_of: the block of each sample (any integers; the samples of a block need not be
+            contiguous: a ``Subset``'s are its source's).
+        size: blocks per window (at least 1).
+        note: what a fit says of it (the source's words: which source, its blocks' name).
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.data.plan import Windows
+        >>> w = Windows(np.repeat(np.arange(4), 3), size=2)  # 4 blocks of 3 samples
+        >>> order = w.order(seed=0, data_pass=0)
+        >>> sorted(order.tolist()) == list(range(12))
+        True
+        >>> [len({int(b) for b in w.block_of[order[i : i + 6]]}) for i in (0, 6)]  # 2 blocks each
+        [2, 2]
+    """
+
+    block_of: np.ndarray
+    size: int
+    note: str = ""
+    _digest: str = dataclasses.field(default="", init=False, repr=False)
+    _block: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.zeros(0, np.int64), init=False, repr=False
+    )
+    _blocks: int = dataclasses.field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_of", np.asarray(self.block_of, np.int64))
+        object.__setattr__(self, "size", max(1, int(self.size)))
+        digest = hashlib.sha256(np.ascontiguousarray(self.block_of).tobytes()).hexdigest()[:16]
+        object.__setattr__(self, "_digest", digest)
+        blocks, block = np.unique(self.block_of, return_inverse=True)
+        object.__setattr__(self, "_block", block.reshape(-1))  # each sample's block, 0...
+        object.__setattr__(self, "_blocks", len(blocks))
+
+    def order(self, seed: int, data_pass: int) -> np.ndarray:
+        """The order of the samples in pass ``data_pass``: window after window."""
+        rng = np.random.default_rng([seed, data_pass, 0x817D])
+        windows = rng.permutation(self._blocks) // self.size
+        window = windows.astype(np.min_scalar_type(self._blocks))[self._block]  # small: a radix sort
+        shuffled = rng.permutation(len(self.block_of))
+        return shuffled[np.argsort(window[shuffled], kind="stable")]
+
+    def key(self) -> list:
+        """``[size, a hash of block_of]``: what a backup records of it (JSON), and compares."""
+        return [self.size, self._digest]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Windows) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.key()))
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Which samples make up each chunk of the stream.
@@ -58,6 +126,8 @@ class Plan:
         steps_per_execution: steps per chunk.
         num_shards: devices the global batch is split over (in mesh order).
         epoch_steps: steps per epoch (fit's ``steps_per_epoch``); None: an epoch is one pass.
+        windows: a shuffled pass's order is window after window of the source's blocks
+            (:class:`Windows`) rather than a permutation of all the samples; None: the latter.
 
     Example:
         >>> from easyfit.data.plan import Plan
@@ -83,6 +153,7 @@ class Plan:
     steps_per_execution: int = 1
     num_shards: int = 1
     epoch_steps: int | None = None
+    windows: Windows | None = None
 
     @property
     def steps_per_pass(self) -> int:
@@ -114,6 +185,8 @@ class Plan:
         if self.shuffle == "batch":  # each batch of the source's order permuted in place
             keys = np.random.default_rng([self.seed, data_pass, 0xBA7C]).random(self.num_samples)
             return np.lexsort((keys, np.arange(self.num_samples) // self.batch_size))
+        if self.shuffle and self.windows is not None:
+            return self.windows.order(self.seed, data_pass)
         if self.shuffle:
             return epoch_permutation(self.num_samples, self.seed, data_pass)
         return np.arange(self.num_samples)

@@ -122,7 +122,13 @@ def _abstract(tree: Any) -> Any:
 
 
 def _plan_json(plan: Plan | None) -> dict | None:
-    return None if plan is None else {k: getattr(plan, k) for k in _PLAN_KEYS}
+    if plan is None:
+        return None
+    windows = getattr(plan, "windows", None)  # a shuffle by windows of blocks: its size and blocks
+    return {
+        **{k: getattr(plan, k) for k in _PLAN_KEYS},
+        "windows": None if windows is None else windows.key(),
+    }
 
 
 def _metadata(state: Any, progress: Progress | None, meta: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -500,9 +506,9 @@ class ResumePoint:
         assert now is not None
         if saved is None:
             return
-        changed = [k for k in _PLAN_KEYS if saved.get(k) != now[k]]
-        if changed:  # a key older checkpoints lack (epoch_steps) reads as its default, None
-            names = {"epoch_steps": "steps_per_epoch"}
+        changed = [k for k in (*_PLAN_KEYS, "windows") if saved.get(k) != now[k]]
+        if changed:  # a key older checkpoints lack (epoch_steps, windows) reads as its default, None
+            names = {"epoch_steps": "steps_per_epoch", "windows": "shuffle windows [size, blocks]"}
             diff = ", ".join(f"{names.get(k, k)}: {saved.get(k)} -> {now[k]}" for k in changed)
             raise ValueError(
                 f"{self.source}: cannot resume exactly, the training data or its "

@@ -44,7 +44,7 @@ from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.sharding import StateLayout, StateSharding
 from ..core.state import StateMaker, TrainState, inference_params
-from ..data.inputs import DataInputs
+from ..data.inputs import DataInputs, shuffle_windows
 from ..data.sources.arrays import unscaled_note
 from ..data.sources.capabilities import known_labels
 from ..errors import CheckpointError, Preempted
@@ -463,11 +463,13 @@ class Trainer:
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         callbacks = as_list(callbacks)
         resume = self._resume_point(callbacks, train)
+        windows = shuffle_windows(train, args.shuffle)  # Parquet larger than its cache: agreed on
         distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
             train,
             val,
             **args.settings(batch_size),
             resume=None if resume is None else [resume.epoch, resume.batch],
+            shuffle_windows=None if windows is None else windows.key(),
             steps_per_execution=self.steps_per_execution,
             seed=self.seed,
             model=type(self._model).__name__,
@@ -478,7 +480,13 @@ class Trainer:
             sharded = (
                 f"the training state is sharded: {self._layout.describe()}" if self._layout.sharded else None
             )
-            _say(why if cache == "auto" else None, unscaled_note(train), sharded)
+            windows = stream.plan.windows  # a shuffle by windows of the source's blocks, said once
+            _say(
+                why if cache == "auto" else None,
+                unscaled_note(train),
+                sharded,
+                None if windows is None else windows.note,
+            )
         initial_epoch, first_batch = (initial_epoch, 0) if resume is None else (resume.epoch, resume.batch)
         compiled = first_step.start(
             stream,

@@ -31,6 +31,7 @@ A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import os
 import shlex
@@ -43,6 +44,7 @@ from ...errors import DataError
 from ..recipe import VERSION as RECIPE_VERSION
 from ..storage import storage_for
 from .capabilities import (
+    Blocked,
     DecodedLabels,
     EncodedSamples,
     FedLabels,
@@ -563,6 +565,18 @@ class _FedLabelsOf:
     limit_labels = _Same()
 
 
+class _BlockedOf:
+    source: Any
+    indices: np.ndarray
+
+    def shuffle_windows(self) -> Any:
+        """The source's windows, over the kept samples (each in its block of the source)."""
+        windows = self.source.shuffle_windows()
+        return (
+            None if windows is None else dataclasses.replace(windows, block_of=windows.block_of[self.indices])
+        )
+
+
 class _DecodedLabelsOf:
     decoded_label_limit = _Same()
 
@@ -574,6 +588,7 @@ _VIEWS: dict[type, type] = {
     EncodedSamples: _EncodedSamplesOf,
     FedLabels: _FedLabelsOf,
     DecodedLabels: _DecodedLabelsOf,
+    Blocked: _BlockedOf,
 }
 
 

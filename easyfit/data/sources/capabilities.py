@@ -16,6 +16,8 @@ capabilities of the source it is part of, its samples renumbered.
 * :class:`InMemory`: arrays held in memory (Keras' ``fit(x, y)``).
 * :class:`FileBacked`, :class:`RecordsLayout`, :class:`FolderListing`: the files read, what
   their index read of them, and what a folder's listing left out.
+* :class:`Blocked`: samples stored in blocks read whole (Parquet's row groups), which a
+  shuffled pass reads window by window when they do not fit the source's cache.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..plan import Windows
     from .base import Source
 
 __all__ = [
+    "Blocked",
     "DecodedLabels",
     "EncodedSamples",
     "FedLabels",
@@ -68,6 +72,16 @@ class DecodedLabels(Protocol):
     def decoded_label_limit(self) -> int | None:
         """The number of classes the decoded labels must stay below, once ``limit_labels``
         said it: the pipelines check every batch of them and name the sample of one outside."""
+
+
+@runtime_checkable
+class Blocked(Protocol):
+    """A source stored in blocks that are read whole (Parquet's row groups)."""
+
+    def shuffle_windows(self) -> Windows | None:
+        """How a shuffled pass reads the blocks when they do not all fit the source's cache
+        (``easyfit.data.plan.Windows``: each block read once per pass); None: a permutation
+        of all the samples."""
 
 
 @runtime_checkable

@@ -6,7 +6,8 @@ ahead of the batches that need them, and kept in memory (a least-recently-used c
 groups bounded by ``cache_bytes``); DALI gets their encoded bytes as they are, no decoding in
 Python (``easyfit.data.parquet_read``: the readers, the cache, the memory bound).
 The order is easyfit's plan (a pure function of seed and pass), as for every index-driven
-source; what that costs for a dataset larger than the cache is said in docs/data-formats.md.
+source; for images larger than the cache, a shuffled pass reads windows of row groups
+(:meth:`Parquet.shuffle_windows`, ``easyfit.data.plan.Windows``), each row group once.
 
 pyarrow is an optional dependency: ``pip install easyfit-flax[parquet]``.
 """
@@ -24,8 +25,9 @@ import numpy as np
 
 from ...errors import DataError
 from ..images import EncodedImages, ImageOptions, ImageSettings, first_line, sample_positions
-from ..parquet_read import RowGroups, cut, damaged, is_local, open_file, problem, uncompressed
+from ..parquet_read import WINDOWS_HELD, RowGroups, cut, damaged, is_local, open_file, problem, uncompressed
 from ..parquet_read import pyarrow_parquet as _pyarrow
+from ..plan import Windows
 from ..storage import Listing, storage_for
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
@@ -43,6 +45,8 @@ _HF_SHARD = re.compile(r"^(?P<split>[A-Za-z0-9_.]+?)(?P<of>-\d+-of-\d+(?:-[0-9a-
 _SPLIT_NAMES = ("train", "val", "validation", "test", "testing")
 #: Row groups read for the sample that infers the images' color mode and size.
 _SAMPLED_GROUPS = 8
+#: ``Parquet(shuffle=...)``'s values.
+SHUFFLES = ("auto", "global", "row_groups")
 
 
 def is_parquet_pattern(path: str) -> bool:
@@ -168,10 +172,16 @@ class Parquet(EncodedImages, IndexedSource):
     again: its rows may no longer be the rows those labels were read from.
 
     Rows are addressed one by one, so this source is index-driven (same batches whatever the
-    number of devices; ``validation_split`` works), and "shuffled" means what it means for
-    every such source: a new permutation of all the rows every pass. A batch of a shuffled
-    pass needs rows of many row groups, so when the images do not fit ``cache_bytes`` row
-    groups are read again and again (a warning says so).
+    number of devices; ``validation_split`` works). When the images fit ``cache_bytes``, a
+    shuffled pass is what it is for every such source: a new permutation of all the rows.
+    When they do not, a permutation of all the rows would need rows of dozens of row groups
+    for every batch and read each row group again and again; so (``shuffle="auto"``) a
+    shuffled pass permutes the row groups, cuts them into windows of a quarter as many as the
+    cache holds (the window being fed and those the pipelines' next runs need, read ahead,
+    stay cached together), and permutes the rows within each window: each row group is read
+    once per pass, as with Keras' ``shuffle="batch"`` and petastorm's row-group shuffling.
+    fit says so once, with the window's size. The order is still a function of (seed, pass),
+    the same in every process, so resuming is exact.
 
     Args:
         path: a ``.parquet`` file, a folder of them (or of ``data/``), a glob pattern such as
@@ -182,6 +192,11 @@ class Parquet(EncodedImages, IndexedSource):
             labels are looked up in them).
         cache_bytes: the most bytes of row groups kept in memory; default a quarter of the
             machine's memory.
+        shuffle: how fit's ``shuffle=True`` orders a pass: ``"auto"``, windows of row groups
+            only when the images do not fit ``cache_bytes``; ``"global"``, a permutation of all
+            the rows every pass (row groups read again and again when they do not fit);
+            ``"row_groups"``, windows of row groups always (of a quarter of the row groups
+            ``cache_bytes`` holds).
         **settings: the image settings, :class:`~easyfit.data.ImageFolder`'s keyword arguments
             (``image_size``, ``augment``, ``normalize``, ...: ``easyfit.data.images.ImageOptions``).
 
@@ -200,8 +215,14 @@ class Parquet(EncodedImages, IndexedSource):
         class_names: Sequence[str] | None = None,
         *,
         cache_bytes: int | None = None,
+        shuffle: str = "auto",
         **settings: Unpack[ImageOptions],
     ):
+        if shuffle not in SHUFFLES:
+            raise ValueError(
+                f"ef.data.Parquet(shuffle={shuffle!r}): expected one of {', '.join(map(repr, SHUFFLES))}"
+            )
+        self.shuffle = shuffle
         pq = _pyarrow()
         self.root, self.files = _resolve_files(path)
         self.image_column, self.label_column = image, label
@@ -210,7 +231,7 @@ class Parquet(EncodedImages, IndexedSource):
         labels: list[np.ndarray] = []
         kinds: set[str] = set()
         hf_names: list[str] | None = None
-        self.image_bytes = 0  # the images' bytes, uncompressed: what caching them all takes
+        group_bytes: list[np.ndarray] = []  # each row group's images' bytes, uncompressed
         self._read_at_start = ReadAtStart(self.files, "labels and row groups")
         maps: list[bool] = []  # read through a memory map: local and stored uncompressed
         for f in self.files:
@@ -223,7 +244,7 @@ class Parquet(EncodedImages, IndexedSource):
                 sizes.append(
                     np.asarray([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], np.int64)
                 )
-                self.image_bytes += _column_bytes(meta, image)
+                group_bytes.append(_column_bytes(meta, image))
                 values, kind = self._read_labels(pf, f, sizes[-1])
             finally:
                 pf.close()
@@ -237,6 +258,8 @@ class Parquet(EncodedImages, IndexedSource):
         if len(kinds) > 1:
             raise DataError(f"{self.root}: column {label!r} holds integers in some files, strings in others")
         counts = np.concatenate(sizes)
+        self._group_bytes = np.concatenate(group_bytes)
+        self.image_bytes = int(self._group_bytes.sum())  # what caching them all takes
         self._file_of = np.concatenate([np.full(len(s), k, np.int32) for k, s in enumerate(sizes)])
         self._local = np.concatenate([np.arange(len(s)) for s in sizes])  # row group in its file
         self._start = np.concatenate([[0], np.cumsum(counts)])  # first row of each row group
@@ -285,6 +308,7 @@ class Parquet(EncodedImages, IndexedSource):
             memory_map=maps,
             describe=self.describe,
             image_bytes=self.image_bytes,
+            group_bytes=self._group_bytes,
         )
         EncodedImages.__init__(self, ImageSettings.of("Parquet", settings), self._sample, self.root)
 
@@ -395,6 +419,31 @@ class Parquet(EncodedImages, IndexedSource):
         indices = np.asarray(indices, np.int64)
         return (*self._groups.gather(indices), self._labels[indices])
 
+    def shuffle_windows(self) -> Windows | None:
+        """The windows of row groups a shuffled pass reads (see the class), or None for a
+        permutation of all the rows (``shuffle="global"``, or ``"auto"`` and the images fit
+        ``cache_bytes``)."""
+        fits = self.image_bytes <= self.cache_bytes
+        if self.shuffle == "global" or (self.shuffle == "auto" and fits):
+            return None
+        groups = len(self._local)
+        held = self.cache_bytes // max(1, int(self._group_bytes.max()))  # the largest: the bound
+        size = max(1, min(groups, held // WINDOWS_HELD))
+        rows = round(self.num_samples / groups * size)
+        why = (
+            f"shuffle={self.shuffle!r}"
+            if fits
+            else f"its images ({_mib(self.image_bytes)}) do not fit cache_bytes ({_mib(self.cache_bytes)})"
+        )
+        note = (
+            f"{self.describe()}: {why}: a shuffled pass permutes its {groups} row groups and the "
+            f"rows within windows of {size} row groups (about {rows} rows), reading each row group "
+            "once per pass. For a permutation of all the rows every pass, give "
+            f"ef.data.Parquet(..., cache_bytes={self.image_bytes}) or more"
+        )
+        block_of = np.repeat(np.arange(groups), np.diff(self._start))
+        return Windows(block_of, size, note)
+
     def prepare(self, indices: np.ndarray) -> None:
         """Starts reading the row groups of the next runs' rows (``parquet_read``'s readers)."""
         self._groups.ahead(indices)
@@ -437,6 +486,7 @@ class Parquet(EncodedImages, IndexedSource):
             "label": self.label_column,
             "class_names": self.class_names,
             "cache_bytes": self.cache_bytes,
+            "shuffle": self.shuffle,
         }
 
     def sibling(self, path: str | os.PathLike) -> Parquet | None:
@@ -461,17 +511,21 @@ class Parquet(EncodedImages, IndexedSource):
         return f"Parquet({self.root!r}: {self.num_samples} rows in {len(self.files)} files)"
 
 
-def _column_bytes(meta: Any, column: str) -> int:
-    """Uncompressed bytes of ``column`` (and its struct's fields) over every row group."""
-    total = 0
+def _column_bytes(meta: Any, column: str) -> np.ndarray:
+    """Uncompressed bytes of ``column`` (and its struct's fields) in each row group."""
+    total = np.zeros(meta.num_row_groups, np.int64)
     for g in range(meta.num_row_groups):
         rg = meta.row_group(g)
         for c in range(rg.num_columns):
             chunk = rg.column(c)
             path = chunk.path_in_schema
             if path == column or path.startswith(column + "."):
-                total += int(chunk.total_uncompressed_size)
+                total[g] += int(chunk.total_uncompressed_size)
     return total
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 def _default_cache() -> int:
