@@ -213,6 +213,7 @@ class RowGroups:
                 chunks = pf.read_row_group(local, columns=[self.column], use_threads=False).column(0)
                 column = chunks.chunk(0) if chunks.num_chunks == 1 else chunks.combine_chunks()
             except Exception as e:  # noqa: BLE001 - pyarrow's errors
+                self._stamp(f)  # rewritten while it was read (read ahead): refused as changed
                 raise DataError(damaged(path, local, int(self.file_row[g]), rows, e)) from None
         finally:
             pf.close()
