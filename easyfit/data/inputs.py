@@ -77,7 +77,7 @@ class DataInputs:
         #: The input recipe of the data the model was trained on (``Source.recipe()``): the
         #: last fit's training source's, or a loaded checkpoint's; None when unknown.
         self.recipe: dict[str, Any] | None = None
-        self._sources: dict[tuple[str, bool], Source] = {}
+        self._sources: dict[tuple[str, bool, str | None], Source] = {}
         self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
         self._kept = KeptStreams(placement, loader_options)
 
@@ -98,10 +98,13 @@ class DataInputs:
         validation_data: Any = None,
         validation_split: float = 0.0,
         sample_weight: Any = None,
+        folder_settings: Mapping[str, Any] | None = None,
     ) -> tuple[Source, Source | None]:
         """``(train, validation or None)`` from fit's arguments: a ``root/train`` + ``root/val``
         layout, ``validation_split`` held out, or ``validation_data`` (a source, a path,
-        ``(x, y)`` or ``(x, y, sample_weight)``)."""
+        ``(x, y)`` or ``(x, y, sample_weight)``). ``folder_settings``: image settings for a
+        training path read as an image folder (a pretrained model's preprocessing); the
+        validation folder shares the training folder's settings."""
         if x is None:
             raise ValueError("fit: give the training data (a folder, a source or arrays)")
         val_path = None
@@ -114,7 +117,7 @@ class DataInputs:
                     f"pass the training folder alone (fit({os.fspath(layout[0])!r}, "
                     f"validation_split={validation_split})) to hold a part of it out instead"
                 )
-        train = self._resolve(x, y, like=None, sample_weight=sample_weight)
+        train = self._resolve(x, y, like=None, sample_weight=sample_weight, folder_settings=folder_settings)
         if validation_split and validation_data is None:
             train, validation_data = split_validation(train, validation_split, self.seed)
         self._train = train
@@ -169,12 +172,20 @@ class DataInputs:
         inputs_only: bool = False,
         argument: str = "x",
         recipe: dict[str, Any] | None = None,
+        folder_settings: Mapping[str, Any] | None = None,
     ) -> Source:
         if isinstance(data, (str, os.PathLike)) and sample_weight is None:
-            key = (os.path.abspath(os.fspath(data)), inputs_only)  # predict reads images unlabelled
+            # predict reads images unlabelled; a pretrained model's settings read another source
+            settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
+            key = (os.path.abspath(os.fspath(data)), inputs_only, settings)
             if key not in self._sources:
                 self._sources[key] = to_source(
-                    data, like=like, argument=argument, recipe=recipe, inputs_only=inputs_only
+                    data,
+                    like=like,
+                    argument=argument,
+                    recipe=recipe,
+                    inputs_only=inputs_only,
+                    folder_settings=folder_settings,
                 )
             source = self._sources[key]
         else:
@@ -186,6 +197,7 @@ class DataInputs:
                 sample_weight=sample_weight,
                 inputs_only=inputs_only,
                 recipe=recipe,
+                folder_settings=folder_settings,
             )
         if not inputs_only and not source.labelled:
             raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")

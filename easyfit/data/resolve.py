@@ -61,6 +61,7 @@ def to_source(
     sample_weight: Any = None,
     inputs_only: bool = False,
     recipe: Mapping[str, Any] | None = None,
+    folder_settings: Mapping[str, Any] | None = None,
 ) -> Source:
     """A Source from a path, arrays (or a dict or tuple of arrays), an ``(x, y)`` tuple or a
     Source.
@@ -77,6 +78,9 @@ def to_source(
         recipe: the trained model's input recipe (``Source.recipe()``): a path of another
             format than ``like``'s, or with no ``like``, is read as it says
             (``Source.from_recipe``), and arrays too (``Arrays.prepared``).
+        folder_settings: image settings (``ImageFolder``'s keyword arguments) for a path read
+            as an image folder when neither ``like`` nor ``recipe`` decides them: the
+            preprocessing of a model's pretrained weights.
     """
     if sample_weight is not None and not (
         isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")
@@ -100,6 +104,8 @@ def to_source(
                 return sibling
         if recipe is not None:
             return kind.from_recipe(data, recipe)
+        if folder_settings is not None and kind is ImageFolder:
+            return ImageFolder(data, **folder_settings)
         return cast("Callable[..., Source]", kind)(data)  # every detected kind takes a path
     if isinstance(data, (list, tuple)) and data and all(isinstance(p, (str, os.PathLike)) for p in data):
         raise ValueError(

@@ -60,7 +60,6 @@ from .first_step import FirstStep
 from .fit_options import FitArgs, check_class_weight
 from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
-from .pretrained import recipe_source
 
 if TYPE_CHECKING:
     from ..data.plan import Plan
@@ -455,8 +454,10 @@ class Trainer:
             verbose=verbose,
         )
         first_step = FirstStep(warm_up=self.state is None)
-        x, validation_data = recipe_source(self._model, x, validation_data, validation_split)
-        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight)
+        # a model loaded with pretrained weights reads a folder path with their preprocessing
+        pre: Any = getattr(self._model, "preprocessing", None)
+        settings = pre.image_folder_kwargs() if hasattr(pre, "image_folder_kwargs") else None
+        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight, settings)
         if args.verbose:
             _say(*self._data.left_out(train, val))
         self._know(train.scale, train.class_names, args.weights)  # what the traced hooks read
