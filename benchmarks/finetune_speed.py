@@ -3,7 +3,7 @@ with the ImageNet recipe, against the same fit on batches already on the device.
 
     python benchmarks/finetune_speed.py ROOT [--models resnet50,vit_base_patch16_224]
         [--trainable head,all] [--images 8000] [--batch-size 256] [--epochs 3]
-        [--device-batches 32] [--json OUT]
+        [--device-batches 64] [--json OUT]
 
 ROOT is written first if it holds no ``train/`` folder (``ef.datasets.synthetic_images``:
 ``--images`` JPEGs of 300-550 px sides in 10 classes, nine tenths for training). For each
@@ -89,7 +89,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=8000)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--device-batches", type=int, default=32, help="batches of the on-device run")
+    ap.add_argument("--device-batches", type=int, default=64, help="batches of the on-device run")
     ap.add_argument("--json", default=None)
     ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default=None, help=argparse.SUPPRESS)
