@@ -1,6 +1,7 @@
 """Modules imported on their first use rather than with easyfit: a fit that saves nothing does
-not wait for them (Orbax's import is a tenth of easyfit's); and modules imported while a
-thread does work that waits without holding the interpreter lock."""
+not wait for them (Orbax's import is a tenth of easyfit's); modules imported while a thread
+does work that waits without holding the interpreter lock; and mappings computed on their
+first read."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import importlib
 import importlib.util
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+V = TypeVar("V")
 
-__all__ = ["import_while", "lazy_module"]
+__all__ = ["LazyMapping", "import_while", "lazy_module"]
 
 
 _IMPORTING = threading.RLock()
@@ -95,3 +97,39 @@ def import_while(work: Callable[[], T], *names: str) -> T:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+class LazyMapping(Mapping[str, V]):
+    """A read-only mapping whose contents are ``compute()``'s, called on the first read only
+    (for contents that cost a transfer from the device or a pipeline's checkpoint).
+
+    Example:
+        >>> from easyfit._lazy import LazyMapping
+        >>> m = LazyMapping(lambda: {"loss": 0.5})
+        >>> m["loss"], len(m), m
+        (0.5, 1, {'loss': 0.5})
+    """
+
+    def __init__(self, compute: Callable[[], dict[str, V]]):
+        self._compute: Callable[[], dict[str, V]] | None = compute
+        self._value: dict[str, V] | None = None
+
+    def value(self) -> dict[str, V]:
+        """The contents as a plain dict (computed on the first call)."""
+        if self._value is None:
+            assert self._compute is not None
+            self._value = self._compute()
+            self._compute = None
+        return self._value
+
+    def __getitem__(self, key: str) -> V:
+        return self.value()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.value())
+
+    def __len__(self) -> int:
+        return len(self.value())
+
+    def __repr__(self) -> str:
+        return repr(self.value())

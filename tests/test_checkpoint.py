@@ -97,6 +97,31 @@ def test_load_refuses_what_is_not_a_complete_checkpoint(tmp_path):
         trainer.load(tmp_path / "other")
 
 
+def test_the_resume_helpers_of_easyfit_checkpoint_still_work_for_a_release_with_a_warning():
+    """``find_resume_point`` and ``fit_completed`` belong to fit's resume protocol
+    (``Resumable``): no longer public, they keep working, warning at the caller's line and
+    naming what to use instead."""
+
+    class Resumes:
+        done = False
+
+        def restore_point(self):
+            return "point"
+
+        def fit_completed(self):
+            self.done = True
+
+    cb = Resumes()
+    old = r"find_resume_point is deprecated.*cb\.restore_point\(\)"
+    with pytest.warns(DeprecationWarning, match=old) as w:
+        assert ef.checkpoint.find_resume_point([object(), cb]) == "point"
+    assert w[0].filename == __file__
+    with pytest.warns(DeprecationWarning, match=r"fit_completed is deprecated.*cb\.fit_completed\(\)"):
+        ef.checkpoint.fit_completed([object(), cb])
+    assert cb.done
+    assert not {"find_resume_point", "fit_completed"} & set(ef.checkpoint.__all__)
+
+
 @pytest.mark.slow
 def test_a_checkpoint_of_another_model_fails_with_its_traceback_alone(tmp_path):
     # a fresh interpreter: what Orbax's reads leave behind shows at exit, on stderr

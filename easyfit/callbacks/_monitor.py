@@ -1,5 +1,6 @@
-"""A metric watched in the epoch logs, and what counts as an improvement (shared by
-EarlyStopping, ModelCheckpoint and ReduceLROnPlateau), with Keras' rules."""
+"""A metric watched in the epoch logs, and what counts as an improvement, with Keras' rules;
+and the base of the callbacks that watch one (EarlyStopping, ModelCheckpoint and
+ReduceLROnPlateau), as Keras' ``MonitorCallback``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .callback import Callback, Logs
+
 if TYPE_CHECKING:
     from .callback_list import CallbackList
 
-__all__ = ["Monitor", "monitor_op_property"]
+__all__ = ["Monitor", "MonitorCallback"]
 
 _BY_DIRECTION = {"up": "max", "down": "min"}
 
@@ -33,6 +36,8 @@ class Monitor:
             as in Keras.
         min_delta: the smallest change that counts as an improvement.
         owner: the callback's name, for messages.
+        stacklevel: the unknown ``mode``'s warning's, as ``warnings.warn``'s (the default
+            names the caller of the caller: the user's line that made the callback).
 
     Example:
         >>> from easyfit.callbacks._monitor import Monitor
@@ -41,10 +46,19 @@ class Monitor:
         ('auto', 'min', False, True, True)
     """
 
-    def __init__(self, monitor: str, mode: str = "auto", min_delta: float = 0.0, owner: str = "Monitor"):
+    def __init__(
+        self,
+        monitor: str,
+        mode: str = "auto",
+        min_delta: float = 0.0,
+        owner: str = "Monitor",
+        stacklevel: int = 3,
+    ):
         if mode not in ("auto", "min", "max"):
             warnings.warn(
-                f"{owner} mode {mode!r} is unknown, fallback to auto mode.", UserWarning, stacklevel=3
+                f"{owner} mode {mode!r} is unknown, fallback to auto mode.",
+                UserWarning,
+                stacklevel=stacklevel,
             )
             mode = "auto"
         self.monitor = monitor
@@ -117,10 +131,36 @@ class Monitor:
         return float(value)
 
 
-def _monitor_op(self: Any) -> Callable[..., Any] | None:
-    return self._monitor.op
+class MonitorCallback(Callback):
+    """Base of the callbacks that watch ``monitor`` in the epoch logs (Keras'
+    ``MonitorCallback``): ``monitor``, ``mode`` and ``monitor_op`` as Keras', and the value an
+    epoch's logs give to judge (:meth:`_epoch_value`).
 
+    Args:
+        monitor: the key in the logs.
+        mode: ``"min"``, ``"max"`` or ``"auto"`` (:class:`Monitor`'s rules).
+        min_delta: the smallest change that counts as an improvement.
+        owner: the callback's name, for messages.
+    """
 
-#: Keras' ``monitor_op`` for a callback holding a ``_monitor``: ``np.less`` or ``np.greater``
-#: once the direction is settled (at the first epoch's end), else None.
-monitor_op_property = property(_monitor_op)
+    def __init__(self, monitor: str, mode: str, min_delta: float, owner: str):
+        super().__init__()
+        self._monitor = Monitor(monitor, mode, min_delta, owner, stacklevel=4)  # the user's line
+        self.monitor = monitor
+        self.mode = self._monitor.mode
+
+    @property
+    def monitor_op(self) -> Callable[..., Any] | None:
+        """Keras' ``monitor_op``: ``np.less`` or ``np.greater`` once the direction is settled
+        (at the first epoch's end), else None."""
+        return self._monitor.op
+
+    def _epoch_value(self, logs: Logs | None) -> float | None:
+        """The monitored value of an epoch's ``logs``, its direction settled first (an unknown
+        one raises ValueError); None for an epoch that does not count: one fit did not
+        validate (``validation_freq``) for a ``val_`` monitor, or one whose logs lack it
+        (warned)."""
+        self._monitor.resolve(self._trainer)
+        if self._monitor.unvalidated(self._callbacks, logs):
+            return None
+        return self._monitor.value(logs)

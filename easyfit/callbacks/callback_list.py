@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from .._lazy import LazyMapping
 from ..core.learning_rate import get_learning_rate, set_learning_rate
 from .callback import Callback, Resumable, TrainerLike
 from .history import History
@@ -37,29 +38,8 @@ def as_list(callbacks: Any) -> list[Callback]:
     return list(callbacks)
 
 
-class LazyLogs(Mapping):
+class LazyLogs(LazyMapping[float]):
     """Logs computed on first read (reading them syncs the host with the device)."""
-
-    def __init__(self, compute: Callable[[], dict[str, float]]):
-        self._compute = compute
-        self._logs: dict[str, float] | None = None
-
-    def _get(self) -> dict[str, float]:
-        if self._logs is None:
-            self._logs = self._compute()
-        return self._logs
-
-    def __getitem__(self, key: str) -> float:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
 
 
 def fit_callbacks(callbacks: Iterable[Callback] | None, verbose: int) -> tuple[list[Callback], History]:

@@ -7,13 +7,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._monitor import Monitor, monitor_op_property
-from .callback import Callback, Logs
+from ._monitor import MonitorCallback
+from .callback import Logs
 
 __all__ = ["EarlyStopping"]
 
 
-class EarlyStopping(Callback):
+class EarlyStopping(MonitorCallback):
     """Stops training when ``monitor`` has not improved for ``patience`` epochs (Keras
     semantics).
 
@@ -54,8 +54,6 @@ class EarlyStopping(Callback):
         ([0, 1, 2], 2, True)
     """
 
-    monitor_op = monitor_op_property
-
     def __init__(
         self,
         monitor: str = "val_loss",
@@ -67,10 +65,7 @@ class EarlyStopping(Callback):
         restore_best_weights: bool = False,
         start_from_epoch: int = 0,
     ):
-        super().__init__()
-        self._monitor = Monitor(monitor, mode, min_delta, "EarlyStopping")
-        self.monitor = monitor
-        self.mode = self._monitor.mode
+        super().__init__(monitor, mode, min_delta, "EarlyStopping")
         self.patience = int(patience)
         self.verbose = verbose
         self.baseline = baseline
@@ -119,10 +114,7 @@ class EarlyStopping(Callback):
         return jax.tree_util.tree_map(jnp.copy, (state.params, state.ema_params, state.model_state))
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
-        self._monitor.resolve(self._trainer)
-        if self._monitor.unvalidated(self._callbacks, logs):  # validation_freq: not counted
-            return
-        current = self._monitor.value(logs)
+        current = self._epoch_value(logs)
         if current is None or epoch < self.start_from_epoch:
             return
         if self.restore_best_weights and self.best_weights is None:

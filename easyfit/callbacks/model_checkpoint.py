@@ -11,14 +11,14 @@ from typing import Any
 import jax
 
 from ..persistence.checkpoint_files import owned
-from ._monitor import Monitor, monitor_op_property
-from .callback import Callback, Logs
+from ._monitor import MonitorCallback
+from .callback import Logs
 from .periodic import Periodic
 
 __all__ = ["ModelCheckpoint"]
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(MonitorCallback):
     """Saves an Orbax checkpoint (``Trainer.save``) at some frequency, as Keras does.
 
     ``filepath`` names a checkpoint *directory* and may hold placeholders filled with
@@ -62,8 +62,6 @@ class ModelCheckpoint(Callback):
         'auto'
     """
 
-    monitor_op = monitor_op_property
-
     def __init__(
         self,
         filepath: str | os.PathLike,
@@ -76,16 +74,13 @@ class ModelCheckpoint(Callback):
         initial_value_threshold: float | None = None,
         max_to_keep: int | None = None,
     ):
-        super().__init__()
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"max_to_keep={max_to_keep!r}: expected None or an integer >= 1")
+        super().__init__(monitor, mode, 0.0, "ModelCheckpoint")
         self.max_to_keep = max_to_keep
         self._written: list[str] = []
         self.saved: list[str] = []
         self.filepath = os.fspath(filepath)
-        self._monitor = Monitor(monitor, mode, owner="ModelCheckpoint")
-        self.monitor = monitor
-        self.mode = self._monitor.mode
         self.verbose = verbose
         self.save_best_only = save_best_only
         self.save_weights_only = save_weights_only

@@ -7,14 +7,14 @@ from typing import Any
 import numpy as np
 
 from ..core.learning_rate import get_learning_rate, set_learning_rate
-from ._monitor import Monitor, monitor_op_property
-from .callback import Callback, Logs
+from ._monitor import MonitorCallback
+from .callback import Logs
 from .learning_rate_scheduler import apply_learning_rate
 
 __all__ = ["ReduceLROnPlateau"]
 
 
-class ReduceLROnPlateau(Callback):
+class ReduceLROnPlateau(MonitorCallback):
     """Multiplies the learning rate by ``factor`` when ``monitor`` has not improved for
     ``patience`` epochs (Keras semantics).
 
@@ -42,8 +42,6 @@ class ReduceLROnPlateau(Callback):
         'auto'
     """
 
-    monitor_op = monitor_op_property
-
     def __init__(
         self,
         monitor: str = "val_loss",
@@ -55,12 +53,9 @@ class ReduceLROnPlateau(Callback):
         cooldown: int = 0,
         min_lr: float = 0.0,
     ):
-        super().__init__()
         if factor >= 1.0:
             raise ValueError(f"ReduceLROnPlateau: factor={factor} must be below 1")
-        self._monitor = Monitor(monitor, mode, min_delta, "ReduceLROnPlateau")
-        self.monitor = monitor
-        self.mode = self._monitor.mode
+        super().__init__(monitor, mode, min_delta, "ReduceLROnPlateau")
         self.factor = float(factor)
         self.patience = int(patience)
         self.verbose = verbose
@@ -84,10 +79,7 @@ class ReduceLROnPlateau(Callback):
         self.best, self.wait, self.cooldown_counter = state["best"], state["wait"], state["cooldown_counter"]
 
     def on_epoch_end(self, epoch: int, logs: Logs | None = None) -> None:
-        self._monitor.resolve(self._trainer)
-        if self._monitor.unvalidated(self._callbacks, logs):  # validation_freq: not counted
-            return
-        current = self._monitor.value(logs)
+        current = self._epoch_value(logs)
         if current is None:
             return
         if self.cooldown_counter > 0:

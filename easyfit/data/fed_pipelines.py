@@ -11,27 +11,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._env import available_cores
-from ..parallel import Placement
 from .augment import Augment
 from .diagnose import find_bad_sample
 from .pipelines import (
     RUN_ROWS,
+    PipelineBuilder,
     PipelineRunner,
-    augmented,
     default_num_threads,
     draws_of,
-    on_gpu_pipelines,
     pipeline_seed,
 )
 from .plan import Orders, Plan
 from .sources.base import IndexedSource
+from .stream import LoaderOptions, StreamRequest
 
 __all__ = ["AHEAD", "FedPipelines"]
 
@@ -99,31 +98,23 @@ def _shown(samples: list[tuple[tuple[int, ...], np.dtype]]) -> str:
 
 
 class FedPipelines:
-    """Pipelines fed by easyfit's sampler (an :class:`IndexedSource`), starting at chunk
-    ``start``. ``pool``: wait for and refeed each pipeline in its own thread."""
+    """Pipelines fed by easyfit's sampler (an :class:`IndexedSource`), as ``request`` asks (its
+    source, plan and placement, from its first chunk, augmented when training), run with
+    ``options``. ``pool``: wait for and refeed each pipeline in its own thread."""
 
-    def __init__(
-        self,
-        source: IndexedSource,
-        plan: Plan,
-        placement: Placement,
-        *,
-        start: int,
-        num_threads: int | None,
-        prefetch: int,
-        pipelines_per_device: int | None,
-        training: bool,
-        pool: bool,
-    ):
+    def __init__(self, request: StreamRequest, options: LoaderOptions, *, pool: bool):
+        source = cast(IndexedSource, request.source)
+        plan, placement, start = request.plan, request.placement, request.start
+        num_threads, pipelines_per_device = options.num_threads, options.pipelines_per_device
         self.source = source
         self.plan = plan
         self.placement = placement
-        self.training = training
-        self.prefetch = prefetch
-        self.on_gpu = on_gpu_pipelines(source, placement)
+        self.training = training = request.training
+        self.prefetch = options.prefetch
         self._runner = PipelineRunner(
-            source, self.on_gpu, lambda suspects: find_bad_sample(source, suspects), indexed=source
+            source, placement, lambda suspects: find_bad_sample(source, suspects), indexed=source
         )
+        self.on_gpu = self._runner.on_gpu
         local = placement.local_shards
         per = plan.rows_per_shard
         if placement.platform == "gpu":  # (rows, device) of each pipeline: part of a device's rows
@@ -141,7 +132,7 @@ class FedPipelines:
         threads = num_threads or default_num_threads(placement.platform, len(rows_and_devices))
         augment = draws_of(source, training)
         self._feeders = [_Feeder(source, plan, rows, start, augment) for rows, _ in rows_and_devices]
-        self._threads = threads
+        self._builder = PipelineBuilder(source, training, threads, self.prefetch)
         self._pipes: list[Any] = []  # built by the first chunk's production (:meth:`_built`)
         self._closed = False
         declared = source.output_spec()
@@ -165,7 +156,6 @@ class FedPipelines:
                 self._build(
                     f,
                     len(f.parts[0]),
-                    self._threads,
                     d.local_hardware_id if d is not None else None,
                     pipeline_seed(self.plan.seed, jax.process_index(), k),
                 )
@@ -173,23 +163,13 @@ class FedPipelines:
             ]
         return self._pipes
 
-    def _build(self, feeder: _Feeder, batch: int, threads: int, device_id: int | None, seed: int) -> Any:
-        from nvidia.dali import fn, pipeline_def
+    def _build(self, feeder: _Feeder, batch: int, device_id: int | None, seed: int) -> Any:
+        from nvidia.dali import fn
 
         source = self.source
-        training = self.training
-        where = "gpu" if device_id is not None else "cpu"
         names = feeder.augment.names() if feeder.augment is not None else []
 
-        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(
-            batch_size=batch,
-            num_threads=threads,
-            device_id=device_id,  # type: ignore[arg-type]
-            seed=seed,
-            prefetch_queue_depth=self.prefetch,
-        )
-        def pipeline():
+        def graph(where):  # DALI's operators, called inside the pipeline's definition
             nodes = fn.external_source(
                 source=feeder,
                 batch=True,
@@ -200,11 +180,9 @@ class FedPipelines:
             nodes = list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
             fed, drawn = nodes[: source.num_feeds], nodes[source.num_feeds :]
             draws = {"draws": dict(zip(names, drawn, strict=True))} if names else {}
-            return augmented(source, source.graph(*fed, device=where, **draws), training)
+            return source.graph(*fed, device=where, **draws)
 
-        pipe = pipeline()
-        pipe.build()
-        return pipe
+        return self._builder.build(graph, batch=batch, device_id=device_id, seed=seed)
 
     def position(self, iteration: int) -> dict[str, Any]:
         """The sample order is a pure function of (seed, data pass): a chunk index is enough."""

@@ -8,8 +8,8 @@ the data is decoded during the first pass and gathered from device memory afterw
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 import jax
 
@@ -21,6 +21,8 @@ from .sources.base import Source
 from .stream import LoaderOptions, Stream
 
 __all__ = ["KeptStreams", "LentStream"]
+
+T = TypeVar("T")
 
 
 class KeptStreams:
@@ -60,9 +62,26 @@ class KeptStreams:
         self._streams.clear()
 
 
+class _OfTheStream(Generic[T]):
+    """A member of a :class:`LentStream` that is its stream's, read at each access."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, lent: LentStream, owner: type | None = None) -> T:
+        return getattr(lent.stream, self.name)
+
+
 class LentStream:
     """A kept stream lent for one pass; dropped if the pass does not complete (the stream would
-    no longer start at a pass's first chunk)."""
+    no longer start at a pass's first chunk). What it tells of the pass is its stream's."""
+
+    plan = _OfTheStream[Plan]()
+    iteration = _OfTheStream[int]()
+    waited = _OfTheStream[float]()
+    warmup_epochs = _OfTheStream[int]()
+    position = _OfTheStream[Callable[[], Mapping[str, Any]]]()
+    peek = _OfTheStream[Callable[[], dict[str, jax.Array]]]()
 
     def __init__(self, streams: dict, key: tuple, stream: Stream, keep: bool = True):
         self._streams = streams
@@ -71,30 +90,8 @@ class LentStream:
         self.stream = stream
         self._start = stream.iteration
 
-    @property
-    def plan(self) -> Plan:
-        return self.stream.plan
-
-    @property
-    def iteration(self) -> int:
-        return self.stream.iteration
-
-    @property
-    def waited(self) -> float:
-        return self.stream.waited
-
-    @property
-    def warmup_epochs(self) -> int:
-        return self.stream.warmup_epochs
-
-    def position(self) -> Mapping[str, Any]:
-        return self.stream.position()
-
     def chunk_spec(self) -> dict[str, Any] | None:
         return None  # a kept stream is read from where the last pass left it
-
-    def peek(self) -> dict[str, jax.Array]:
-        return self.stream.peek()
 
     def __iter__(self) -> LentStream:
         return self

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import jax
 import numpy as np
@@ -192,17 +192,7 @@ class SourceKind:
     def pipelines(self, request: StreamRequest, options: LoaderOptions, pool: bool) -> Any:
         """The DALI pipelines of a streaming loader of ``request``, starting at its first chunk
         (``pool``: wait for and refeed each pipeline in its own thread)."""
-        return FedPipelines(
-            cast(IndexedSource, request.source),
-            request.plan,
-            request.placement,
-            start=request.start,
-            num_threads=options.num_threads,
-            prefetch=options.prefetch,
-            pipelines_per_device=options.pipelines_per_device,
-            training=request.training,
-            pool=pool,
-        )
+        return FedPipelines(request, options, pool=pool)
 
     def cache(
         self, request: StreamRequest, stream: Callable[[], Stream], options: LoaderOptions

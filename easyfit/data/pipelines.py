@@ -12,6 +12,7 @@ the devices in one transfer. A pipeline's share of a chunk is prepared in runs o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +30,7 @@ from .sources.capabilities import DecodedLabels
 
 __all__ = [
     "RUN_ROWS",
+    "PipelineBuilder",
     "PipelineRunner",
     "default_num_threads",
     "on_gpu_pipelines",
@@ -106,6 +108,58 @@ def draws_of(source: Source, training: bool) -> Augment | None:
     return source.augment if training and isinstance(source.augment, Augment) else None
 
 
+@dataclasses.dataclass(frozen=True)
+class PipelineBuilder:
+    """What every DALI pipeline of one stream is built with, and the building.
+
+    Args:
+        source: what the pipelines read.
+        training: whether a plain-function augmentation applies (:func:`augmented`).
+        threads: DALI worker threads per pipeline.
+        prefetch: DALI's prefetch queue depth.
+        checkpointing: whether DALI keeps the pipelines' checkpoints (reader pipelines).
+    """
+
+    source: Source
+    training: bool
+    threads: int
+    prefetch: int
+    checkpointing: bool = False
+
+    def build(
+        self,
+        graph: Callable[[str], tuple[Any, ...]],
+        *,
+        batch: int,
+        device_id: int | None,
+        seed: int,
+        checkpoint: bytes | None = None,
+    ) -> Any:
+        """A pipeline of ``batch`` samples a run, built, whose outputs are ``graph(device)``'s
+        (``device``: ``"gpu"`` with a ``device_id``, else ``"cpu"``), augmented when training;
+        ``checkpoint``, one of DALI's pipeline checkpoints, says where it starts."""
+        from nvidia.dali import pipeline_def
+
+        source, training = self.source, self.training
+        where = "gpu" if device_id is not None else "cpu"
+
+        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
+        @pipeline_def(
+            batch_size=batch,
+            num_threads=self.threads,
+            device_id=device_id,  # type: ignore[arg-type]
+            seed=seed,
+            prefetch_queue_depth=self.prefetch,
+            enable_checkpointing=self.checkpointing,
+        )
+        def pipeline():
+            return augmented(source, graph(where), training)
+
+        pipe = pipeline(checkpoint=checkpoint) if checkpoint is not None else pipeline()
+        pipe.build()
+        return pipe
+
+
 def pipeline_seed(seed: int, *key: int) -> int:
     """A DALI seed of its own for each pipeline (or reader shard), derived from the Trainer's
     seed: pipelines never repeat each other's random draws.
@@ -123,7 +177,8 @@ class PipelineRunner:
 
     Args:
         source: what the pipelines read.
-        on_gpu: whether the pipelines' outputs are in device memory.
+        placement: the devices; the pipelines run on the GPUs when :func:`on_gpu_pipelines`
+            says so (:attr:`on_gpu`: their outputs are then in device memory).
         find: names the bad sample of a failed run among the suspects the run gives (None
             when none is found).
         indexed: the suspects are sample indices of an
@@ -134,12 +189,12 @@ class PipelineRunner:
     def __init__(
         self,
         source: Source,
-        on_gpu: bool,
+        placement: Placement,
         find: Callable[[Iterable[int]], str | None],
         indexed: IndexedSource | None = None,
     ):
         self.source = source
-        self.on_gpu = on_gpu
+        self.on_gpu = on_gpu_pipelines(source, placement)
         self._find = find
         self._indexed = indexed
         self._shapes: dict[str, tuple[int, ...]] = {}  # one sample's of each output, first run's

@@ -18,11 +18,10 @@ from ..errors import DataError
 from ..parallel import Placement
 from .diagnose import scan_for_bad_record
 from .pipelines import (
+    PipelineBuilder,
     PipelineRunner,
-    augmented,
     default_num_threads,
     draws_of,
-    on_gpu_pipelines,
     pipeline_seed,
     run_rows,
     shard_sizes,
@@ -130,14 +129,15 @@ class ReaderPipelines:
         self.source = source
         self.placement = placement
         self.training = request.training
-        self.on_gpu = on_gpu_pipelines(source, placement)
-        self._runner = PipelineRunner(source, self.on_gpu, lambda _: scan_for_bad_record(source))
+        self._runner = PipelineRunner(source, placement, lambda _: scan_for_bad_record(source))
+        self.on_gpu = self._runner.on_gpu
         local = placement.local_shards
         per_process, readers = layout.per_process, layout.readers
         size = len(local) // per_process
         groups = [list(range(k * size, (k + 1) * size)) for k in range(per_process)]
         ids = [jax.process_index() * per_process + k for k in range(per_process)]
         threads = options.num_threads or default_num_threads(placement.platform, len(groups))
+        self._builder = PipelineBuilder(source, self.training, threads, options.prefetch, checkpointing=True)
         self._group = size
         self._unit_steps = layout.unit_steps
         self._unit = layout.unit
@@ -157,9 +157,7 @@ class ReaderPipelines:
                 readers,
                 self.plan,
                 layout.run,
-                threads,
                 local[g[0]][1].local_hardware_id if self.on_gpu else None,
-                options.prefetch,
                 base64.b64decode(saved[k]) if saved else None,
             )
             for k, (shard, g) in enumerate(zip(ids, groups, strict=True))
@@ -202,35 +200,20 @@ class ReaderPipelines:
         readers: int,
         plan: Plan,
         batch: int,
-        threads: int,
         device_id: int | None,
-        prefetch: int,
         checkpoint: bytes | None,
     ) -> Any:
-        from nvidia.dali import pipeline_def
-
         source = self.source
-        training = self.training
-        where = "gpu" if device_id is not None else "cpu"
+        augment = draws_of(source, self.training)
 
-        # DALI's pipeline_def stub types device_id as int; its docs take None (CPU only)
-        @pipeline_def(
-            batch_size=batch,
-            num_threads=threads,
-            device_id=device_id,  # type: ignore[arg-type]
-            seed=pipeline_seed(plan.seed, shard),
-            prefetch_queue_depth=prefetch,
-            enable_checkpointing=True,
-        )
-        def pipeline():
-            augment = draws_of(source, training)
+        def graph(where):  # DALI's operators, called inside the pipeline's definition
             draws = {"draws": augment.dali_draws()} if augment is not None else {}
-            xy = source.read(shard_id=shard, num_shards=readers, shuffle=plan.shuffle, device=where, **draws)
-            return augmented(source, xy, training)
+            return source.read(
+                shard_id=shard, num_shards=readers, shuffle=plan.shuffle, device=where, **draws
+            )
 
-        pipe = pipeline(checkpoint=checkpoint) if checkpoint is not None else pipeline()
-        pipe.build()
-        return pipe
+        seed = pipeline_seed(plan.seed, shard)
+        return self._builder.build(graph, batch=batch, device_id=device_id, seed=seed, checkpoint=checkpoint)
 
     def position(self, iteration: int) -> dict[str, Any]:
         """``{"chunk": i, "readers": r, "dali": [one checkpoint per pipeline]}``: the pipelines'

@@ -19,6 +19,8 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._lazy import LazyMapping
+
 if TYPE_CHECKING:
     import jax
 
@@ -157,7 +159,7 @@ class Stream(Protocol):
         ...
 
 
-class Position(Mapping[str, Any]):
+class Position(LazyMapping[Any]):
     """A position read only when it is used: ``resolve()`` gives the full position while the
     stream still stands there; once the stream has moved on (or closed) without it having been
     read, it is ``fallback`` (a position that also resumes exactly, at a higher cost).
@@ -174,21 +176,12 @@ class Position(Mapping[str, Any]):
     """
 
     def __init__(self, resolve: Callable[[], dict[str, Any]], fallback: dict[str, Any]):
-        self._resolve: Callable[[], dict[str, Any]] | None = resolve
+        super().__init__(resolve)
         self._fallback = fallback
-        self._value: dict[str, Any] | None = None
 
     @property
     def resolved(self) -> bool:
         return self._value is not None
-
-    def value(self) -> dict[str, Any]:
-        """The position as a plain dict (computed on the first call)."""
-        if self._value is None:
-            assert self._resolve is not None
-            self._value = self._resolve()
-            self._resolve = None
-        return self._value
 
     def settle(self) -> None:
         """Computes the position now (the stream is about to release what it needs)."""
@@ -198,16 +191,4 @@ class Position(Mapping[str, Any]):
         """The stream moved on unread: the position becomes ``fallback``."""
         if self._value is None:
             self._value = self._fallback
-            self._resolve = None
-
-    def __getitem__(self, key: str) -> Any:
-        return self.value()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.value())
-
-    def __len__(self) -> int:
-        return len(self.value())
-
-    def __repr__(self) -> str:
-        return repr(self.value())
+            self._compute = None

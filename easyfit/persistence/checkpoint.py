@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -80,8 +81,6 @@ __all__ = [
     "Progress",
     "ResumePoint",
     "checkpoint_args",
-    "find_resume_point",
-    "fit_completed",
     "read_metadata",
     "reader",
     "restore",
@@ -538,15 +537,46 @@ class ResumePoint:
 
 
 def fit_completed(callbacks: Iterable[Any]) -> None:
-    """Tells each callback that has a ``fit_completed()`` method that fit returned normally
+    """Deprecated: ``fit`` tells its callbacks itself, by the resume protocol declared on
+    ``Callback`` (:class:`easyfit.callbacks.Resumable`); a program that drives callbacks by
+    hand calls ``cb.fit_completed()`` on each that is ``Resumable``. Kept for one release,
+    with a DeprecationWarning.
+
+    Tells each callback that has a ``fit_completed()`` method that fit returned normally
     (every ``on_train_end`` ran without an error): a backup may now be deleted."""
+    _deprecated("fit_completed", "call cb.fit_completed() on each callback cb that is Resumable")
+    _fit_completed(callbacks)
+
+
+def find_resume_point(callbacks: Any) -> ResumePoint | None:
+    """Deprecated: ``fit`` asks its callbacks itself, by the resume protocol declared on
+    ``Callback`` (:class:`easyfit.callbacks.Resumable`); a program that drives callbacks by
+    hand asks ``cb.restore_point()`` of each that is ``Resumable``. Kept for one release,
+    with a DeprecationWarning.
+
+    The first ResumePoint offered by a callback's ``restore_point()`` method, if any."""
+    _deprecated("find_resume_point", "ask cb.restore_point() of each callback cb that is Resumable")
+    return _find_resume_point(callbacks)
+
+
+def _deprecated(name: str, instead: str) -> None:
+    warnings.warn(
+        f"easyfit.checkpoint.{name} is deprecated and will be removed in the next release: fit "
+        f"follows the resume protocol of easyfit.callbacks.Resumable itself; to do it by hand, {instead}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _fit_completed(callbacks: Iterable[Any]) -> None:
+    """Tells each callback that has a ``fit_completed()`` method that fit returned normally."""
     for cb in callbacks:
         done = getattr(cb, "fit_completed", None)
         if callable(done):
             done()
 
 
-def find_resume_point(callbacks: Any) -> ResumePoint | None:
+def _find_resume_point(callbacks: Any) -> ResumePoint | None:
     """The first ResumePoint offered by a callback's ``restore_point()`` method, if any."""
     for cb in callbacks:
         offer = getattr(cb, "restore_point", None)
