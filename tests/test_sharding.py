@@ -238,7 +238,8 @@ def elastic(tmp_path_factory):
     pair = [
         subprocess.Popen(
             [*program, "multiprocess", str(i), "2", str(port), str(out)],
-            env=_env(4),
+            # the caches on, in a folder of the test's: the initial states kept per process
+            env={**_env(4), "EASYFIT_COMPILATION_CACHE": "1", "XDG_CACHE_HOME": str(out / "cache")},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -314,6 +315,20 @@ def test_fsdp_on_two_processes_trains_as_on_one_and_its_checkpoint_loads_there(e
     assert loaded.keys() == two.keys()
     for path, a in two.items():
         np.testing.assert_array_equal(loaded[path], a, err_msg=path)
+
+
+@pytest.mark.slow  # 2 processes
+def test_an_initial_state_sharded_across_processes_is_kept_and_read_per_process(elastic):
+    """Each process keeps the shards of the initial state its devices hold, and a new
+    initialisation of the same state reads them back, bit for bit."""
+    computed, read = _arrays(elastic / "mp-initial.npz"), _arrays(elastic / "mp-initial-read.npz")
+    assert _fit(elastic / "mp-initial.json") == {"devices": 8, "reads": 0}
+    assert _fit(elastic / "mp-initial-read.json") == {"devices": 8, "reads": 1}  # process 0's shards
+    assert computed.keys() == read.keys()
+    for path, a in computed.items():
+        np.testing.assert_array_equal(read[path], a, err_msg=path)
+    entries = list((elastic / "cache" / "easyfit" / "states").iterdir())
+    assert len(entries) == 2, entries  # one a process: each holds other shards of the state
 
 
 def test_annotations_in_the_model_are_honoured():

@@ -20,6 +20,7 @@ that backup under ``zero1`` on 4 devices (OUT/resumed-4.npz) and ``replicated`` 
 """
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -40,8 +41,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import linen as nn  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
 
-from easyfit.core.sharding import StateSharding  # noqa: E402
+from easyfit.core.models import adapt  # noqa: E402
+from easyfit.core.sharding import StateLayout, StateSharding  # noqa: E402
+from easyfit.core.state import StateMaker  # noqa: E402
 from easyfit.parallel import gather_to_host  # noqa: E402
 
 N, BATCH, EPOCHS = 64, 16, 2  # 4 steps an epoch
@@ -86,17 +90,43 @@ def fit(t: ef.Trainer, callbacks=()) -> int:
     return len(batches)
 
 
-def write(t: ef.Trainer, name: str, batches: int = STEPS) -> None:
-    """The state's arrays (whole, on every process) to OUT/<name>.npz, and OUT/<name>.json the
-    number of devices and of the batches the fit trained, from process 0."""
-    tree = {"params": t.state.params, "opt": t.state.opt_state, "seen": t.state.model_state["seen"]}
+def write(state, name: str, **facts: int) -> None:
+    """The state's arrays (whole, on every process) to OUT/<name>.npz, and to OUT/<name>.json
+    its number of devices and ``facts``, from process 0."""
+    tree = {"params": state.params, "opt": state.opt_state, "seen": state.model_state["seen"]}
     arrays = {
         jax.tree_util.keystr(k): gather_to_host(a) for k, a in jax.tree_util.tree_leaves_with_path(tree)
     }
     if jax.process_index() == 0:
         np.savez(os.path.join(out, name + ".npz"), **arrays)
         with open(os.path.join(out, name + ".json"), "w") as f:
-            json.dump({"devices": len(t.state.step.sharding.device_set), "batches": batches}, f)
+            json.dump({"devices": len(state.step.sharding.device_set), **facts}, f)
+
+
+class _Reads(logging.Handler):
+    """Counts the kept initial states read (easyfit logs each)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("easyfit: initial state read from")
+
+
+def initial(name: str) -> None:
+    """A fresh state made as an fsdp trainer makes it, by a new StateMaker (a new jit: nothing
+    of an earlier one reused), to OUT/<name>.npz, with how many kept initial states it read."""
+    layout = StateLayout(StateSharding.of("fsdp", min_bytes=0), Mesh(np.array(jax.devices()), ("data",)))
+    reads, logger = _Reads(), logging.getLogger("easyfit")
+    logger.addHandler(reads)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        state = StateMaker(adapt(Recorded())[0], optax.adam(1e-2)).make(0, (9,), layout=layout)
+    finally:
+        logger.removeHandler(reads)
+        logger.setLevel(level)
+    write(state, name, reads=reads.count)
 
 
 def interrupted(t: ef.Trainer, backup: str) -> None:
@@ -123,30 +153,35 @@ def interrupted(t: ef.Trainer, backup: str) -> None:
 
 
 if mode == "multiprocess":
+    # the initial state sharded across processes, kept by each process (its shards) and read back
+    initial("mp-initial")
+    initial("mp-initial-read")
     t = trainer("fsdp")
     fit(t)
     t.save(os.path.join(out, "mp.ckpt"))  # every process writes its shards
-    write(t, "mp")
+    write(t.state, "mp")
 elif mode == "small":
     interrupted(trainer("zero1"), "backup-small")
 elif mode == "killed":
     t = trainer("fsdp")
     fit(t)
-    write(t, "ref")
+    write(t.state, "ref")
     if os.path.isdir(os.path.join(out, "mp.ckpt")):  # the 2-process checkpoint into 1 x 8
         t = trainer("fsdp")
         t.load(os.path.join(out, "mp.ckpt"))
-        write(t, "mp-loaded")
+        write(t.state, "mp-loaded")
     if os.path.isdir(os.path.join(out, "backup-small")):  # killed on 4 devices, resumed on 8
         grown = os.path.join(out, "backup-8")
         shutil.copytree(os.path.join(out, "backup-small"), grown)
         t = trainer("fsdp")
-        write(t, "resumed-8", fit(t, [ef.callbacks.BackupAndRestore(grown, save_freq=1)]))
+        batches = fit(t, [ef.callbacks.BackupAndRestore(grown, save_freq=1)])
+        write(t.state, "resumed-8", batches=batches)
     interrupted(trainer("fsdp"), "backup")
 else:
     for kind, devices in (("zero1", 4), ("replicated", 2)):
         backup = os.path.join(out, f"backup-{devices}")
         shutil.copytree(os.path.join(out, "backup"), backup)
         t = trainer(kind, devices)
-        write(t, f"resumed-{devices}", fit(t, [ef.callbacks.BackupAndRestore(backup, save_freq=1)]))
+        batches = fit(t, [ef.callbacks.BackupAndRestore(backup, save_freq=1)])
+        write(t.state, f"resumed-{devices}", batches=batches)
 print("done", jax.process_index(), jax.device_count(), flush=True)
