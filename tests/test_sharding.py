@@ -3,8 +3,8 @@ interpreter: ``zero1`` and ``fsdp`` train to ``replicated``'s numbers, hold the 
 says per device, a checkpoint moves between layouts, a backup taken on 8 devices resumes on 4
 and on 1, and a second mesh axis ("model") holds a rule's split; in real processes
 (tests/programs/elastic.py): a fit SIGKILLed on 8 devices resumes on 4 and on 2, and one
-SIGKILLed on 4 resumes on 8, with the uninterrupted run's samples, step by step, and 2
-processes x 4 devices train as 1 x 8."""
+SIGKILLed on 4 resumes on 8, with the uninterrupted run's samples, step by step, 2 processes
+x 4 devices train as 1 x 8, and keep and read back their sharded initial state per process."""
 
 from __future__ import annotations
 
