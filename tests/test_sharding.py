@@ -2,8 +2,9 @@
 interpreter: ``zero1`` and ``fsdp`` train to ``replicated``'s numbers, hold the bytes the rule
 says per device, a checkpoint moves between layouts, a backup taken on 8 devices resumes on 4
 and on 1, and a second mesh axis ("model") holds a rule's split; in real processes
-(tests/programs/elastic.py): a fit SIGKILLed on 8 devices resumes on 4 and on 2 with the
-uninterrupted run's samples, step by step, and 2 processes x 4 devices train as 1 x 8."""
+(tests/programs/elastic.py): a fit SIGKILLed on 8 devices resumes on 4 and on 2, and one
+SIGKILLed on 4 resumes on 8, with the uninterrupted run's samples, step by step, 2 processes
+x 4 devices train as 1 x 8, and keep and read back their sharded initial state per process."""
 
 from __future__ import annotations
 
@@ -197,19 +198,48 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _killed_when_blocked(program: list[str], mode: str, out, devices: int) -> None:
+    """Runs elastic.py's ``mode`` on ``devices`` devices and SIGKILLs it once it prints
+    ``blocked`` (its backup of epoch 1's second batch written)."""
+    killed = subprocess.Popen(
+        [*program, mode, str(out)],
+        env=_env(devices),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(300, killed.kill)  # a hang fails the test rather than hang it
+    watchdog.start()
+    try:
+        lines = []
+        for line in killed.stdout:
+            lines.append(line)
+            if line.strip() == "blocked":
+                killed.send_signal(signal.SIGKILL)
+                break
+    finally:
+        watchdog.cancel()
+        killed.kill()
+        err = killed.communicate()[1]
+    assert killed.returncode == -signal.SIGKILL and "blocked\n" in lines, "".join(lines) + err[-3000:]
+
+
 @pytest.fixture(scope="module")
 def elastic(tmp_path_factory):
     """tests/programs/elastic.py's runs, in order: 2 processes x 4 devices train under fsdp and
-    save; 1 process x 8 devices trains the same fit uninterrupted, loads that checkpoint, then
-    trains it again with a backup after every batch and is SIGKILLed in epoch 1; a process of 4
-    devices resumes the backup on 4 (zero1) and on 2 (replicated)."""
+    save; 1 process x 4 devices trains the fit under zero1 with a backup after every batch and is
+    SIGKILLed in epoch 1; 1 process x 8 devices trains the same fit uninterrupted, loads that
+    checkpoint, resumes the 4-device backup under fsdp, then trains the fit again with a backup
+    after every batch and is SIGKILLed in epoch 1; a process of 4 devices resumes that backup on 4
+    (zero1) and on 2 (replicated)."""
     out = tmp_path_factory.mktemp("elastic")
     program = [sys.executable, str(PROGRAMS / "elastic.py")]
     port = _free_port()
     pair = [
         subprocess.Popen(
             [*program, "multiprocess", str(i), "2", str(port), str(out)],
-            env=_env(4),
+            # the caches on, in a folder of the test's: the initial states kept per process
+            env={**_env(4), "EASYFIT_COMPILATION_CACHE": "1", "XDG_CACHE_HOME": str(out / "cache")},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -222,23 +252,8 @@ def elastic(tmp_path_factory):
         for p in pair:
             p.kill()
     assert [p.returncode for p in pair] == [0, 0], "\n".join(log[-3000:] for log in logs)
-    killed = subprocess.Popen(
-        [*program, "killed", str(out)], env=_env(8), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    watchdog = threading.Timer(300, killed.kill)  # a hang fails the test rather than hang it
-    watchdog.start()
-    try:
-        lines = []
-        for line in killed.stdout:  # blocked after epoch 1's second batch, its backup written
-            lines.append(line)
-            if line.strip() == "blocked":
-                killed.send_signal(signal.SIGKILL)
-                break
-    finally:
-        watchdog.cancel()
-        killed.kill()
-        err = killed.communicate()[1]
-    assert killed.returncode == -signal.SIGKILL and "blocked\n" in lines, "".join(lines) + err[-3000:]
+    _killed_when_blocked(program, "small", out, devices=4)  # zero1 on 4 devices: OUT/backup-small
+    _killed_when_blocked(program, "killed", out, devices=8)  # resumes it on 8, then OUT/backup
     resumed = run_program("elastic.py", "resumed", str(out), devices=4, timeout=300)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     return out
@@ -247,6 +262,12 @@ def elastic(tmp_path_factory):
 def _arrays(path) -> dict[str, np.ndarray]:
     with np.load(path) as f:
         return {k: f[k] for k in f.files}
+
+
+def _fit(path) -> dict[str, int]:
+    """What a run of elastic.py wrote of its fit: its devices and the batches it trained."""
+    with open(path) as f:
+        return json.load(f)
 
 
 def _same_training(got: dict[str, np.ndarray], want: dict[str, np.ndarray], what: str) -> None:
@@ -272,6 +293,18 @@ def test_fsdp_killed_on_eight_devices_resumes_on_four_and_two_as_never_stopped(e
     assert (point.epoch, point.batch, point.meta["step"]) == (1, 2, 6)  # mid-epoch
     for devices in (4, 2):  # zero1 on 4 devices, replicated on 2
         _same_training(_arrays(elastic / f"resumed-{devices}.npz"), reference, f"resumed on {devices}")
+        # trained from the backup on: epoch 1's last 2 batches, on that many devices
+        assert _fit(elastic / f"resumed-{devices}.json") == {"devices": devices, "batches": 2}
+
+
+@pytest.mark.slow  # fresh interpreters: a SIGKILL on 4 devices, 8 after
+def test_zero1_killed_on_four_devices_resumes_on_eight_as_never_stopped(elastic):
+    point = BackupAndRestore(elastic / "backup-small").restore_point()  # what the killed run left
+    assert (point.epoch, point.batch, point.meta["step"]) == (1, 2, 6)  # mid-epoch
+    _same_training(
+        _arrays(elastic / "resumed-8.npz"), _arrays(elastic / "ref.npz"), "4 devices, resumed on 8"
+    )
+    assert _fit(elastic / "resumed-8.json") == {"devices": 8, "batches": 2}  # epoch 1's last 2
 
 
 @pytest.mark.slow  # 2 processes
@@ -282,6 +315,20 @@ def test_fsdp_on_two_processes_trains_as_on_one_and_its_checkpoint_loads_there(e
     assert loaded.keys() == two.keys()
     for path, a in two.items():
         np.testing.assert_array_equal(loaded[path], a, err_msg=path)
+
+
+@pytest.mark.slow  # 2 processes
+def test_an_initial_state_sharded_across_processes_is_kept_and_read_per_process(elastic):
+    """Each process keeps the shards of the initial state its devices hold, and a new
+    initialisation of the same state reads them back, bit for bit."""
+    computed, read = _arrays(elastic / "mp-initial.npz"), _arrays(elastic / "mp-initial-read.npz")
+    assert _fit(elastic / "mp-initial.json") == {"devices": 8, "reads": 0}
+    assert _fit(elastic / "mp-initial-read.json") == {"devices": 8, "reads": 1}  # process 0's shards
+    assert computed.keys() == read.keys()
+    for path, a in computed.items():
+        np.testing.assert_array_equal(read[path], a, err_msg=path)
+    entries = list((elastic / "cache" / "easyfit" / "states").iterdir())
+    assert len(entries) == 2, entries  # one a process: each holds other shards of the state
 
 
 def test_annotations_in_the_model_are_honoured():

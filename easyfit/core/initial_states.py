@@ -13,6 +13,11 @@ temporary name and renamed (another process sees it whole or not at all), and re
 its header's size is the file's and the state's, and its CRC matches; anything else is a miss
 (a warning, and the state computed anew), never an error.
 
+A state sharded across processes (``Trainer(sharding=)`` under ``jax.distributed``) is kept
+per process: each process's entry holds the parts of the state its own devices hold, keyed by
+the state's key and those parts' bounds (:func:`shard_key`), and the processes read theirs back
+only when every one of them can (else they all compute the state, one program for all).
+
 On whenever easyfit's compilation cache is (``EASYFIT_COMPILATION_CACHE=0`` turns both off),
 in ``$XDG_CACHE_HOME/easyfit/states`` (``~/.cache/easyfit/states``); the least recently used
 entries go once the folder holds more than :data:`MAX_BYTES`.
@@ -38,7 +43,7 @@ import numpy as np
 from .._env import states_folder
 from .._links import DISTRIBUTION
 
-__all__ = ["MAX_BYTES", "folder", "read", "state_key", "write"]
+__all__ = ["MAX_BYTES", "folder", "read", "shard_key", "state_key", "write"]
 
 log = logging.getLogger("easyfit")
 
@@ -84,6 +89,14 @@ def state_key(
     add([(name, _version(name)) for name in _LIBRARIES])
     add(device.platform, device.device_kind, device.client.platform_version, _cpu())
     return h.hexdigest()
+
+
+def shard_key(key: str, pieces: list[tuple[int, tuple[tuple[int, int], ...]]]) -> str:
+    """The key of the parts of the state of ``key`` that one process holds when the state is
+    sharded across processes: ``pieces`` are ``(leaf, bounds)``, a leaf's index in the state's
+    leaves and a part's ``(start, stop)`` per dimension. A part's values are those of the whole
+    state there, whatever the layout, so processes holding the same parts share an entry."""
+    return hashlib.sha256(f"{key} shards {pieces!r}".encode()).hexdigest()
 
 
 def read(key: str, abstract: list[jax.ShapeDtypeStruct]) -> list[np.ndarray] | None:

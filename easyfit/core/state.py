@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Any, Literal
 
 import jax
@@ -137,7 +138,8 @@ class StateMaker:
 
         With a sharded ``layout`` (``easyfit.core.sharding``), a state made on the devices is
         made sharded (one program with its out-shardings: no array whole on one device first),
-        and one made on the host or read back from the kept states is placed shard by shard."""
+        and one made on the host or read back from the kept states is placed shard by shard.
+        A state sharded across processes is kept and read per process, each its own shards."""
         host = self._host_device()
         # an NNX model's variables exist already, where the user made them: copied there
         linen = self.adapter.kind != "nnx"
@@ -154,7 +156,10 @@ class StateMaker:
                 args = _sharded_args(args, shardings, linen)
             # a linen model's state made on a CPU is kept, and read back by an unchanged re-run
             kept = linen and cpu and initial_states.folder() is not None
-            key, state = self._kept(init, args, where or jax.local_devices()[0]) if kept else (None, None)
+            device = where or jax.local_devices()[0]
+            if kept and shardings is not None and not on_host and _across_processes(shardings):
+                return self._kept_shards(init, args, device, shardings).replace(dynamic_scale=dynamic_scale)
+            key, state = self._kept(init, args, device) if kept else (None, None)
             if state is None:
                 state = init(*args) if shardings is None or on_host else self._sharded(shardings)(*args)
                 leaves = jax.tree_util.tree_leaves(state)
@@ -183,6 +188,56 @@ class StateMaker:
         key = initial_states.state_key(init.trace(*args), args, device, CPU_INIT_OPTIONS)
         kept = initial_states.read(key, leaves)
         return key, None if kept is None else jax.tree_util.tree_unflatten(treedef, kept)
+
+    def _kept_shards(self, init: Any, args: tuple[Any, ...], device: jax.Device, shardings: Any) -> Any:
+        """The state ``init(*args)`` gives, sharded across processes as ``shardings`` say: each
+        process keeps the shards its devices hold (one entry, keyed by the state's key and
+        those shards' bounds) and reads them back, all processes or none (a process that has
+        no entry, or a damaged one, has them all compute the state: one program for all)."""
+        shapes = init.eval_shape(*args)  # jax.jit's trace cache: no new trace
+        leaves, treedef = jax.tree_util.tree_flatten(shapes)
+        places = jax.tree_util.tree_leaves(shardings)
+        if any(jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) for leaf in leaves):
+            return self._sharded(shardings)(*args)  # not kept, as a whole state with such keys
+        # the distinct parts of each array this process holds, in device order
+        pieces = [
+            (i, bounds)
+            for i, (leaf, place) in enumerate(zip(leaves, places, strict=True))
+            for bounds in dict.fromkeys(
+                _bounds(index, leaf.shape)
+                for index in place.addressable_devices_indices_map(leaf.shape).values()
+            )
+        ]
+        whole = initial_states.state_key(init.trace(*args), args, device, CPU_INIT_OPTIONS)
+        key = initial_states.shard_key(whole, pieces)
+        specs = [
+            jax.ShapeDtypeStruct(tuple(stop - start for start, stop in bounds), leaves[i].dtype)
+            for i, bounds in pieces
+        ]
+        kept = initial_states.read(key, specs)
+        everywhere = _in_every_process(kept is not None)  # every process asks, whatever it read
+        if kept is not None and everywhere:
+            held = dict(zip(pieces, kept, strict=True))
+
+            def part(i: int, shape: tuple[int, ...], index: tuple[slice, ...]) -> np.ndarray:
+                return held[i, _bounds(index, shape)]
+
+            return jax.tree_util.tree_unflatten(
+                treedef,
+                [
+                    jax.make_array_from_callback(leaf.shape, place, functools.partial(part, i, leaf.shape))
+                    for i, (leaf, place) in enumerate(zip(leaves, places, strict=True))
+                ],
+            )
+        state = self._sharded(shardings)(*args)
+        computed = jax.tree_util.tree_leaves(state)
+        shards = {
+            (i, _bounds(shard.index, leaf.shape)): shard.data
+            for i, leaf in enumerate(computed)
+            for shard in leaf.addressable_shards
+        }
+        initial_states.write(key, [np.asarray(shards[piece]) for piece in pieces])
+        return state
 
     def abstract(
         self, seed: int, shape: Any, nnx_variables: Any = None, dynamic_scale: Any = None
@@ -223,6 +278,25 @@ def _sharded_args(args: tuple[Any, ...], shardings: TrainState, linen: bool) -> 
         return jax.device_put((init_rng, train_rng, variables), replicated)
     placed = jax.device_put(variables, (shardings.params, shardings.model_state))
     return jax.device_put(init_rng, replicated), jax.device_put(train_rng, replicated), placed
+
+
+def _across_processes(shardings: Any) -> bool:
+    """Whether a state placed by ``shardings`` has arrays whose shards other processes hold."""
+    return not all(s.is_fully_addressable for s in jax.tree_util.tree_leaves(shardings))
+
+
+def _bounds(index: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """A shard's ``index`` (slices, as a sharding gives them) as ``(start, stop)`` per dimension."""
+    return tuple(part.indices(size)[:2] for part, size in zip(index, shape, strict=True))
+
+
+def _in_every_process(ok: bool) -> bool:
+    """Whether ``ok`` holds in every process (each process asks; all get the same answer)."""
+    if jax.process_count() == 1:
+        return ok
+    from jax.experimental import multihost_utils
+
+    return bool(np.all(multihost_utils.process_allgather(np.int32(ok))))
 
 
 def _default_device(device: jax.Device | None) -> contextlib.AbstractContextManager[Any]:

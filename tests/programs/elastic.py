@@ -2,19 +2,25 @@
 ``seen`` collection: one row of sample ids per step, kept in the state, so in backups too).
 
     python elastic.py multiprocess PROCESS_ID NUM_PROCESSES PORT OUT
+    python elastic.py small OUT
     python elastic.py killed OUT
     python elastic.py resumed OUT
 
 ``multiprocess``: one of NUM_PROCESSES processes of a ``jax.distributed`` run; trains under
 ``fsdp`` on every process's devices and saves OUT/mp.ckpt; process 0 writes the state to
-OUT/mp.npz. ``killed`` (8 devices): trains the same fit uninterrupted (OUT/ref.npz), loads
-OUT/mp.ckpt into an fsdp trainer when it exists (OUT/mp-loaded.npz), then trains it again with
-``BackupAndRestore(OUT/backup, save_freq=1)``, and once the backup of epoch 1's second batch is
-written prints ``blocked`` and waits to be killed. ``resumed`` (4 devices): resumes copies of
+OUT/mp.npz. ``small`` (4 devices): trains the fit under ``zero1`` with
+``BackupAndRestore(OUT/backup-small, save_freq=1)``, and once the backup of epoch 1's second
+batch is written prints ``blocked`` and waits to be killed. ``killed`` (8 devices): trains the
+same fit uninterrupted (OUT/ref.npz), loads OUT/mp.ckpt into an fsdp trainer when it exists
+(OUT/mp-loaded.npz), resumes a copy of OUT/backup-small under fsdp when it exists
+(OUT/resumed-8.npz), then trains the fit again with ``BackupAndRestore(OUT/backup)`` and is
+blocked as ``small`` is. ``resumed`` (4 devices): resumes copies of
 that backup under ``zero1`` on 4 devices (OUT/resumed-4.npz) and ``replicated`` on 2
 (OUT/resumed-2.npz).
 """
 
+import json
+import logging
 import os
 import shutil
 import sys
@@ -35,8 +41,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from flax import linen as nn  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
 
-from easyfit.core.sharding import StateSharding  # noqa: E402
+from easyfit.core.models import adapt  # noqa: E402
+from easyfit.core.sharding import StateLayout, StateSharding  # noqa: E402
+from easyfit.core.state import StateMaker  # noqa: E402
 from easyfit.parallel import gather_to_host  # noqa: E402
 
 N, BATCH, EPOCHS = 64, 16, 2  # 4 steps an epoch
@@ -73,35 +82,57 @@ def trainer(kind: str, devices: int | None = None) -> ef.Trainer:
     )
 
 
-def fit(t: ef.Trainer, callbacks=()) -> None:
-    t.fit(data, epochs=EPOCHS, batch_size=BATCH, verbose=0, cache=False, callbacks=list(callbacks))
+def fit(t: ef.Trainer, callbacks=()) -> int:
+    """Fits ``t``; the number of batches this fit trained (fewer than STEPS when it resumed)."""
+    batches = []
+    counter = ef.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batches.append(batch))
+    t.fit(data, epochs=EPOCHS, batch_size=BATCH, verbose=0, cache=False, callbacks=[*callbacks, counter])
+    return len(batches)
 
 
-def write(t: ef.Trainer, name: str) -> None:
-    """The state's arrays (whole, on every process) to OUT/<name>.npz, from process 0."""
-    tree = {"params": t.state.params, "opt": t.state.opt_state, "seen": t.state.model_state["seen"]}
+def write(state, name: str, **facts: int) -> None:
+    """The state's arrays (whole, on every process) to OUT/<name>.npz, and to OUT/<name>.json
+    its number of devices and ``facts``, from process 0."""
+    tree = {"params": state.params, "opt": state.opt_state, "seen": state.model_state["seen"]}
     arrays = {
         jax.tree_util.keystr(k): gather_to_host(a) for k, a in jax.tree_util.tree_leaves_with_path(tree)
     }
     if jax.process_index() == 0:
         np.savez(os.path.join(out, name + ".npz"), **arrays)
+        with open(os.path.join(out, name + ".json"), "w") as f:
+            json.dump({"devices": len(state.step.sharding.device_set), **facts}, f)
 
 
-if mode == "multiprocess":
-    t = trainer("fsdp")
-    fit(t)
-    t.save(os.path.join(out, "mp.ckpt"))  # every process writes its shards
-    write(t, "mp")
-elif mode == "killed":
-    t = trainer("fsdp")
-    fit(t)
-    write(t, "ref")
-    if os.path.isdir(os.path.join(out, "mp.ckpt")):  # the 2-process checkpoint into 1 x 8
-        t = trainer("fsdp")
-        t.load(os.path.join(out, "mp.ckpt"))
-        write(t, "mp-loaded")
-    t = trainer("fsdp")
-    backups = os.path.join(out, "backup", "easyfit-backups")
+class _Reads(logging.Handler):
+    """Counts the kept initial states read (easyfit logs each)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += record.getMessage().startswith("easyfit: initial state read from")
+
+
+def initial(name: str) -> None:
+    """A fresh state made as an fsdp trainer makes it, by a new StateMaker (a new jit: nothing
+    of an earlier one reused), to OUT/<name>.npz, with how many kept initial states it read."""
+    layout = StateLayout(StateSharding.of("fsdp", min_bytes=0), Mesh(np.array(jax.devices()), ("data",)))
+    reads, logger = _Reads(), logging.getLogger("easyfit")
+    logger.addHandler(reads)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        state = StateMaker(adapt(Recorded())[0], optax.adam(1e-2)).make(0, (9,), layout=layout)
+    finally:
+        logger.removeHandler(reads)
+        logger.setLevel(level)
+    write(state, name, reads=reads.count)
+
+
+def interrupted(t: ef.Trainer, backup: str) -> None:
+    """Trains ``t`` with ``BackupAndRestore(OUT/<backup>, save_freq=1)`` until the backup of
+    epoch 1's second batch is written, then prints ``blocked`` and waits to be killed."""
+    backups = os.path.join(out, backup, "easyfit-backups")
 
     def block(batch, logs):
         if t.progress.epoch == 1 and batch == 2:  # epoch 1's batches 0 and 1 trained (step 6)
@@ -115,15 +146,42 @@ elif mode == "killed":
         t,
         [
             ef.callbacks.LambdaCallback(on_train_batch_begin=block),
-            ef.callbacks.BackupAndRestore(os.path.join(out, "backup"), save_freq=1),
+            ef.callbacks.BackupAndRestore(os.path.join(out, backup), save_freq=1),
         ],
     )
     print("not killed", flush=True)
+
+
+if mode == "multiprocess":
+    # the initial state sharded across processes, kept by each process (its shards) and read back
+    initial("mp-initial")
+    initial("mp-initial-read")
+    t = trainer("fsdp")
+    fit(t)
+    t.save(os.path.join(out, "mp.ckpt"))  # every process writes its shards
+    write(t.state, "mp")
+elif mode == "small":
+    interrupted(trainer("zero1"), "backup-small")
+elif mode == "killed":
+    t = trainer("fsdp")
+    fit(t)
+    write(t.state, "ref")
+    if os.path.isdir(os.path.join(out, "mp.ckpt")):  # the 2-process checkpoint into 1 x 8
+        t = trainer("fsdp")
+        t.load(os.path.join(out, "mp.ckpt"))
+        write(t.state, "mp-loaded")
+    if os.path.isdir(os.path.join(out, "backup-small")):  # killed on 4 devices, resumed on 8
+        grown = os.path.join(out, "backup-8")
+        shutil.copytree(os.path.join(out, "backup-small"), grown)
+        t = trainer("fsdp")
+        batches = fit(t, [ef.callbacks.BackupAndRestore(grown, save_freq=1)])
+        write(t.state, "resumed-8", batches=batches)
+    interrupted(trainer("fsdp"), "backup")
 else:
     for kind, devices in (("zero1", 4), ("replicated", 2)):
         backup = os.path.join(out, f"backup-{devices}")
         shutil.copytree(os.path.join(out, "backup"), backup)
         t = trainer(kind, devices)
-        fit(t, [ef.callbacks.BackupAndRestore(backup, save_freq=1)])
-        write(t, f"resumed-{devices}")
+        batches = fit(t, [ef.callbacks.BackupAndRestore(backup, save_freq=1)])
+        write(t.state, f"resumed-{devices}", batches=batches)
 print("done", jax.process_index(), jax.device_count(), flush=True)
