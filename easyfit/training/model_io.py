@@ -1,0 +1,157 @@
+"""The trained model in and out of files: ``Trainer.save``, ``load``, ``from_checkpoint``,
+``export`` and ``summary`` call these functions with the trainer.
+
+The files are written and read by the layers below (``easyfit.persistence``: Orbax
+checkpoints, the export, the layer table; ``easyfit.models.adapters``: LoRA adapters on their
+own); this module decides what of the trainer goes into them and what comes back into it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+from .._interrupts import shielded
+from ..core import steps
+from ..core.models import write_back
+from ..errors import CheckpointError
+from ..persistence import checkpoint, metadata
+from ..persistence import export as export_lib
+from .args import check_int
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+__all__ = ["export", "from_checkpoint", "load", "save", "summary"]
+
+T = TypeVar("T", bound="Trainer")
+
+
+def from_checkpoint(cls: type[T], path: str | os.PathLike, model: Any, **kwargs: Any) -> T:
+    """A trainer of class ``cls`` for ``model`` (built with ``kwargs``) holding the checkpoint
+    (or adapters) at ``path``."""
+    trainer = cls(model, **kwargs)
+    trainer.load(path)
+    return trainer
+
+
+def summary(
+    trainer: Trainer,
+    input_shape: Any,
+    input_dtype: Any,
+    print_fn: Callable[[str], Any] | None,
+    line_length: int | None,
+) -> None:
+    """Prints the layer table and totals of the trainer's model (``Trainer.summary``)."""
+    spec = trainer._input_spec
+    if input_shape is None and spec is not None and spec[1] is not None:
+        input_shape = spec[0]
+    if input_shape is None:
+        raise RuntimeError(
+            "summary: the model's input shape is not known yet: pass one sample's shape "
+            "(trainer.summary(input_shape=(28, 28, 1))), or call fit first"
+        )
+    x = export_lib.summary_input(input_shape, input_dtype)
+    check_int("line_length", line_length, 20, none=True)
+    state, adapter, layout = trainer.state, trainer._adapter, trainer._layout
+    if state is not None:
+        variables = (state.params, state.model_state)
+    elif adapter.kind == "nnx":
+        variables = trainer._nnx_variables
+    else:  # shapes only: the model traced on abstract inputs
+        variables = jax.eval_shape(adapter.init, jax.random.key(trainer.seed), x)
+    table = export_lib.layer_table(adapter, variables, x, line_length)
+    placed = None if state is None or not layout.sharded else layout.parts(state)
+    where = None if placed is None else export_lib.sharding_table(layout.describe(), placed)
+    export_lib.summary(
+        *variables, type(trainer._model).__name__, print_fn or print, layers=table, sharding=where
+    )
+
+
+def export(trainer: Trainer, path: str | os.PathLike, inputs: str) -> str:
+    """Writes the trained inference function and ``model.json`` (``Trainer.export``)."""
+    if inputs not in ("images", "prepared"):
+        raise ValueError(f"inputs={inputs!r}: expected 'images' or 'prepared'")
+    # on the host, as JAX arrays: NumPy's are read-only, and an NNX module drawing from the
+    # nnx.Rngs it holds writes its count while the export traces it
+    host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(trainer._require_state()))
+    scale = trainer._hook_values.input_scale
+    adapter = trainer._adapter
+    if adapter.kind == "nnx":  # LoRA adapters folded into their kernels: plain weights
+        from ..models.adapters import merged_for_inference
+
+        adapter, host = merged_for_inference(adapter, host)
+    infer = functools.partial(steps.make_infer(adapter, scale, trainer.precision), host)
+    spec = trainer._input_spec or ([], None)
+    return export_lib.export_trained(path, infer, spec, trainer.class_names, trainer._data.recipe, inputs)
+
+
+def save(trainer: Trainer, path: str | os.PathLike, weights_only: bool, adapters_only: bool) -> str:
+    """Writes a checkpoint, or the LoRA adapters alone (``Trainer.save``)."""
+    if adapters_only:
+        return _save_adapters(trainer, path)
+    with shielded("the save in progress"):  # a Ctrl-C meanwhile is raised once the checkpoint is whole
+        return checkpoint.save(
+            path,
+            trainer._require_state(),
+            trainer._progress,
+            trainer.checkpoint_meta,
+            weights_only=weights_only,
+        )
+
+
+def load(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
+    """Restores a checkpoint (or adapters) into the trainer (``Trainer.load``); returns its
+    metadata."""
+    meta = checkpoint.read_metadata(path)
+    where = os.path.abspath(os.fspath(path))
+    adapter = trainer._adapter
+    if trainer.state is None and meta["input_shape"] is None and adapter.kind != "nnx":
+        raise CheckpointError(f"{where}: no input shape recorded; call fit or evaluate first")
+    shape, dtype = meta["input_shape"] or [], meta["input_dtype"]
+    state = trainer.state
+    abstract = trainer._init_state(shape, dtype, abstract=True) if state is None else state
+    mine = trainer._optimizer_meta(abstract.opt_state)
+    why = metadata.optimizer_mismatch(where, meta, mine, trainer._optimizer_given)
+    target = state
+    if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
+        whole = meta["kind"] == "weights" or why is not None
+        target = abstract if not whole else trainer._init_state(shape, dtype)
+    trainer.state, _ = checkpoint.restore(checkpoint.reader(path), target, meta, weights_only=why is not None)
+    trainer._inference_only = why
+    _use_recipe(trainer, where, meta.get("recipe"))
+    names = meta["class_names"]
+    trainer._know(meta.get("input_scale"), trainer.class_names if names is None else list(names))
+    if meta["kind"] == "full":
+        trainer.seed = int(meta["seed"])
+        trainer._data.seed = trainer.seed
+        trainer._progress = checkpoint.Progress(meta["epoch"])
+    write_back(trainer._model, trainer.state)
+    return meta
+
+
+def _use_recipe(trainer: Trainer, where: str, recipe: dict[str, Any] | None) -> None:
+    """The saved input recipe becomes the trainer's reading of paths and arrays; without one,
+    a warning that says data is read as without it."""
+    if recipe is None:
+        warnings.warn(
+            f"{where}: the checkpoint carries no input recipe (saved by an older easyfit, "
+            "or before the trainer saw data): data is read as without it (the sources' "
+            "defaults); give sources the settings of training (image_size=, normalize=, ...)",
+            stacklevel=4,
+        )
+    else:
+        trainer._data.use_recipe(recipe)
+
+
+def _save_adapters(trainer: Trainer, path: str | os.PathLike) -> str:
+    from ..models.adapters import save_adapters
+
+    write_back(trainer._model, trainer._require_state())
+    return save_adapters(trainer._model, path, recipe=trainer._data.recipe, class_names=trainer.class_names)
