@@ -26,10 +26,19 @@ from flax import nnx
 from .._files import write_files
 from ..core.models import ModelAdapter
 from ..core.state import TrainState, inference_params
-from .finetune import add_lora, merge_lora
+from .finetune import add_lora, merge_lora, parameter_path
 from .weights import Preprocessing
 
-__all__ = ["ADAPTERS", "CONFIG", "load_adapters", "merged_for_inference", "save_adapters"]
+__all__ = [
+    "ADAPTERS",
+    "CONFIG",
+    "has_adapters",
+    "is_adapters",
+    "load_adapters",
+    "merged_for_inference",
+    "owned",
+    "save_adapters",
+]
 
 ADAPTERS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
@@ -53,6 +62,31 @@ def _lora_layers(model: nnx.Module) -> dict[str, int]:
         for path, m in nnx.iter_graph(model)
         if isinstance(m, nnx.LoRALinear) and path
     }
+
+
+def has_adapters(params: Any) -> bool:
+    """Whether a model's parameters (an ``nnx.State``, or any pytree keyed by path) hold LoRA
+    adapters; reads their paths only, no array."""
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    return any(_ADAPTER.search(parameter_path(key)) for key, _ in leaves)
+
+
+def is_adapters(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder that ``save_adapters`` wrote (its config names the format)."""
+    try:
+        with open(os.path.join(os.fspath(path), CONFIG)) as f:
+            return bool(json.load(f).get("format") == FORMAT)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def owned(path: str | os.PathLike) -> bool:
+    """Whether the folder ``path`` (not a link) holds what ``save_adapters`` wrote and nothing
+    else, so that ``ModelCheckpoint(max_to_keep=)`` may delete it."""
+    path = os.fspath(path)
+    if os.path.islink(path) or not os.path.isdir(path) or not is_adapters(path):
+        return False
+    return set(os.listdir(path)) <= {ADAPTERS, CONFIG}
 
 
 def _is_trained(path: str, head: str | None) -> bool:
@@ -79,6 +113,7 @@ def save_adapters(
     *,
     recipe: dict[str, Any] | None = None,
     class_names: list[str] | None = None,
+    checkpoint: dict[str, Any] | None = None,
 ) -> str:
     """Writes ``model``'s LoRA adapters and its head, without the base weights, to the folder
     ``path`` (``adapter_model.safetensors`` and ``adapter_config.json``; other files there are
@@ -89,6 +124,8 @@ def save_adapters(
         path: The folder to write.
         recipe: The training data's input recipe, kept in the config.
         class_names: The classes of the head, kept in the config.
+        checkpoint: What ``Trainer.load`` restores besides the weights (JSON: the epoch and
+            step reached, the seed, the input shape and scale), kept in the config.
 
     Returns:
         The folder's absolute path.
@@ -96,7 +133,7 @@ def save_adapters(
     Raises:
         ValueError: ``model`` has no LoRA layer, or ``path`` is a file.
     """
-    layers = _lora_layers(model)
+    layers = _lora_layers(model) if isinstance(model, nnx.Module) else {}
     if not layers:
         raise ValueError(
             f"save_adapters: {type(model).__name__} has no LoRA layer: add them with "
@@ -125,6 +162,7 @@ def save_adapters(
         "class_names": None if class_names is None else list(class_names),
         "preprocessing": dataclasses.asdict(pre) if isinstance(pre, Preprocessing) else None,
         "recipe": recipe,
+        "checkpoint": checkpoint,
         "base_sha256": _base_hashes(flat, head),
     }
     write_files(

@@ -109,6 +109,11 @@ def save(trainer: Trainer, path: str | os.PathLike, weights_only: bool, adapters
 def load(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
     """Restores a checkpoint (or adapters) into the trainer (``Trainer.load``); returns its
     metadata."""
+    if os.path.isfile(os.path.join(os.fspath(path), "adapter_config.json")):  # flax.nnx only then
+        from ..models.adapters import is_adapters
+
+        if is_adapters(path):
+            return _load_adapters(trainer, path)
     meta = checkpoint.read_metadata(path)
     where = os.path.abspath(os.fspath(path))
     adapter = trainer._adapter
@@ -151,7 +156,69 @@ def _use_recipe(trainer: Trainer, where: str, recipe: dict[str, Any] | None) -> 
 
 
 def _save_adapters(trainer: Trainer, path: str | os.PathLike) -> str:
+    """The LoRA adapters and the head alone, with the input recipe and what ``load`` restores
+    besides the weights (``models.adapters.save_adapters``)."""
     from ..models.adapters import save_adapters
 
-    write_back(trainer._model, trainer._require_state())
-    return save_adapters(trainer._model, path, recipe=trainer._data.recipe, class_names=trainer.class_names)
+    state = trainer._require_state()
+    if trainer._adapter.kind != "nnx":
+        raise ValueError(
+            f"save(adapters_only=True): {type(trainer._model).__name__} is a linen module; LoRA "
+            "adapters are added to NNX models (ef.models.trainable(model, tx, 'lora:rank=N'))"
+        )
+    write_back(trainer._model, state)
+    meta = trainer.checkpoint_meta
+    progress = trainer._progress or checkpoint.Progress(0)
+    restored = {
+        "epoch": progress.epoch,
+        "step": int(jax.device_get(state.step)),
+        **{k: meta.get(k) for k in ("seed", "input_shape", "input_dtype", "input_scale")},
+    }
+    return save_adapters(
+        trainer._model,
+        path,
+        recipe=trainer._data.recipe,
+        class_names=trainer.class_names,
+        checkpoint=restored,
+    )
+
+
+def _load_adapters(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
+    """Puts the LoRA adapters (and head) saved at ``path`` onto the trainer's model, whose base
+    weights stay; CheckpointError naming ``path`` when the model has no LoRA layers or another
+    base (``models.adapters.load_adapters`` says what differs)."""
+    from flax import nnx
+
+    from ..models.adapters import has_adapters, load_adapters
+
+    where = os.path.abspath(os.fspath(path))
+    adapter, state = trainer._adapter, trainer.state
+    variables = trainer._nnx_variables if state is None else (state.params, state.model_state)
+    if adapter.kind != "nnx" or not has_adapters(variables[0]):
+        raise CheckpointError(
+            f"{where}: holds LoRA adapters, but the trainer's model ({type(trainer._model).__name__}) "
+            "has no LoRA layers; build it from the base weights with the adapters' rank first: "
+            "Trainer(model, optimizer=ef.models.trainable(model, tx, 'lora:rank=N'))"
+        )
+    host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(variables))  # writable, unlike NumPy's
+    model = nnx.merge(adapter.module, *host, copy=True)
+    try:
+        config = load_adapters(model, where)
+    except ValueError as e:  # another base, rank or head: named, nothing changed
+        raise CheckpointError(f"{where}: {e}") from e
+    _, params, rest = nnx.split(model, nnx.Param, ...)
+    saved = config.get("checkpoint") or {}
+    if state is None:
+        state = trainer._init_state(saved.get("input_shape") or [], saved.get("input_dtype"))
+    put = functools.partial(jax.tree_util.tree_map, lambda new, old: jax.device_put(new, old.sharding))
+    params, rest = put(params, state.params), put(rest, state.model_state)
+    ema = None if state.ema_params is None else jax.tree_util.tree_map(jnp.copy, params)  # starts there
+    trainer.state = state.replace(params=params, model_state=rest, ema_params=ema)
+    _use_recipe(trainer, where, config.get("recipe"))
+    names = config.get("class_names")
+    trainer._know(saved.get("input_scale"), trainer.class_names if names is None else list(names))
+    pre = getattr(model, "preprocessing", None)
+    if pre is not None and config.get("preprocessing"):  # the weights' recipe, as load_adapters sets it
+        trainer._model.preprocessing = pre
+    write_back(trainer._model, trainer.state)
+    return {**saved, **config, "kind": "adapters"}

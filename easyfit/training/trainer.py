@@ -760,9 +760,10 @@ class Trainer:
             path: the checkpoint's directory.
             weights_only: save the parameters (and model state) only.
             adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save
-                the adapters and the head alone, with the input recipe, as PEFT's
-                ``save_pretrained`` does: ``ef.models.load_adapters`` puts them onto a model
-                built from the same base weights ([Fine-tuning](finetune.md#saving-adapters)).
+                the adapters and the head alone, with the input recipe and the epoch reached,
+                as PEFT's ``save_pretrained`` does: ``load`` (or ``ef.models.load_adapters``)
+                puts them onto a model built from the same base weights
+                ([Fine-tuning](finetune.md#saving-adapters)).
 
         Returns:
             The absolute path written.
@@ -781,12 +782,20 @@ class Trainer:
         trainer, the parameters, model state and step load for inference (``fit`` then says
         which optimizer to pass); when one was, CheckpointError naming both.
 
+        A folder of LoRA adapters (``save(adapters_only=True)``, ``ModelCheckpoint(...,
+        adapters_only=True)``) loads onto the trainer's model, whose base weights stay (from
+        ``load_weights`` or the constructor): the adapters and the head, the class names and
+        the input recipe; the optimizer state stays the trainer's (fresh before any fit), as
+        for a weights-only checkpoint.
+
         Returns:
-            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
+            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...; ``kind`` is
+            ``"adapters"`` for adapters).
 
         Raises:
             CheckpointError: ``path`` is not a complete easyfit checkpoint, or cannot be
-                restored into this trainer.
+                restored into this trainer (adapters: the model has no LoRA layers, or another
+                base, rank or head, named).
         """
         return model_io.load(self, path)
 
