@@ -12,7 +12,7 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -206,7 +206,7 @@ def _load_adapters(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
         config = load_adapters(model, where)
     except ValueError as e:  # another base, rank or head: named, nothing changed
         raise CheckpointError(f"{where}: {e}") from e
-    _, params, rest = nnx.split(model, nnx.Param, ...)
+    _, params, rest = cast("tuple[nnx.GraphDef, nnx.State, nnx.State]", nnx.split(model, nnx.Param, ...))
     saved = config.get("checkpoint") or {}
     if state is None:
         state = trainer._init_state(saved.get("input_shape") or [], saved.get("input_dtype"))
