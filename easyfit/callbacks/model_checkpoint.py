@@ -50,9 +50,9 @@ class ModelCheckpoint(Callback):
             (with ``save_best_only``, the best); older ones it deletes once a newer one is
             complete. None (default) keeps all. Nothing it did not write is ever deleted.
         adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save the
-            adapters and the head alone, as ``Trainer.save(path, adapters_only=True)``: a
-            folder of a few megabytes that ``trainer.load(path)`` puts back onto a model built
-            from the same base weights. ValueError at the start of fit when the model has no
+            adapters and the head alone (and their optimizer state), as
+            ``Trainer.save(path, adapters_only=True)``: a folder of a few megabytes that
+            ``trainer.load(path)`` puts back onto a model built from the same base weights. ValueError at the start of fit when the model has no
             LoRA layers. Not in Keras (docs/keras.md).
 
     Attributes:

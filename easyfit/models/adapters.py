@@ -7,7 +7,10 @@ trains with them; keys are parameter paths, ``blocks/0/attn/qkv/lora/lora_a``) a
 ``adapter_config.json``: the model's class, the rank, the adapted layers, and a SHA-256 of each
 base parameter (every other parameter), so that loading onto another base is refused, naming
 the parameters that differ. The weights' preprocessing and the training data's input recipe
-ride along in the config.
+ride along in the config. Written by ``Trainer.save(adapters_only=True)`` (and
+``ModelCheckpoint(adapters_only=True)``), it also holds ``optimizer.safetensors``: the
+optimizer state (the adapters' and head's moments), which ``Trainer.load`` restores with the
+step, so that a fine-tune resumes.
 """
 
 from __future__ import annotations
@@ -36,12 +39,15 @@ __all__ = [
     "is_adapters",
     "load_adapters",
     "merged_for_inference",
+    "optimizer_arrays",
     "owned",
+    "restore_optimizer",
     "save_adapters",
 ]
 
 ADAPTERS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
+OPTIMIZER = "optimizer.safetensors"
 FORMAT = "easyfit-lora"
 _ADAPTER = re.compile(r"/lora/lora_[ab]$")
 
@@ -86,7 +92,34 @@ def owned(path: str | os.PathLike) -> bool:
     path = os.fspath(path)
     if os.path.islink(path) or not os.path.isdir(path) or not is_adapters(path):
         return False
-    return set(os.listdir(path)) <= {ADAPTERS, CONFIG}
+    return set(os.listdir(path)) <= {ADAPTERS, CONFIG, OPTIMIZER}
+
+
+def optimizer_arrays(opt_state: Any) -> dict[str, np.ndarray]:
+    """The arrays of an optimizer state by their path in it (``jax.tree_util.keystr``): for a
+    LoRA fine-tune, the adapters' and the head's moments alone (frozen parameters have none)."""
+    leaves = jax.tree_util.tree_flatten_with_path(opt_state)[0]
+    # np.array, not np.ascontiguousarray: a 0-d count stays 0-d
+    return {jax.tree_util.keystr(k): np.array(jax.device_get(v), order="C") for k, v in leaves}
+
+
+def restore_optimizer(target: Any, arrays: dict[str, np.ndarray]) -> tuple[Any, str | None]:
+    """``(target with the saved arrays, None)`` when ``arrays`` (``optimizer_arrays``) has every
+    array of the optimizer state ``target`` at its shape, each placed as the target's; else
+    ``(target, why not)``."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
+    keys = [jax.tree_util.keystr(k) for k, _ in leaves]
+    if set(keys) != set(arrays):
+        differ = sorted(set(keys) ^ set(arrays))
+        return target, f"another optimizer's ({len(differ)} arrays differ, e.g. {differ[0]})"
+    for key, (_, leaf) in zip(keys, leaves, strict=True):
+        if tuple(arrays[key].shape) != tuple(leaf.shape):
+            return target, f"another optimizer's ({key}: {arrays[key].shape}, here {leaf.shape})"
+    placed = [
+        jax.device_put(arrays[key].astype(leaf.dtype), leaf.sharding)
+        for key, (_, leaf) in zip(keys, leaves, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(treedef, placed), None
 
 
 def _is_trained(path: str, head: str | None) -> bool:
@@ -114,6 +147,7 @@ def save_adapters(
     recipe: dict[str, Any] | None = None,
     class_names: list[str] | None = None,
     checkpoint: dict[str, Any] | None = None,
+    optimizer: dict[str, np.ndarray] | None = None,
 ) -> str:
     """Writes ``model``'s LoRA adapters and its head, without the base weights, to the folder
     ``path`` (``adapter_model.safetensors`` and ``adapter_config.json``; other files there are
@@ -126,6 +160,8 @@ def save_adapters(
         class_names: The classes of the head, kept in the config.
         checkpoint: What ``Trainer.load`` restores besides the weights (JSON: the epoch and
             step reached, the seed, the input shape and scale), kept in the config.
+        optimizer: The optimizer state's arrays (``optimizer_arrays``), written to
+            ``optimizer.safetensors`` for a resumed fine-tune.
 
     Returns:
         The folder's absolute path.
@@ -163,14 +199,16 @@ def save_adapters(
         "preprocessing": dataclasses.asdict(pre) if isinstance(pre, Preprocessing) else None,
         "recipe": recipe,
         "checkpoint": checkpoint,
+        "optimizer": None if optimizer is None else OPTIMIZER,  # a file an older save left: unread
         "base_sha256": _base_hashes(flat, head),
     }
-    write_files(
-        {
-            os.path.join(folder, ADAPTERS): save(arrays, metadata={"format": FORMAT}),
-            os.path.join(folder, CONFIG): json.dumps(config, indent=1).encode(),
-        }
-    )
+    files = {
+        os.path.join(folder, ADAPTERS): save(arrays, metadata={"format": FORMAT}),
+        os.path.join(folder, CONFIG): json.dumps(config, indent=1).encode(),
+    }
+    if optimizer is not None:
+        files[os.path.join(folder, OPTIMIZER)] = save(optimizer, metadata={"format": FORMAT})
+    write_files(files)
     return folder
 
 

@@ -158,7 +158,7 @@ def _use_recipe(trainer: Trainer, where: str, recipe: dict[str, Any] | None) -> 
 def _save_adapters(trainer: Trainer, path: str | os.PathLike) -> str:
     """The LoRA adapters and the head alone, with the input recipe and what ``load`` restores
     besides the weights (``models.adapters.save_adapters``)."""
-    from ..models.adapters import save_adapters
+    from ..models.adapters import optimizer_arrays, save_adapters
 
     state = trainer._require_state()
     if trainer._adapter.kind != "nnx":
@@ -180,6 +180,7 @@ def _save_adapters(trainer: Trainer, path: str | os.PathLike) -> str:
         recipe=trainer._data.recipe,
         class_names=trainer.class_names,
         checkpoint=restored,
+        optimizer=optimizer_arrays(state.opt_state),
     )
 
 
@@ -189,7 +190,7 @@ def _load_adapters(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
     base (``models.adapters.load_adapters`` says what differs)."""
     from flax import nnx
 
-    from ..models.adapters import has_adapters, load_adapters
+    from ..models.adapters import has_adapters, load_adapters, restore_optimizer
 
     where = os.path.abspath(os.fspath(path))
     adapter, state = trainer._adapter, trainer.state
@@ -213,7 +214,23 @@ def _load_adapters(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
     put = functools.partial(jax.tree_util.tree_map, lambda new, old: jax.device_put(new, old.sharding))
     params, rest = put(params, state.params), put(rest, state.model_state)
     ema = None if state.ema_params is None else jax.tree_util.tree_map(jnp.copy, params)  # starts there
-    trainer.state = state.replace(params=params, model_state=rest, ema_params=ema)
+    state = state.replace(params=params, model_state=rest, ema_params=ema)
+    if config.get("optimizer"):  # the optimizer state, for a resumed fine-tune, and its step
+        from safetensors.numpy import load_file
+
+        opt_state, why = restore_optimizer(
+            state.opt_state, load_file(os.path.join(where, config["optimizer"]))
+        )
+        if why is None:
+            step = jax.device_put(jnp.asarray(saved["step"], state.step.dtype), state.step.sharding)
+            state = state.replace(opt_state=opt_state, step=step)
+        else:
+            warnings.warn(
+                f"{where}: the optimizer state saved with the adapters is {why}, not this "
+                "trainer's: the adapters loaded, the optimizer state starts afresh",
+                stacklevel=4,
+            )
+    trainer.state = state
     _use_recipe(trainer, where, config.get("recipe"))
     names = config.get("class_names")
     trainer._know(saved.get("input_scale"), trainer.class_names if names is None else list(names))

@@ -760,7 +760,8 @@ class Trainer:
             path: the checkpoint's directory.
             weights_only: save the parameters (and model state) only.
             adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save
-                the adapters and the head alone, with the input recipe and the epoch reached,
+                the adapters and the head alone, with their optimizer state, the input recipe and
+                the epoch reached,
                 as PEFT's ``save_pretrained`` does: ``load`` (or ``ef.models.load_adapters``)
                 puts them onto a model built from the same base weights
                 ([Fine-tuning](finetune.md#saving-adapters)).
@@ -784,9 +785,10 @@ class Trainer:
 
         A folder of LoRA adapters (``save(adapters_only=True)``, ``ModelCheckpoint(...,
         adapters_only=True)``) loads onto the trainer's model, whose base weights stay (from
-        ``load_weights`` or the constructor): the adapters and the head, the class names and
-        the input recipe; the optimizer state stays the trainer's (fresh before any fit), as
-        for a weights-only checkpoint.
+        ``load_weights`` or the constructor): the adapters and the head, the class names, the
+        input recipe, and the optimizer state and step when the trainer's optimizer has the
+        saved one's layout (else a warning, and the trainer's own); go on with
+        ``fit(..., initial_epoch=meta["epoch"])``.
 
         Returns:
             The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...; ``kind`` is

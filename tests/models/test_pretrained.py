@@ -255,7 +255,7 @@ def test_lora_trains_adapters_and_head_only_and_merges_back():
 
 
 def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp_path):
-    """One step of LoRA fine-tuning of a tiny ViT loaded from timm-style files whose config
+    """Two steps of LoRA fine-tuning of a tiny ViT loaded from timm-style files whose config
     names a recipe: fit(folder) reads the folder with it (input size, mean, std, crop), and it
     travels in the checkpoint, the export and the adapters; trainer.save(adapters_only=True)
     writes the adapters and the head alone, which on a fresh model of the same base give the
@@ -263,8 +263,9 @@ def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp
     merged plain weights (no adapter arrays) and gives the unmerged model's outputs.
     ModelCheckpoint(adapters_only=True) writes adapters folders (max_to_keep deletes the older),
     which trainer.load puts onto a LoRA model of the same base (the trained predictions, the
-    epoch), and refuses, naming the folder, for a model without LoRA or of another base. The
-    weights' bicubic interpolation is in every recipe."""
+    epoch, the optimizer state; another optimizer's is said and left), and refuses, naming
+    the folder, for a model without LoRA or of another base. The weights' bicubic
+    interpolation is in every recipe."""
     base = _tiny_vit(rngs=nnx.Rngs(1), in_channels=1)
     (tmp_path / "w").mkdir()
     _save(_timm_names(base), tmp_path / "w" / "model.safetensors")
@@ -297,14 +298,22 @@ def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp
     assert ckpt.saved == [str(tmp_path / "ck-1"), str(tmp_path / "ck-2")]
     assert not (tmp_path / "ck-1").exists()  # max_to_keep=1
     folder = ef.models.adapters
-    assert sorted(os.listdir(tmp_path / "ck-2")) == sorted([folder.ADAPTERS, folder.CONFIG])
+    assert sorted(os.listdir(tmp_path / "ck-2")) == sorted([folder.ADAPTERS, folder.CONFIG, folder.OPTIMIZER])
     restored = lora_trainer(fresh())
     meta = restored.load(tmp_path / "ck-2")
     assert (meta["kind"], meta["epoch"], meta["step"]) == ("adapters", 2, 2), meta
+    assert int(restored.state.step) == 2  # and the optimizer state, the adapters' and head's moments
+    moments = [jax.tree_util.tree_leaves(t.state.opt_state) for t in (restored, trainer)]
+    assert sum(np.size(a) for a in moments[1]) < 3000  # none for the frozen base
+    for got, want in zip(*moments, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert restored.class_names == trainer.class_names
     np.testing.assert_allclose(
         restored.predict(root + "/val"), trainer.predict(root + "/val"), rtol=0, atol=1e-5
     )
+    other_tx = ef.Trainer(ef.models.add_lora(fresh(), 2), optimizer=optax.sgd(0.1))
+    with pytest.warns(UserWarning, match=r"ck-2: the optimizer state saved with the adapters is another"):
+        other_tx.load(tmp_path / "ck-2")  # the adapters load, the optimizer starts afresh
     with pytest.raises(ef.errors.CheckpointError, match=r"ck-2: holds LoRA adapters, but .* no LoRA layers"):
         ef.Trainer(fresh()).load(tmp_path / "ck-2")
     other_base = ef.models.ViT(16, 2, 2, num_classes=10, image_size=32, in_channels=1)
