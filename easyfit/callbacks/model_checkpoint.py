@@ -52,8 +52,9 @@ class ModelCheckpoint(Callback):
         adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save the
             adapters and the head alone (and their optimizer state), as
             ``Trainer.save(path, adapters_only=True)``: a folder of a few megabytes that
-            ``trainer.load(path)`` puts back onto a model built from the same base weights. ValueError at the start of fit when the model has no
-            LoRA layers. Not in Keras (docs/keras.md).
+            ``trainer.load(path)`` puts back onto a model built from the same base weights.
+            ValueError at the start of fit when the model has no LoRA layers. Not in Keras
+            (docs/keras.md).
 
     Attributes:
         saved: the paths of the checkpoints it wrote, oldest first (a path written again is
