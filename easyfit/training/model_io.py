@@ -94,9 +94,9 @@ def export(trainer: Trainer, path: str | os.PathLike, inputs: str) -> str:
 
 def save(trainer: Trainer, path: str | os.PathLike, weights_only: bool, adapters_only: bool) -> str:
     """Writes a checkpoint, or the LoRA adapters alone (``Trainer.save``)."""
-    if adapters_only:
-        return _save_adapters(trainer, path)
     with shielded("the save in progress"):  # a Ctrl-C meanwhile is raised once the checkpoint is whole
+        if adapters_only:
+            return _save_adapters(trainer, path)
         return checkpoint.save(
             path,
             trainer._require_state(),
@@ -141,7 +141,7 @@ def load(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def _use_recipe(trainer: Trainer, where: str, recipe: dict[str, Any] | None) -> None:
+def _use_recipe(trainer: Trainer, where: str, recipe: dict[str, Any] | None, stacklevel: int = 4) -> None:
     """The saved input recipe becomes the trainer's reading of paths and arrays; without one,
     a warning that says data is read as without it."""
     if recipe is None:
@@ -149,7 +149,7 @@ def _use_recipe(trainer: Trainer, where: str, recipe: dict[str, Any] | None) -> 
             f"{where}: the checkpoint carries no input recipe (saved by an older easyfit, "
             "or before the trainer saw data): data is read as without it (the sources' "
             "defaults); give sources the settings of training (image_size=, normalize=, ...)",
-            stacklevel=4,
+            stacklevel=stacklevel,  # the caller of Trainer.load
         )
     else:
         trainer._data.use_recipe(recipe)
@@ -218,20 +218,24 @@ def _load_adapters(trainer: Trainer, path: str | os.PathLike) -> dict[str, Any]:
     if config.get("optimizer"):  # the optimizer state, for a resumed fine-tune, and its step
         from safetensors.numpy import load_file
 
-        opt_state, why = restore_optimizer(
-            state.opt_state, load_file(os.path.join(where, config["optimizer"]))
-        )
+        file = os.path.join(where, config["optimizer"])
+        if not os.path.isfile(file):
+            raise CheckpointError(f"{where}: {config['optimizer']} is missing (the config names it)")
+        opt_state, why = restore_optimizer(state.opt_state, load_file(file))
         if why is None:
-            step = jax.device_put(jnp.asarray(saved["step"], state.step.dtype), state.step.sharding)
-            state = state.replace(opt_state=opt_state, step=step)
+            state = state.replace(opt_state=opt_state)
+            if saved.get("step") is not None:
+                step = jnp.asarray(saved["step"], state.step.dtype)
+                state = state.replace(step=jax.device_put(step, state.step.sharding))
         else:
             warnings.warn(
                 f"{where}: the optimizer state saved with the adapters is {why}, not this "
-                "trainer's: the adapters loaded, the optimizer state starts afresh",
+                "trainer's: the adapters loaded, the trainer keeps its own optimizer state "
+                "(fresh before any fit)",
                 stacklevel=4,
             )
     trainer.state = state
-    _use_recipe(trainer, where, config.get("recipe"))
+    _use_recipe(trainer, where, config.get("recipe"), stacklevel=5)
     names = config.get("class_names")
     trainer._know(saved.get("input_scale"), trainer.class_names if names is None else list(names))
     pre = getattr(model, "preprocessing", None)
