@@ -140,6 +140,48 @@ def test_an_array_of_another_size_gets_the_resize_and_crop_of_evaluation(mnist, 
         np.testing.assert_allclose(loaded.predict(images), want, rtol=0, atol=1e-5)
 
 
+class Pixels(nn.Module):
+    """The inputs as the model receives them (and a parameter: a state needs one)."""
+
+    @nn.compact
+    def __call__(self, x):
+        return x.reshape((x.shape[0], -1)) + self.param("zero", nn.initializers.zeros, ())
+
+
+def test_the_interpolation_reaches_dali_and_travels_with_the_recipe(mnist):
+    """ImageFolder(interpolation=) resizes with DALI's filter of that name: upscaled from 28 to
+    40, bicubic pixels are PIL's bicubic ones (not its bilinear ones), bilinear ones the reverse;
+    the recipe carries it, and a uint8 array is prepared alike; a filter DALI lacks (Keras'
+    "area", PIL's box of a Hugging Face config) is named."""
+    val = mnist + "/val"
+    pixels = _pixels(val)
+    filters = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
+    pil = {
+        name: np.stack([np.asarray(Image.fromarray(p[..., 0]).resize((40, 40), f)) for p in pixels])
+        for name, f in filters.items()
+    }
+    got = {}
+    for name in filters:
+        source = ef.data.ImageFolder(val, image_size=(40, 40), interpolation=name)
+        trainer = ef.Trainer(Pixels())
+        got[name] = trainer.predict(source).reshape(-1, 40, 40) * 255
+        assert source.recipe()["images"]["interpolation"] == name
+        again = ef.data.ImageFolder.from_recipe(val, source.recipe())
+        assert again.image_recipe().interpolation == name
+        # the trainer adopted the folder's recipe: a uint8 array is resized with the same filter
+        np.testing.assert_allclose(trainer.predict(pixels).reshape(-1, 40, 40) * 255, got[name], atol=1e-3)
+    # mean absolute difference in grey levels: under 0.5 from PIL's same filter, over 1.5 from the other
+    far = {name: {other: np.abs(got[name] - pil[other]).mean() for other in pil} for name in got}
+    assert far["bicubic"]["bicubic"] < 0.5 < 1.5 < far["bicubic"]["bilinear"], far
+    assert far["bilinear"]["bilinear"] < 0.5 < 1.5 < far["bilinear"]["bicubic"], far
+    with pytest.raises(ValueError, match="interpolation='area': DALI's resize has no such filter"):
+        ef.data.ImageFolder(val, image_size=(40, 40), interpolation="area")
+    hf = {"image_mean": [0.5], "image_std": [0.5], "size": {"height": 32, "width": 32}, "resample": 4}
+    pre = ef.models.Preprocessing.from_config(hf)
+    with pytest.raises(ValueError, match="interpolation='box'"):
+        ef.data.ImageFolder(val, **pre.image_folder_kwargs())
+
+
 def test_an_array_of_another_size_without_a_resize_names_the_expected_shape(normalized):
     _, path, _ = normalized
     loaded = ef.Trainer.from_checkpoint(path, SmallMLP())

@@ -43,7 +43,9 @@ class TrainerLike(Protocol):
 
     def metric_direction(self, name: str) -> str | None: ...
 
-    def save(self, path: str | os.PathLike, *, weights_only: bool = False) -> str: ...
+    def save(
+        self, path: str | os.PathLike, *, weights_only: bool = False, adapters_only: bool = False
+    ) -> str: ...
 
 
 @runtime_checkable

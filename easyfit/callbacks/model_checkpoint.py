@@ -49,6 +49,12 @@ class ModelCheckpoint(MonitorCallback):
         max_to_keep: keep only this many of the checkpoints this callback wrote, the latest
             (with ``save_best_only``, the best); older ones it deletes once a newer one is
             complete. None (default) keeps all. Nothing it did not write is ever deleted.
+        adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save the
+            adapters and the head alone (and their optimizer state), as
+            ``Trainer.save(path, adapters_only=True)``: a folder of a few megabytes that
+            ``trainer.load(path)`` puts back onto a model built from the same base weights.
+            ValueError at the start of fit when the model has no LoRA layers. Not in Keras
+            (docs/keras.md).
 
     Attributes:
         saved: the paths of the checkpoints it wrote, oldest first (a path written again is
@@ -73,7 +79,14 @@ class ModelCheckpoint(MonitorCallback):
         save_freq: str | int = "epoch",
         initial_value_threshold: float | None = None,
         max_to_keep: int | None = None,
+        adapters_only: bool = False,
     ):
+        if adapters_only and save_weights_only:
+            raise ValueError(
+                "ModelCheckpoint: give save_weights_only=True or adapters_only=True, not both "
+                "(adapters_only saves less: the adapters and the head)"
+            )
+        self.adapters_only = bool(adapters_only)
         if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
             raise ValueError(f"max_to_keep={max_to_keep!r}: expected None or an integer >= 1")
         super().__init__(monitor, mode, 0.0, "ModelCheckpoint")
@@ -109,6 +122,19 @@ class ModelCheckpoint(MonitorCallback):
     def set_state(self, state: dict[str, Any]) -> None:
         self.best, self._epoch, self._every.count = state["best"], state["epoch"], state["since"]
         self.saved, self._written = list(state["saved"]), list(state["written"])
+
+    def on_train_begin(self, logs: Logs | None = None) -> None:
+        if not self.adapters_only:
+            return
+        from ..models.adapters import has_adapters  # flax.nnx: imported when it is used
+
+        state = self.trainer.state
+        if state is None or not has_adapters(state.params):
+            raise ValueError(
+                "ModelCheckpoint(adapters_only=True): the model has no LoRA adapters to save; "
+                "add them (Trainer(model, optimizer=ef.models.trainable(model, tx, "
+                "'lora:rank=N'))), or save the whole model (adapters_only=False)"
+            )
 
     def on_epoch_begin(self, epoch: int, logs: Logs | None = None) -> None:
         self._epoch = epoch
@@ -156,9 +182,9 @@ class ModelCheckpoint(MonitorCallback):
             self.best = current
         path = self._path(epoch, batch, logs)
         if self.verbose > 0:
-            kind = "weights" if self.save_weights_only else "model"
+            kind = "weights" if self.save_weights_only else "adapters" if self.adapters_only else "model"
             print(f"Epoch {epoch + 1}: {what} {kind} to {path}", flush=True)
-        path = self.trainer.save(path, weights_only=self.save_weights_only)
+        path = self.trainer.save(path, weights_only=self.save_weights_only, adapters_only=self.adapters_only)
         self.saved.append(path)
         self._forget_old(path)
 
@@ -171,5 +197,11 @@ class ModelCheckpoint(MonitorCallback):
         self._written.append(path)
         while len(self._written) > self.max_to_keep:
             old = self._written.pop(0)
-            if jax.process_index() == 0 and owned(old):  # still the checkpoint it wrote
+            if self.adapters_only:
+                from ..models.adapters import owned as adapters_owned
+
+                mine = adapters_owned(old)
+            else:
+                mine = owned(old)
+            if jax.process_index() == 0 and mine:  # still the checkpoint it wrote
                 shutil.rmtree(old)

@@ -18,7 +18,7 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from ..errors import DataError
-from .recipe import ImageRecipe
+from .recipe import ImageRecipe, check_interpolation
 from .storage import storage_for
 from .validation.encoded import HEAD, header_channels, image_kind, image_problem
 
@@ -196,6 +196,7 @@ class ImageOptions(TypedDict, total=False):
     eval_crop: float | None
     crop_to_aspect_ratio: bool
     pad_to_aspect_ratio: bool
+    interpolation: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,9 +225,11 @@ class ImageSettings:
     eval_crop: float | None = None
     crop_to_aspect_ratio: bool = False
     pad_to_aspect_ratio: bool = False
+    interpolation: str = "bilinear"
 
     def __post_init__(self) -> None:
         color_mode, decoder, image_size = self.color_mode, self.decoder, self.image_size
+        check_interpolation(self.interpolation)
         if color_mode == "rgba":
             raise ValueError(
                 "color_mode='rgba': DALI decodes images as grayscale or RGB, so easyfit does not "
@@ -286,6 +289,7 @@ class EncodedImages:
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     eval_crop: float | None = None
     aspect: str = "stretch"
+    interpolation: str = "bilinear"
     scale: float | None = 1.0 / 255.0
 
     def __init__(
@@ -304,6 +308,7 @@ class EncodedImages:
         self.augment = settings.augment
         self.decoder = settings.decoder
         self.transform = settings.transform
+        self.interpolation = settings.interpolation
         self.resize = image_size is not None  # inferred sizes are shared by all: nothing to resize
         if color_mode is None or image_size is None:
             sampled = list(sample())
@@ -393,12 +398,19 @@ class EncodedImages:
             "normalize": self.normalize,
             "eval_crop": self.eval_crop,
             **({f"{self.aspect}_to_aspect_ratio": True} if self.aspect != "stretch" else {}),
+            **({"interpolation": self.interpolation} if self.interpolation != "bilinear" else {}),
         }
 
     def image_recipe(self) -> ImageRecipe:
         """How evaluation prepares this source's decoded images (``easyfit.data.recipe``)."""
         return ImageRecipe(
-            self.image_size, self.resize, self.color_mode, self.normalize, self.eval_crop, self.aspect
+            self.image_size,
+            self.resize,
+            self.color_mode,
+            self.normalize,
+            self.eval_crop,
+            self.aspect,
+            self.interpolation,
         )
 
     def recipe(self) -> dict[str, Any]:

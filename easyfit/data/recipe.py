@@ -27,10 +27,33 @@ from typing import Any
 
 from ..errors import DataError
 
-__all__ = ["VERSION", "ImageRecipe"]
+__all__ = ["INTERPOLATIONS", "VERSION", "ImageRecipe", "check_interpolation"]
 
 #: The recipe's format version (``recipe["version"]``).
 VERSION = 1
+
+#: The resize filters DALI's ``fn.resize`` has (on the CPU and the GPU), by Keras' names
+#: (``image_dataset_from_directory(interpolation=)``), and the ``DALIInterpType`` of each.
+#: Resizing is antialiased with each, as PIL's and torchvision's are.
+INTERPOLATIONS = {
+    "bilinear": "INTERP_LINEAR",
+    "bicubic": "INTERP_CUBIC",
+    "nearest": "INTERP_NN",
+    "lanczos3": "INTERP_LANCZOS3",
+    "gaussian": "INTERP_GAUSSIAN",
+}
+
+
+def check_interpolation(name: Any) -> str:
+    """``name`` when DALI's resize has that filter; ValueError naming it otherwise (Keras'
+    ``"area"``, ``"lanczos5"`` and ``"mitchellcubic"``, PIL's box and Hamming filters)."""
+    if name not in INTERPOLATIONS:
+        raise ValueError(
+            f"interpolation={name!r}: DALI's resize has no such filter; give one of "
+            f"{', '.join(map(repr, INTERPOLATIONS))} (for pretrained weights whose preprocessing "
+            "names it: ImageFolder(path, **pre.image_folder_kwargs(interpolation='bicubic')))"
+        )
+    return str(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +76,8 @@ class ImageRecipe:
             ``crop_to_aspect_ratio``: resized to cover ``image_size``, the center taken) or
             ``"pad"`` (Keras' ``pad_to_aspect_ratio``: resized to fit in ``image_size``, padded
             with zeros around the center).
+        interpolation: the resize filter (:data:`INTERPOLATIONS`): ``"bilinear"`` (default),
+            or the one pretrained weights were trained with (``"bicubic"`` for most of timm's).
     """
 
     image_size: tuple[int, int]
@@ -61,6 +86,10 @@ class ImageRecipe:
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     eval_crop: float | None = None
     aspect: str = "stretch"
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        check_interpolation(self.interpolation)
 
     @property
     def channels(self) -> int:
@@ -106,6 +135,7 @@ class ImageRecipe:
             "resize_shorter": self.resize_shorter,
             "cover": None if self.cover is None else list(self.cover),
             "aspect": self.aspect,
+            "interpolation": self.interpolation,
             "scale": self.scale,
         }
 
@@ -121,6 +151,7 @@ class ImageRecipe:
             normalize,
             data.get("eval_crop"),
             str(data.get("aspect", "stretch")),  # recipes written before it: stretched
+            str(data.get("interpolation", "bilinear")),  # and resized bilinearly
         )
 
     def settings(self) -> dict[str, Any]:
@@ -133,27 +164,30 @@ class ImageRecipe:
         }
         if self.aspect != "stretch":  # only the sources that take it are given it
             settings[f"{self.aspect}_to_aspect_ratio"] = True
+        if self.interpolation != "bilinear":
+            settings["interpolation"] = self.interpolation
         return settings
 
     def steps(self) -> str:
         """What a server must do to an image before the exported function (in words)."""
         h, w = self.image_size
         mode = "grayscale (1 channel)" if self.channels == 1 else "RGB (3 channels)"
+        f = self.interpolation
         if self.resize_shorter is not None:
-            geometry = f"resize the shorter side to {self.resize_shorter} (bilinear), take the center {h}x{w}"
+            geometry = f"resize the shorter side to {self.resize_shorter} ({f}), take the center {h}x{w}"
         elif self.cover is not None:
             ch, cw = self.cover
             geometry = (
                 f"resize keeping the aspect ratio to the least size that covers {ch}x{cw} "
-                f"(bilinear), take the center {h}x{w}"
+                f"({f}), take the center {h}x{w}"
             )
         elif self.aspect == "pad":
             geometry = (
-                f"resize keeping the aspect ratio to the largest size within {h}x{w} (bilinear), "
+                f"resize keeping the aspect ratio to the largest size within {h}x{w} ({f}), "
                 f"pad with zeros around the center to {h}x{w}"
             )
         elif self.resize:
-            geometry = f"resize to {h}x{w} (bilinear)"
+            geometry = f"resize to {h}x{w} ({f})"
         else:
             geometry = f"images must be {h}x{w} (the model never saw another size)"
         return f"decode as {mode} uint8; {geometry}; stack NHWC uint8"
@@ -191,6 +225,7 @@ class ImageRecipe:
         from nvidia.dali import fn, types
 
         u8 = types.DALIDataType.UINT8
+        options = {**self.resize_options(), **options}
         cover = self.cover
         if cover is not None and cover[0] == cover[1]:
             return fn.resize(images, resize_shorter=cover[0], dtype=u8, **options)
@@ -202,6 +237,15 @@ class ImageRecipe:
         if self.resize:
             return fn.resize(images, size=list(self.image_size), dtype=u8, **options)
         return images
+
+    def resize_options(self) -> dict[str, Any]:
+        """``fn.resize``'s arguments for :attr:`interpolation` (none for bilinear, DALI's
+        default)."""
+        if self.interpolation == "bilinear":
+            return {}
+        from nvidia.dali import types
+
+        return {"interp_type": getattr(types.DALIInterpType, INTERPOLATIONS[self.interpolation])}
 
     def check_array(self, shape: tuple[int, ...], name: str = "x") -> None:
         """DataError unless uint8 images of ``shape`` (NHWC) can be prepared by this recipe."""

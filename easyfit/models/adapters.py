@@ -7,7 +7,10 @@ trains with them; keys are parameter paths, ``blocks/0/attn/qkv/lora/lora_a``) a
 ``adapter_config.json``: the model's class, the rank, the adapted layers, and a SHA-256 of each
 base parameter (every other parameter), so that loading onto another base is refused, naming
 the parameters that differ. The weights' preprocessing and the training data's input recipe
-ride along in the config.
+ride along in the config. Written by ``Trainer.save(adapters_only=True)`` (and
+``ModelCheckpoint(adapters_only=True)``), it also holds ``optimizer.safetensors``: the
+optimizer state (the adapters' and head's moments), which ``Trainer.load`` restores with the
+step, so that a fine-tune resumes.
 """
 
 from __future__ import annotations
@@ -26,13 +29,25 @@ from flax import nnx
 from .._files import write_files
 from ..core.models import ModelAdapter
 from ..core.state import TrainState, inference_params
-from .finetune import add_lora, merge_lora
+from .finetune import add_lora, merge_lora, parameter_path
 from .weights import Preprocessing
 
-__all__ = ["ADAPTERS", "CONFIG", "load_adapters", "merged_for_inference", "save_adapters"]
+__all__ = [
+    "ADAPTERS",
+    "CONFIG",
+    "has_adapters",
+    "is_adapters",
+    "load_adapters",
+    "merged_for_inference",
+    "optimizer_arrays",
+    "owned",
+    "restore_optimizer",
+    "save_adapters",
+]
 
 ADAPTERS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
+OPTIMIZER = "optimizer.safetensors"
 FORMAT = "easyfit-lora"
 _ADAPTER = re.compile(r"/lora/lora_[ab]$")
 
@@ -53,6 +68,58 @@ def _lora_layers(model: nnx.Module) -> dict[str, int]:
         for path, m in nnx.iter_graph(model)
         if isinstance(m, nnx.LoRALinear) and path
     }
+
+
+def has_adapters(params: Any) -> bool:
+    """Whether a model's parameters (an ``nnx.State``, or any pytree keyed by path) hold LoRA
+    adapters; reads their paths only, no array."""
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    return any(_ADAPTER.search(parameter_path(key)) for key, _ in leaves)
+
+
+def is_adapters(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder that ``save_adapters`` wrote (its config names the format)."""
+    try:
+        with open(os.path.join(os.fspath(path), CONFIG)) as f:
+            return bool(json.load(f).get("format") == FORMAT)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def owned(path: str | os.PathLike) -> bool:
+    """Whether the folder ``path`` (not a link) holds what ``save_adapters`` wrote and nothing
+    else, so that ``ModelCheckpoint(max_to_keep=)`` may delete it."""
+    path = os.fspath(path)
+    if os.path.islink(path) or not os.path.isdir(path) or not is_adapters(path):
+        return False
+    return set(os.listdir(path)) <= {ADAPTERS, CONFIG, OPTIMIZER}
+
+
+def optimizer_arrays(opt_state: Any) -> dict[str, np.ndarray]:
+    """The arrays of an optimizer state by their path in it (``jax.tree_util.keystr``): for a
+    LoRA fine-tune, the adapters' and the head's moments alone (frozen parameters have none)."""
+    leaves = jax.tree_util.tree_flatten_with_path(opt_state)[0]
+    # np.array, not np.ascontiguousarray: a 0-d count stays 0-d
+    return {jax.tree_util.keystr(k): np.array(jax.device_get(v), order="C") for k, v in leaves}
+
+
+def restore_optimizer(target: Any, arrays: dict[str, np.ndarray]) -> tuple[Any, str | None]:
+    """``(target with the saved arrays, None)`` when ``arrays`` (``optimizer_arrays``) has every
+    array of the optimizer state ``target`` at its shape, each placed as the target's; else
+    ``(target, why not)``."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
+    keys = [jax.tree_util.keystr(k) for k, _ in leaves]
+    if set(keys) != set(arrays):
+        differ = sorted(set(keys) ^ set(arrays))
+        return target, f"another optimizer's ({len(differ)} arrays differ, e.g. {differ[0]})"
+    for key, (_, leaf) in zip(keys, leaves, strict=True):
+        if tuple(arrays[key].shape) != tuple(leaf.shape):
+            return target, f"another optimizer's ({key}: {arrays[key].shape}, here {leaf.shape})"
+    placed = [
+        jax.device_put(arrays[key].astype(leaf.dtype), leaf.sharding)
+        for key, (_, leaf) in zip(keys, leaves, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(treedef, placed), None
 
 
 def _is_trained(path: str, head: str | None) -> bool:
@@ -79,6 +146,8 @@ def save_adapters(
     *,
     recipe: dict[str, Any] | None = None,
     class_names: list[str] | None = None,
+    checkpoint: dict[str, Any] | None = None,
+    optimizer: dict[str, np.ndarray] | None = None,
 ) -> str:
     """Writes ``model``'s LoRA adapters and its head, without the base weights, to the folder
     ``path`` (``adapter_model.safetensors`` and ``adapter_config.json``; other files there are
@@ -89,6 +158,10 @@ def save_adapters(
         path: The folder to write.
         recipe: The training data's input recipe, kept in the config.
         class_names: The classes of the head, kept in the config.
+        checkpoint: What ``Trainer.load`` restores besides the weights (JSON: the epoch and
+            step reached, the seed, the input shape and scale), kept in the config.
+        optimizer: The optimizer state's arrays (``optimizer_arrays``), written to
+            ``optimizer.safetensors`` for a resumed fine-tune.
 
     Returns:
         The folder's absolute path.
@@ -96,7 +169,7 @@ def save_adapters(
     Raises:
         ValueError: ``model`` has no LoRA layer, or ``path`` is a file.
     """
-    layers = _lora_layers(model)
+    layers = _lora_layers(model) if isinstance(model, nnx.Module) else {}
     if not layers:
         raise ValueError(
             f"save_adapters: {type(model).__name__} has no LoRA layer: add them with "
@@ -125,14 +198,17 @@ def save_adapters(
         "class_names": None if class_names is None else list(class_names),
         "preprocessing": dataclasses.asdict(pre) if isinstance(pre, Preprocessing) else None,
         "recipe": recipe,
+        "checkpoint": checkpoint,
+        "optimizer": None if optimizer is None else OPTIMIZER,  # a file an older save left: unread
         "base_sha256": _base_hashes(flat, head),
     }
-    write_files(
-        {
-            os.path.join(folder, ADAPTERS): save(arrays, metadata={"format": FORMAT}),
-            os.path.join(folder, CONFIG): json.dumps(config, indent=1).encode(),
-        }
-    )
+    files = {
+        os.path.join(folder, ADAPTERS): save(arrays, metadata={"format": FORMAT}),
+        os.path.join(folder, CONFIG): json.dumps(config, indent=1).encode(),
+    }
+    if optimizer is not None:
+        files[os.path.join(folder, OPTIMIZER)] = save(optimizer, metadata={"format": FORMAT})
+    write_files(files)
     return folder
 
 

@@ -77,6 +77,12 @@ _IGNORED = re.compile(r"(^|\.)num_batches_tracked$")  # PyTorch's BatchNorm coun
 _LEAVES = {"running_mean": "mean", "running_var": "var", "bias": "bias"}
 
 
+#: PIL's resampling filters by number (Hugging Face's ``resample``), and the name of
+#: ``ImageFolder``'s ``interpolation`` for PIL's names where they differ.
+_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+_PIL_NAMES = {"lanczos": "lanczos3"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
     """How the weights' images were prepared (timm's pretrained config, a Hugging Face
@@ -84,8 +90,10 @@ class Preprocessing:
 
     Attributes:
         input_size: ``(height, width)``.
-        interpolation: The resize filter named by the weights ("bicubic", "bilinear"); DALI's
-            resize (linear, antialiased) is used either way, and this is kept for the record.
+        interpolation: The resize filter named by the weights ("bicubic", "bilinear"),
+            which ``image_folder_kwargs`` passes on to ``ImageFolder`` (PIL's "lanczos" as
+            "lanczos3"); a filter DALI's resize lacks ("box", "hamming") is refused there,
+            naming it.
         crop_fraction: The center crop of evaluation (timm's ``crop_pct``).
         mean: Per channel, on the [0, 1] scale.
         std: Per channel, on the [0, 1] scale.
@@ -99,13 +107,15 @@ class Preprocessing:
 
     def image_folder_kwargs(self, **overrides: Any) -> dict[str, Any]:
         """``ImageFolder``'s arguments for this recipe (``image_size``, ``normalize``,
-        ``eval_crop``, and ``color_mode`` from the channels of ``mean``), with ``overrides``
-        replacing or adding any: ``ImageFolder(root, **pre.image_folder_kwargs(augment=...))``."""
+        ``eval_crop``, ``interpolation``, and ``color_mode`` from the channels of ``mean``),
+        with ``overrides`` replacing or adding any:
+        ``ImageFolder(root, **pre.image_folder_kwargs(augment=...))``."""
         kwargs: dict[str, Any] = {
             "image_size": tuple(self.input_size),
             "normalize": (tuple(self.mean), tuple(self.std)),
             "eval_crop": self.crop_fraction,
             "color_mode": "grayscale" if len(self.mean) == 1 else "rgb",
+            "interpolation": _PIL_NAMES.get(self.interpolation, self.interpolation),
         }
         return {**kwargs, **overrides}
 
@@ -137,7 +147,7 @@ class Preprocessing:
             crop = float(cfg.get("crop_pct") or 1.0)
             return cls(
                 (int(side), int(hw.get("width", side) if isinstance(hw, dict) else side)),
-                {2: "bilinear", 3: "bicubic"}.get(cfg.get("resample", 2), "bilinear"),
+                _RESAMPLE.get(cfg.get("resample", 2), str(cfg.get("resample"))),
                 crop,
                 tuple(float(v) for v in cfg["image_mean"]),
                 tuple(float(v) for v in cfg["image_std"]),

@@ -4,8 +4,9 @@ evaluate and predict, and defines the hooks a subclass overrides.
 The work is elsewhere: the data inputs (``easyfit.data.DataInputs``) resolve what to read and
 lend streams of global batches; the compiled steps (``easyfit.training.compiled.CompiledSteps``, from
 the pure steps of ``easyfit.core.steps``) train and evaluate; ``easyfit.training.labels``
-infers the loss and checks the labels; persistence (``easyfit.persistence``) saves, loads and
-exports plain values; callbacks report (see docs/architecture.md).
+infers the loss and checks the labels; ``easyfit.training.model_io`` saves, loads, exports
+and summarises the trained model through persistence (``easyfit.persistence``, which works on
+plain values); callbacks report (see docs/architecture.md).
 
 The hooks (``compute_loss``, ``train_step``, ``forward``, ``compute_metrics``) take the state
 and the batch as arguments and the rest of their configuration from the trainer's attributes,
@@ -19,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,12 +47,11 @@ from ..core.state import StateMaker, TrainState, inference_params
 from ..data.inputs import DataInputs, shuffle_windows
 from ..data.sources.arrays import unscaled_note
 from ..data.sources.capabilities import known_labels
-from ..errors import CheckpointError, Preempted
+from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
-from ..persistence import export as export_lib
 from ..persistence.fingerprint import data_fingerprint
-from . import labels
+from . import labels, model_io
 from .args import check_int, check_momentum
 from .compiled import CompiledSteps, HookValues, Resolved
 from .epoch_loop import EpochLoop
@@ -560,9 +559,7 @@ class Trainer:
         loads its weights for inference (evaluate, predict, export); ``fit`` then says which
         optimizer to pass. With one that differs from the saved one: CheckpointError naming
         both."""
-        trainer = cls(model, **kwargs)
-        trainer.load(path)
-        return trainer
+        return model_io.from_checkpoint(cls, path, model, **kwargs)
 
     # ------------------------------------------------------------------------------- evaluate
     def evaluate(
@@ -729,27 +726,7 @@ class Trainer:
             RuntimeError: before ``fit`` without ``input_shape``.
             ValueError: ``input_shape`` or ``input_dtype`` is not a shape or a dtype.
         """
-        if input_shape is None and self._input_spec is not None and self._input_spec[1] is not None:
-            input_shape = self._input_spec[0]
-        if input_shape is None:
-            raise RuntimeError(
-                "summary: the model's input shape is not known yet: pass one sample's shape "
-                "(trainer.summary(input_shape=(28, 28, 1))), or call fit first"
-            )
-        x = export_lib.summary_input(input_shape, input_dtype)
-        check_int("line_length", line_length, 20, none=True)
-        if self.state is not None:
-            variables = (self.state.params, self.state.model_state)
-        elif self._adapter.kind == "nnx":
-            variables = self._nnx_variables
-        else:  # shapes only: the model traced on abstract inputs
-            variables = jax.eval_shape(self._adapter.init, jax.random.key(self.seed), x)
-        table = export_lib.layer_table(self._adapter, variables, x, line_length)
-        placed = None if self.state is None or not self._layout.sharded else self._layout.parts(self.state)
-        where = None if placed is None else export_lib.sharding_table(self._layout.describe(), placed)
-        export_lib.summary(
-            *variables, type(self._model).__name__, print_fn or print, layers=table, sharding=where
-        )
+        model_io.summary(self, input_shape, input_dtype, print_fn, line_length)
 
     def export(self, path: str | os.PathLike, *, inputs: str = "images") -> str:
         """Writes the inference function with the trained weights as serialized StableHLO and
@@ -769,20 +746,7 @@ class Trainer:
         Returns:
             ``path``.
         """
-        if inputs not in ("images", "prepared"):
-            raise ValueError(f"inputs={inputs!r}: expected 'images' or 'prepared'")
-        # on the host, as JAX arrays: NumPy's are read-only, and an NNX module drawing from the
-        # nnx.Rngs it holds writes its count while the export traces it
-        host = jax.tree_util.tree_map(jnp.asarray, jax.device_get(self._require_state()))
-        scale = self._hook_values.input_scale
-        adapter = self._adapter
-        if adapter.kind == "nnx":  # LoRA adapters folded into their kernels: plain weights
-            from ..models.adapters import merged_for_inference
-
-            adapter, host = merged_for_inference(adapter, host)
-        infer = functools.partial(steps.make_infer(adapter, scale, self.precision), host)
-        spec = self._input_spec or ([], None)
-        return export_lib.export_trained(path, infer, spec, self.class_names, self._data.recipe, inputs)
+        return model_io.export(self, path, inputs)
 
     def save(
         self, path: str | os.PathLike, *, weights_only: bool = False, adapters_only: bool = False
@@ -796,22 +760,16 @@ class Trainer:
             path: the checkpoint's directory.
             weights_only: save the parameters (and model state) only.
             adapters_only: for a model with LoRA adapters (``trainable="lora:rank=N"``), save
-                the adapters and the head alone, with the input recipe, as PEFT's
-                ``save_pretrained`` does: ``ef.models.load_adapters`` puts them onto a model
-                built from the same base weights ([Fine-tuning](finetune.md#saving-adapters)).
+                the adapters and the head alone, with their optimizer state, the input recipe and
+                the epoch reached,
+                as PEFT's ``save_pretrained`` does: ``load`` (or ``ef.models.load_adapters``)
+                puts them onto a model built from the same base weights
+                ([Fine-tuning](finetune.md#saving-adapters)).
 
         Returns:
             The absolute path written.
         """
-        if adapters_only:
-            from ..models.adapters import save_adapters
-
-            write_back(self._model, self._require_state())
-            return save_adapters(self._model, path, recipe=self._data.recipe, class_names=self.class_names)
-        with shielded("the save in progress"):  # a Ctrl-C meanwhile is raised once the checkpoint is whole
-            return checkpoint.save(
-                path, self._require_state(), self._progress, self.checkpoint_meta, weights_only=weights_only
-            )
+        return model_io.save(self, path, weights_only, adapters_only)
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restores a checkpoint written by ``save`` (or ``ModelCheckpoint``).
@@ -825,47 +783,23 @@ class Trainer:
         trainer, the parameters, model state and step load for inference (``fit`` then says
         which optimizer to pass); when one was, CheckpointError naming both.
 
+        A folder of LoRA adapters (``save(adapters_only=True)``, ``ModelCheckpoint(...,
+        adapters_only=True)``) loads onto the trainer's model, whose base weights stay (from
+        ``load_weights`` or the constructor): the adapters and the head, the class names, the
+        input recipe, and the optimizer state and step when the trainer's optimizer has the
+        saved one's layout (else a warning, and the trainer's own); go on with
+        ``fit(..., initial_epoch=meta["epoch"])``.
+
         Returns:
-            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...).
+            The checkpoint's metadata (``epoch``, ``step``, ``seed``, ...; ``kind`` is
+            ``"adapters"`` for adapters).
 
         Raises:
             CheckpointError: ``path`` is not a complete easyfit checkpoint, or cannot be
-                restored into this trainer.
+                restored into this trainer (adapters: the model has no LoRA layers, or another
+                base, rank or head, named).
         """
-        meta = checkpoint.read_metadata(path)
-        where = os.path.abspath(os.fspath(path))
-        if self.state is None and meta["input_shape"] is None and self._adapter.kind != "nnx":
-            raise CheckpointError(f"{where}: no input shape recorded; call fit or evaluate first")
-        shape, dtype = meta["input_shape"] or [], meta["input_dtype"]
-        abstract = self._init_state(shape, dtype, abstract=True) if self.state is None else self.state
-        mine = self._optimizer_meta(abstract.opt_state)
-        why = metadata.optimizer_mismatch(where, meta, mine, self._optimizer_given)
-        target = self.state
-        if target is None:  # a full checkpoint needs only the shapes; weights need a whole state
-            whole = meta["kind"] == "weights" or why is not None
-            target = abstract if not whole else self._init_state(shape, dtype)
-        self.state, _ = checkpoint.restore(
-            checkpoint.reader(path), target, meta, weights_only=why is not None
-        )
-        self._inference_only = why
-        recipe = meta.get("recipe")
-        if recipe is None:
-            warnings.warn(
-                f"{where}: the checkpoint carries no input recipe (saved by an older easyfit, "
-                "or before the trainer saw data): data is read as without it (the sources' "
-                "defaults); give sources the settings of training (image_size=, normalize=, ...)",
-                stacklevel=2,
-            )
-        else:
-            self._data.use_recipe(recipe)
-        names = meta["class_names"]
-        self._know(meta.get("input_scale"), self.class_names if names is None else list(names))
-        if meta["kind"] == "full":
-            self.seed = int(meta["seed"])
-            self._data.seed = self.seed
-            self._progress = checkpoint.Progress(meta["epoch"])
-        write_back(self._model, self.state)
-        return meta
+        return model_io.load(self, path)
 
     # -------------------------------------------------------- configuration of the compiled steps
     def _resolved(self, y: Any) -> Resolved:

@@ -5,6 +5,7 @@ fine-tuning's frozen parameters."""
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -159,6 +160,7 @@ def test_new_head_from_a_hub_folder_with_its_recipe(tmp_path):
         "normalize": ((0.5,), (0.25,)),
         "eval_crop": None,
         "color_mode": "grayscale",  # one channel's mean and std
+        "interpolation": "bicubic",  # for ImageFolder: DALI's cubic filter
     }
     assert model.preprocessing.interpolation == "bicubic"
     # bfloat16 weights (the Trainer's precision) keep the passes in bfloat16 through BatchNorm
@@ -187,6 +189,16 @@ def test_head_only_fit_freezes_the_backbone_and_its_batchnorm(tmp_path):
     ):
         moved = not np.array_equal(np.asarray(old[...]), np.asarray(new[...]))
         assert moved == (key == ("fc", "kernel")), key  # the bias's group has a rate of 0
+    # no LoRA layers: adapters alone cannot be saved, and a ModelCheckpoint of them stops fit at once
+    check = ef.callbacks.ModelCheckpoint(str(tmp_path / "a"), adapters_only=True)
+    check.set_trainer(trainer)
+    with pytest.raises(ValueError, match=r"adapters_only=True\): the model has no LoRA adapters"):
+        check.on_train_begin()
+    with pytest.raises(ValueError, match="ResNet has no LoRA layer"):
+        trainer.save(tmp_path / "b", adapters_only=True)
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(ValueError, match="not both"):
+        ef.callbacks.ModelCheckpoint("c", save_weights_only=True, adapters_only=True)
     momenta = [a for a in jax.tree_util.tree_leaves(trainer.state.opt_state) if np.ndim(a) > 0]
     assert sorted(a.shape for a in momenta) == [(4, 10)], [a.shape for a in momenta]
     # an unfreeze schedule: the first block's second convolution trains from step 2
@@ -243,12 +255,17 @@ def test_lora_trains_adapters_and_head_only_and_merges_back():
 
 
 def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp_path):
-    """One step of LoRA fine-tuning of a tiny ViT loaded from timm-style files whose config
+    """Two steps of LoRA fine-tuning of a tiny ViT loaded from timm-style files whose config
     names a recipe: fit(folder) reads the folder with it (input size, mean, std, crop), and it
     travels in the checkpoint, the export and the adapters; trainer.save(adapters_only=True)
     writes the adapters and the head alone, which on a fresh model of the same base give the
     trained outputs; another base or rank is refused naming what differs; the export holds
-    merged plain weights (no adapter arrays) and gives the unmerged model's outputs."""
+    merged plain weights (no adapter arrays) and gives the unmerged model's outputs.
+    ModelCheckpoint(adapters_only=True) writes adapters folders (max_to_keep deletes the older),
+    which trainer.load puts onto a LoRA model of the same base (the trained predictions, the
+    epoch, the optimizer state; another optimizer's is said and left), and refuses, naming
+    the folder, for a model without LoRA or of another base. The weights' bicubic
+    interpolation is in every recipe."""
     base = _tiny_vit(rngs=nnx.Rngs(1), in_channels=1)
     (tmp_path / "w").mkdir()
     _save(_timm_names(base), tmp_path / "w" / "model.safetensors")
@@ -265,15 +282,44 @@ def test_lora_adapters_saved_alone_loaded_onto_the_base_and_merged_on_export(tmp
         model = ef.models.ViT(16, 2, 2, num_classes=10, image_size=32, in_channels=1, rngs=nnx.Rngs(7))
         return ef.models.load_weights(model, tmp_path / "w")  # a new head for the 10 digits
 
+    def lora_trainer(model: ef.models.ViT) -> ef.Trainer:
+        tx = ef.models.trainable(model, optax.adam(1e-2), "lora:rank=2")
+        return ef.Trainer(model, optimizer=tx, loss="sparse_categorical_crossentropy")
+
     model = fresh()
     root = ef.datasets.sample_folder(tmp_path / "mnist", limit=(8, 2))
-    tx = ef.models.trainable(model, optax.adam(1e-2), "lora:rank=2")
-    trainer = ef.Trainer(model, optimizer=tx, loss="sparse_categorical_crossentropy")
-    trainer.fit(root + "/train", epochs=1, batch_size=8, verbose=0)  # read with the weights' recipe
+    trainer = lora_trainer(model)
+    ckpt = ef.callbacks.ModelCheckpoint(str(tmp_path / "ck-{epoch}"), adapters_only=True, max_to_keep=1)
+    trainer.fit(root + "/train", epochs=2, batch_size=8, verbose=0, callbacks=[ckpt])  # the weights' recipe
     assert np.any(np.asarray(model.blocks[0].attn.qkv.lora.lora_b[...]) != 0)  # the adapters trained
     full = ef.checkpoint.read_metadata(trainer.save(tmp_path / "full"))["recipe"]["images"]
     assert full["image_size"] == [32, 32] and (full["mean"], full["std"]) == ([0.5], [0.25]), full
-    assert full["eval_crop"] == 1.0, full
+    assert full["eval_crop"] == 1.0 and full["interpolation"] == "bicubic", full
+    assert ckpt.saved == [str(tmp_path / "ck-1"), str(tmp_path / "ck-2")]
+    assert not (tmp_path / "ck-1").exists()  # max_to_keep=1
+    folder = ef.models.adapters
+    assert sorted(os.listdir(tmp_path / "ck-2")) == sorted([folder.ADAPTERS, folder.CONFIG, folder.OPTIMIZER])
+    restored = lora_trainer(fresh())
+    meta = restored.load(tmp_path / "ck-2")
+    assert (meta["kind"], meta["epoch"], meta["step"]) == ("adapters", 2, 2), meta
+    assert int(restored.state.step) == 2  # and the optimizer state, the adapters' and head's moments
+    moments = [jax.tree_util.tree_leaves(t.state.opt_state) for t in (restored, trainer)]
+    assert sum(np.size(a) for a in moments[1]) < 3000  # none for the frozen base
+    for got, want in zip(*moments, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert restored.class_names == trainer.class_names
+    np.testing.assert_allclose(
+        restored.predict(root + "/val"), trainer.predict(root + "/val"), rtol=0, atol=1e-5
+    )
+    other_tx = ef.Trainer(ef.models.add_lora(fresh(), 2), optimizer=optax.sgd(0.1))
+    with pytest.warns(UserWarning, match=r"ck-2: the optimizer state saved with the adapters is another"):
+        other_tx.load(tmp_path / "ck-2")  # the adapters load, the optimizer starts afresh
+    with pytest.raises(ef.errors.CheckpointError, match=r"ck-2: holds LoRA adapters, but .* no LoRA layers"):
+        ef.Trainer(fresh()).load(tmp_path / "ck-2")
+    other_base = ef.models.ViT(16, 2, 2, num_classes=10, image_size=32, in_channels=1)
+    tx = ef.models.trainable(other_base, optax.adam(1e-2), "lora:rank=2")
+    with pytest.raises(ef.errors.CheckpointError, match=r"ck-2: adapters .* other base weights"):
+        ef.Trainer.from_checkpoint(tmp_path / "ck-2", other_base, optimizer=tx)
 
     saved = trainer.save(tmp_path / "adapters", adapters_only=True)
     arrays = ef.models.adapters.ADAPTERS

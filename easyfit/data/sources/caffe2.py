@@ -154,6 +154,7 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
                 f"{self.path}: color_mode={color_mode!r} but the records hold raw {stored} pixels"
             )
         self.decoder, self.transform, self.color_mode = "cpu", transform, stored
+        self.interpolation = given.interpolation
         self.resize = image_size is not None
         named = [(r[0], b"") for r in records]  # raw pixels: no header to tell a turned image
         self.image_size = image_size or self._common_size(named, shapes, self.path)
@@ -192,7 +193,10 @@ class Caffe2LMDB(EncodedImages, ReaderSource):
             images = fn.reshape(data, layout="HWC")
             images = images.gpu() if device == "gpu" else images
             if self.resize:
-                images = fn.resize(images, size=list(self.image_size), dtype=types.DALIDataType.UINT8)
+                resize = self.image_recipe().resize_options()
+                images = fn.resize(
+                    images, size=list(self.image_size), dtype=types.DALIDataType.UINT8, **resize
+                )
             if self.transform is not None:
                 images = self.transform(images)
             if draws is not None:

@@ -557,6 +557,9 @@ class ImageFolder(ImagePaths, ClassFiles):
             stretching it to ``image_size``.
         pad_to_aspect_ratio: as Keras: resize each image, keeping its aspect ratio, to fit in
             ``image_size`` and pad it with black around the center.
+        interpolation: the resize filter, by Keras' names: ``"bilinear"`` (default),
+            ``"bicubic"``, ``"nearest"``, ``"lanczos3"`` or ``"gaussian"`` (DALI's, antialiased);
+            the input recipe carries it to evaluation, checkpoints and exports.
         allow_empty: torchvision's argument: a class folder may hold no image (its class is
             kept, with no sample), and with ``class_names`` it may be absent too: the classes
             of another split (fit reads a ``val/`` folder so, with the training folder's
@@ -590,6 +593,7 @@ class ImageFolder(ImagePaths, ClassFiles):
         crop_to_aspect_ratio: bool = False,
         pad_to_aspect_ratio: bool = False,
         *,
+        interpolation: str = "bilinear",
         allow_empty: bool = False,
         follow_links: bool = True,
         is_valid_file: Callable[[str], bool] | None = None,
@@ -606,7 +610,7 @@ class ImageFolder(ImagePaths, ClassFiles):
             is_valid_file=is_valid_file,
         )
         given = (image_size, color_mode, decoder, transform, augment, normalize, eval_crop)
-        settings = ImageSettings(*given, crop_to_aspect_ratio, pad_to_aspect_ratio)
+        settings = ImageSettings(*given, crop_to_aspect_ratio, pad_to_aspect_ratio, interpolation)
         EncodedImages.__init__(self, settings, self.sampled, self.root)
 
     @classmethod
