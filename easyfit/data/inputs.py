@@ -9,6 +9,7 @@ iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -23,12 +24,13 @@ from .kinds import Resume, stream_request
 from .loader import open_stream
 from .plan import Plan, Windows
 from .resolve import split_layout, to_source
+from .sources.arrays import unscaled_note
 from .sources.base import Source
-from .sources.capabilities import Blocked, FolderListing, base_of
+from .sources.capabilities import Blocked, FolderListing, base_of, known_labels
 from .split import split_validation
 from .stream import LoaderOptions, Stream
 
-__all__ = ["DataInputs", "shuffle_windows"]
+__all__ = ["DataInputs", "TrainingData", "shuffle_windows"]
 
 
 log = logging.getLogger("easyfit")
@@ -37,6 +39,37 @@ _DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
 _Resume = Resume  # the name before; kept for a release
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """fit's data, resolved once (:meth:`DataInputs.fit_data`): the sources and the facts fit
+    reads of them, computed here once, so that the trainer reads plain facts and nothing
+    downstream asks the sources again.
+
+    Attributes:
+        train: the training source.
+        validation: the validation source, or None.
+        scale: the training data's input scale (what the traced hooks read).
+        class_names: the training data's class names, or None.
+        labels_known: whether every training label is known before a batch is decoded (the
+            first step may then be traced from the data's declared sample spec).
+        windows: the windows a shuffled pass reads the training blocks in (``Blocked``), or
+            None: decided once, agreed on by the processes and followed by the plan.
+        left_out: what the listings of the training and validation folders left out, in
+            words (each said once: :meth:`DataInputs.left_out`), for a verbose fit.
+        unscaled: for a verbose fit, a sentence when the training data is integer pixels given
+            unscaled (``easyfit.data.sources.arrays.unscaled_note``), else None.
+    """
+
+    train: Source
+    validation: Source | None
+    scale: float | None
+    class_names: list[str] | None
+    labels_known: bool
+    windows: Windows | None
+    left_out: tuple[str, ...] = ()
+    unscaled: str | None = None
 
 
 class DataInputs:
@@ -91,6 +124,24 @@ class DataInputs:
         self._kept.options = LoaderOptions.of(options)
 
     # ------------------------------------------------------------------------------ sources
+    def fit_data(
+        self, *args: Any, shuffle: bool | str = True, verbose: bool = False, **kwargs: Any
+    ) -> TrainingData:
+        """fit's data (:class:`TrainingData`) from its arguments (those of :meth:`fit_sources`),
+        with what fit reads of its sources decided once here: the windows a pass shuffled as
+        ``shuffle`` reads, and with ``verbose`` the notes fit says."""
+        train, val = self.fit_sources(*args, **kwargs)
+        return TrainingData(
+            train,
+            val,
+            scale=train.scale,
+            class_names=train.class_names,
+            labels_known=known_labels(train) is not None,
+            windows=shuffle_windows(train, shuffle),
+            left_out=tuple(self.left_out(train, val)) if verbose else (),
+            unscaled=unscaled_note(train) if verbose else None,
+        )
+
     def fit_sources(
         self,
         x: Any,
@@ -225,11 +276,14 @@ class DataInputs:
         cached: bool = False,
         steps_per_epoch: int | None = None,
         training: bool = False,
+        windows: Windows | None = None,
     ) -> Plan:
         """The batching plan (steps per dispatch: ``easyfit.core.steps.per_dispatch``); an epoch is
         ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None). A
         ``batch_size`` larger than the samples is clamped to them (see :meth:`_clamped`; a
-        warning for the ``training`` data)."""
+        warning for the ``training`` data). ``windows``: those a shuffled pass reads the
+        source's blocks in (:func:`shuffle_windows`, decided by the caller), unless ``cached``
+        on the devices, where any order costs the same."""
         self.placement.check_batch_size(batch_size)
         batch_size = self._clamped(source, batch_size, warn=training)
         epoch_steps = None if steps_per_epoch is None else int(steps_per_epoch)
@@ -249,7 +303,7 @@ class DataInputs:
             steps_per_execution=k,
             num_shards=self.placement.num_shards,
             epoch_steps=epoch_steps,
-            windows=shuffle_windows(source, shuffle, cached),
+            windows=None if cached else windows,
         )
 
     def _clamped(self, source: Source, batch_size: int, warn: bool) -> int:
@@ -274,7 +328,7 @@ class DataInputs:
 
     def train_loader(
         self,
-        source: Source,
+        data: TrainingData | Source,
         batch_size: int,
         *,
         shuffle: bool | str = True,
@@ -283,17 +337,28 @@ class DataInputs:
         resume: Resume | None = None,
         steps_per_epoch: int | None = None,
     ) -> tuple[Stream, str]:
-        """The training stream, and a sentence saying whether it caches and why.
+        """The training stream of ``data`` (:class:`TrainingData`, its shuffle's windows as
+        decided there; or a training source), and a sentence saying whether it caches and why.
 
         With ``resume``, its plan is checked against the saved one and the stream starts at
         its position; else at ``initial_epoch``. ``steps_per_epoch``: an epoch of that many
         steps of the stream (None: one pass). The stream's plan is fixed before it opens. The
         caller closes the stream.
         """
+        if isinstance(data, TrainingData):
+            source, windows = data.train, data.windows
+        else:
+            source, windows = data, shuffle_windows(data, shuffle)
 
         def plan(cached: bool) -> Plan:
             return self.plan(
-                source, batch_size, shuffle, cached=cached, steps_per_epoch=steps_per_epoch, training=True
+                source,
+                batch_size,
+                shuffle,
+                cached=cached,
+                steps_per_epoch=steps_per_epoch,
+                training=True,
+                windows=windows,
             )
 
         request = stream_request(

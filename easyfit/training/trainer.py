@@ -44,9 +44,7 @@ from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.sharding import StateLayout, StateSharding
 from ..core.state import StateMaker, TrainState, inference_params
-from ..data.inputs import DataInputs, shuffle_windows
-from ..data.sources.arrays import unscaled_note
-from ..data.sources.capabilities import known_labels
+from ..data.inputs import DataInputs
 from ..errors import CheckpointError, Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
@@ -457,26 +455,27 @@ class Trainer:
         # a model loaded with pretrained weights reads a folder path with their preprocessing
         pre: Any = getattr(self._model, "preprocessing", None)
         settings = pre.image_folder_kwargs() if hasattr(pre, "image_folder_kwargs") else None
-        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight, settings)
-        if args.verbose:
-            _say(*self._data.left_out(train, val))
-        self._know(train.scale, train.class_names, args.weights)  # what the traced hooks read
+        data = self._data.fit_data(
+            x, y, validation_data, validation_split, sample_weight, settings, **args.data()
+        )
+        train, val, windows = data.train, data.validation, data.windows
+        _say(*data.left_out)
+        self._know(data.scale, data.class_names, args.weights)  # what the traced hooks read
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         callbacks = as_list(callbacks)
         resume = self._resume_point(callbacks, train)
-        windows = shuffle_windows(train, args.shuffle)  # Parquet larger than its cache: agreed on
         distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
             train,
             val,
             **args.settings(batch_size),
             resume=None if resume is None else [resume.epoch, resume.batch],
-            shuffle_windows=None if windows is None else windows.key(),
+            shuffle_windows=None if windows is None else windows.key(),  # Parquet past its cache
             steps_per_execution=self.steps_per_execution,
             seed=self.seed,
             model=type(self._model).__name__,
             input_spec=self._input_spec,
         )
-        stream, why = self._data.train_loader(train, batch_size, resume=resume, **args.stream())
+        stream, why = self._data.train_loader(data, batch_size, resume=resume, **args.stream())
         if args.verbose:
             sharded = (
                 f"the training state is sharded: {self._layout.describe()}" if self._layout.sharded else None
@@ -484,7 +483,7 @@ class Trainer:
             windows = stream.plan.windows  # a shuffle by windows of the source's blocks, said once
             _say(
                 why if cache == "auto" else None,
-                unscaled_note(train),
+                data.unscaled,
                 sharded,
                 None if windows is None else windows.note,
             )
@@ -492,7 +491,7 @@ class Trainer:
         compiled = first_step.start(
             stream,
             stream.plan.live_steps(first_batch),
-            peek_spec=self.loss is not None or known_labels(train) is not None,
+            peek_spec=self.loss is not None or data.labels_known,
             functions=lambda chunk: self._functions(train, stream.plan, chunk, args.verbose),
             shapes=self._shapes,
             make_state=lambda chunk, labels: self._ensure_state(chunk, train, labels, class_weight),
