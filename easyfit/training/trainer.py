@@ -56,7 +56,6 @@ from .compiled import CompiledSteps, HookValues, Resolved
 from .epoch_loop import EpochLoop
 from .first_step import FirstStep
 from .fit_options import FitArgs, check_class_weight
-from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
 
 if TYPE_CHECKING:
@@ -498,7 +497,7 @@ class Trainer:
         )
         empty = functools.partial(self._empty, compiled)
         self.state, metrics = (self.state, None) if resume is None else resume.restore(self.state, empty())
-        loop = EpochLoop(first_step, compiled, empty, batch=first_batch, metrics=metrics)
+        loop = EpochLoop(first_step, compiled, empty, epoch=initial_epoch, batch=first_batch, metrics=metrics)
         self._progress = loop.progress(initial_epoch, first_batch)
         listed, history = fit_callbacks(callbacks, args.verbose)
         params = {"epochs": epochs, "steps": loop.plan.chunks_per_epoch, "verbose": args.verbose}
@@ -512,7 +511,6 @@ class Trainer:
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.begin_epoch(epoch, resumed=loop.mid_epoch)
-                    waiting = EpochInputWait(stream)
                     for batch, chunk in loop.batches():
                         cbs.call("on_train_batch_begin", batch)
                         self.state = loop.train(self.state, batch, chunk)
@@ -525,14 +523,14 @@ class Trainer:
                         self._progress = loop.progress(epoch + 1, 0)
                     if interrupted():
                         raise interrupted.exception()
-                    logs = {**loop.end_epoch(self.state), "input_wait": waiting.finish(epoch)}
+                    logs = loop.end_epoch(self.state, epoch)  # its metrics and input_wait
                     cbs.validation_skipped = val is not None and not args.validates(epoch)
                     if val is not None and args.validates(epoch):
                         val_logs = self._evaluate(val, batch_size, cbs, validation_steps)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
-                    if args.verbose and epoch == initial_epoch + stream.warmup_epochs:
-                        waiting.report()  # under the epoch's metrics line: the first epoch as others
+                    if args.verbose:
+                        loop.report_input_wait(epoch)  # under the epoch's metrics line
                     if interrupted():
                         raise interrupted.exception()
                     if self.stop_training:
