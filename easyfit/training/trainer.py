@@ -614,7 +614,11 @@ class Trainer:
         with self._data.lease(source, batch_size, steps) as loader:
             chunk, made = loader.peek(), self.state is None
             compiled: Any = None if predict else self._functions(source, loader.plan, chunk)
-            self._ensure_state(chunk, source, labels_too=not predict)
+            try:
+                self._ensure_state(chunk, source, labels_too=not predict)
+            finally:
+                if made and self.state is not None:  # made from this data (its labels refused too)
+                    self._data.adopt(source)  # its input recipe: fit's data had set it already
             if made:  # the state made from this data: its scale (and names, if none yet)
                 self._know(
                     source.scale, self.class_names if self.class_names is not None else source.class_names
@@ -949,7 +953,6 @@ class Trainer:
         keys against the model's classes."""
         if self.state is None:
             self._init_state(*input_spec(chunk["x"]))
-            self._data.adopt(source)
         elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
             built, model = self._input_spec[0], self._require_state()
             check_input_shape(
