@@ -23,7 +23,7 @@ from .kept_streams import KeptStreams, LentStream
 from .kinds import Resume, stream_request
 from .loader import open_stream
 from .plan import Plan, Windows
-from .resolve import split_layout, to_source
+from .resolve import image_files_for, source_for, split_layout
 from .sources.arrays import unscaled_note
 from .sources.base import Source
 from .sources.capabilities import Blocked, FolderListing, base_of, known_labels
@@ -175,9 +175,9 @@ class DataInputs:
         self.recipe = train.recipe()
         if validation_data is not None:
             if isinstance(validation_data, tuple) and len(validation_data) in (2, 3):
-                return train, self.source(*validation_data, argument="validation_data")
-            return train, self.source(validation_data, argument="validation_data")
-        return train, (self.source(val_path) if val_path else None)
+                return train, self._alike(*validation_data, argument="validation_data")
+            return train, self._alike(validation_data, argument="validation_data")
+        return train, (self._alike(val_path) if val_path else None)
 
     def source(
         self,
@@ -191,7 +191,30 @@ class DataInputs:
         """The source for ``data`` (the same one for the same path), with the training data's
         settings (image size, color mode, ...) when of the same format, else read as the
         :attr:`recipe` says. ``inputs_only``: for prediction (a tuple is a tuple of inputs, not
-        ``(x, y)``); ``argument`` names it in errors."""
+        ``(x, y)``, and images without labels are read as files); ``argument`` names it in
+        errors."""
+        key = self._key(data, sample_weight, inputs_only, None)
+        if inputs_only and key not in self._sources:  # prediction's images without labels
+            images = image_files_for(
+                data, self._train, self.recipe, argument=argument, sample_weight=sample_weight
+            )
+            if images is not None:
+                if key is not None:
+                    self._sources[key] = images
+                return images
+        return self._alike(data, y, sample_weight, inputs_only=inputs_only, argument=argument)
+
+    def _alike(
+        self,
+        data: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        *,
+        inputs_only: bool = False,
+        argument: str = "x",
+    ) -> Source:
+        """The source for ``data`` read as the training data, or the recipe, says: :meth:`source`
+        for all but prediction's images without labels (validation data too)."""
         return self._resolve(
             data,
             y,
@@ -225,34 +248,29 @@ class DataInputs:
         recipe: dict[str, Any] | None = None,
         folder_settings: Mapping[str, Any] | None = None,
     ) -> Source:
-        if isinstance(data, (str, os.PathLike)) and sample_weight is None:
-            # predict reads images unlabelled; a pretrained model's settings read another source
-            settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
-            key = (os.path.abspath(os.fspath(data)), inputs_only, settings)
-            if key not in self._sources:
-                self._sources[key] = to_source(
-                    data,
-                    like=like,
-                    argument=argument,
-                    recipe=recipe,
-                    inputs_only=inputs_only,
-                    folder_settings=folder_settings,
-                )
-            source = self._sources[key]
-        else:
-            source = to_source(
-                data,
-                y,
-                like=like,
-                argument=argument,
-                sample_weight=sample_weight,
-                inputs_only=inputs_only,
-                recipe=recipe,
-                folder_settings=folder_settings,
+        key = self._key(data, sample_weight, inputs_only, folder_settings)
+        source = None if key is None else self._sources.get(key)
+        if source is None:  # a path's labels come from its data (y is not read)
+            labels = y if key is None else None
+            source = source_for(
+                data, labels, like, argument, sample_weight, inputs_only, recipe, folder_settings
             )
+            if key is not None:
+                self._sources[key] = source
         if not inputs_only and not source.labelled:
             raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
         return source
+
+    @staticmethod
+    def _key(
+        data: Any, sample_weight: Any, inputs_only: bool, folder_settings: Mapping[str, Any] | None
+    ) -> tuple[str, bool, str | None] | None:
+        """What a source of ``data`` is kept under (one per path, read as inputs only or not and
+        with a pretrained model's settings or not), or None when it is not kept."""
+        if not isinstance(data, (str, os.PathLike)) or sample_weight is not None:
+            return None
+        settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
+        return (os.path.abspath(os.fspath(data)), inputs_only, settings)
 
     def left_out(self, *sources: Source | None) -> list[str]:
         """What the listing of each of ``sources`` left out of its folder (hidden entries, files

@@ -32,7 +32,9 @@ __all__ = [
     "SUPPORTED",
     "VALIDATION_NAMES",
     "detect",
+    "image_files_for",
     "refuse",
+    "source_for",
     "split_layout",
     "to_source",
     "unsupported",
@@ -285,7 +287,8 @@ def to_source(
         argument: the argument's name, for error messages.
         sample_weight: one weight per sample, with arrays.
         inputs_only: ``data`` holds inputs only (prediction): a tuple is a tuple of inputs,
-            never ``(x, y)``.
+            never ``(x, y)``, and images without labels are read as files
+            (:func:`image_files_for`).
         recipe: the trained model's input recipe (``Source.recipe()``): a path of another
             format than ``like``'s, or with no ``like``, is read as it says
             (``Source.from_recipe``), and arrays too (``Arrays.prepared``).
@@ -293,18 +296,55 @@ def to_source(
             as an image folder when neither ``like`` nor ``recipe`` decides them: the
             preprocessing of a model's pretrained weights.
     """
+    if inputs_only:
+        images = image_files_for(data, like, recipe, argument=argument, sample_weight=sample_weight)
+        if images is not None:
+            return images
+    return source_for(data, y, like, argument, sample_weight, inputs_only, recipe, folder_settings)
+
+
+def _accepted(data: Any, argument: str, sample_weight: Any) -> None:
+    """Raises for what easyfit does not read: ``sample_weight`` with anything but arrays, and
+    the inputs :func:`refuse` names (a source is taken as it is)."""
     if sample_weight is not None and not (
         isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")
     ):
         raise ValueError(
             "sample_weight: given with arrays only; for another source, weight samples in its data"
         )
+    if not isinstance(data, Source):
+        refuse(data, argument)  # generators, datasets, data loaders, lists of batches
+
+
+def image_files_for(
+    data: Any, like: Source | None, recipe: Mapping[str, Any] | None, *, argument: str, sample_weight: Any
+) -> ImageFiles | None:
+    """Prediction's images without labels, when ``data`` names them (a non-empty list of
+    paths, an image file, or a folder that holds images): read as the training folder's
+    (``like``), else as ``recipe`` says; else None. What :func:`to_source` returns for them
+    with ``inputs_only``; any other data is read by :func:`source_for`."""
+    _accepted(data, argument, sample_weight)
+    if isinstance(data, Source) or not _image_paths(data):
+        return None
+    return _image_files(data, None if like is None else base_of(like), recipe)
+
+
+def source_for(
+    data: Any,
+    y: Any,
+    like: Source | None,
+    argument: str,
+    sample_weight: Any,
+    inputs_only: bool,
+    recipe: Mapping[str, Any] | None,
+    folder_settings: Mapping[str, Any] | None,
+) -> Source:
+    """:func:`to_source` for all but prediction's images without labels
+    (:func:`image_files_for`): the source that reads fit's and evaluate's data."""
+    _accepted(data, argument, sample_weight)
     if isinstance(data, Source):
         return data
-    refuse(data, argument)  # generators, datasets, data loaders, lists of batches
     base = None if like is None else base_of(like)
-    if inputs_only and _image_paths(data):
-        return _image_files(data, base, recipe)
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
             raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from the data")
