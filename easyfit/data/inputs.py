@@ -204,26 +204,12 @@ class DataInputs:
                 return images
         return self._alike(data, y, sample_weight, inputs_only=inputs_only, argument=argument)
 
-    def _alike(
-        self,
-        data: Any,
-        y: Any = None,
-        sample_weight: Any = None,
-        *,
-        inputs_only: bool = False,
-        argument: str = "x",
-    ) -> Source:
-        """The source for ``data`` read as the training data, or the recipe, says: :meth:`source`
-        for all but prediction's images without labels (validation data too)."""
-        return self._resolve(
-            data,
-            y,
-            like=self._train,
-            sample_weight=sample_weight,
-            inputs_only=inputs_only,
-            argument=argument,
-            recipe=self.recipe,
-        )
+    def _alike(self, data: Any, y: Any = None, sample_weight: Any = None, **options: Any) -> Source:
+        """The source for ``data`` read as the training data, or the recipe, says (``options``:
+        ``inputs_only``, ``argument``): :meth:`source` for all but prediction's images without
+        labels, and the validation data."""
+        like, recipe = self._train, self.recipe
+        return self._resolve(data, y, like, sample_weight=sample_weight, recipe=recipe, **options)
 
     def use_recipe(self, recipe: dict[str, Any] | None) -> None:
         """Reads data from now on as ``recipe`` says (a loaded model's): the sources resolved
