@@ -208,8 +208,7 @@ class DataInputs:
         """The source for ``data`` read as the training data, or the recipe, says (``options``:
         ``inputs_only``, ``argument``): :meth:`source` for all but prediction's images without
         labels, and the validation data."""
-        like, recipe = self._train, self.recipe
-        return self._resolve(data, y, like, sample_weight=sample_weight, recipe=recipe, **options)
+        return self._resolve(data, y, self._train, sample_weight=sample_weight, recipe=self.recipe, **options)
 
     def use_recipe(self, recipe: dict[str, Any] | None) -> None:
         """Reads data from now on as ``recipe`` says (a loaded model's): the sources resolved
