@@ -2,12 +2,12 @@
 
 Every source goes through the same DALI-backed streams, with the same sharding and the same
 exactly-once evaluation and prediction. A path is turned into a source by
-:func:`~easyfit.data.detect.detect` from what the directory holds. The trainer reaches all of it
+:func:`~easyfit.data.resolve.detect` from what the directory holds. The trainer reaches all of it
 through :class:`~easyfit.data.inputs.DataInputs` (see docs/architecture.md).
 """
 
 from .augment import Augment
-from .detect import detect
+from .detect import detect  # the module, then the function bound over its name
 from .find_bad import check
 from .inputs import DataInputs
 from .loader import Loader

@@ -34,10 +34,9 @@ import numpy as np
 
 from ..errors import DataError
 from .check_pool import CheckPool, default_children, image_problems
-from .detect import detect
 from .diagnose import scan_for_bad_record
 from .images import EncodedImages
-from .resolve import split_layout
+from .resolve import detect, split_layout
 from .sources.base import IndexedSource, ReaderSource, Source
 from .sources.capabilities import EncodedSamples, FileBacked, RecordsLayout, SampleChecks
 from .sources.folder import Files

@@ -9,6 +9,7 @@ iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -22,13 +23,14 @@ from .kept_streams import KeptStreams, LentStream
 from .kinds import Resume, stream_request
 from .loader import open_stream
 from .plan import Plan, Windows
-from .resolve import split_layout, to_source
+from .resolve import image_files_for, source_for, split_layout
+from .sources.arrays import unscaled_note
 from .sources.base import Source
-from .sources.capabilities import Blocked, FolderListing, base_of
+from .sources.capabilities import Blocked, FolderListing, base_of, known_labels
 from .split import split_validation
 from .stream import LoaderOptions, Stream
 
-__all__ = ["DataInputs", "shuffle_windows"]
+__all__ = ["DataInputs", "TrainingData", "shuffle_windows"]
 
 
 log = logging.getLogger("easyfit")
@@ -37,6 +39,37 @@ _DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
 _Resume = Resume  # the name before; kept for a release
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """fit's data, resolved once (:meth:`DataInputs.fit_data`): the sources and the facts fit
+    reads of them, computed here once, so that the trainer reads plain facts and nothing
+    downstream asks the sources again.
+
+    Attributes:
+        train: the training source.
+        validation: the validation source, or None.
+        scale: the training data's input scale (what the traced hooks read).
+        class_names: the training data's class names, or None.
+        labels_known: whether every training label is known before a batch is decoded (the
+            first step may then be traced from the data's declared sample spec).
+        windows: the windows a shuffled pass reads the training blocks in (``Blocked``), or
+            None: decided once, agreed on by the processes and followed by the plan.
+        left_out: what the listings of the training and validation folders left out, in
+            words (each said once: :meth:`DataInputs.left_out`), for a verbose fit.
+        unscaled: for a verbose fit, a sentence when the training data is integer pixels given
+            unscaled (``easyfit.data.sources.arrays.unscaled_note``), else None.
+    """
+
+    train: Source
+    validation: Source | None
+    scale: float | None
+    class_names: list[str] | None
+    labels_known: bool
+    windows: Windows | None
+    left_out: tuple[str, ...] = ()
+    unscaled: str | None = None
 
 
 class DataInputs:
@@ -91,6 +124,24 @@ class DataInputs:
         self._kept.options = LoaderOptions.of(options)
 
     # ------------------------------------------------------------------------------ sources
+    def fit_data(
+        self, *args: Any, shuffle: bool | str = True, verbose: bool = False, **kwargs: Any
+    ) -> TrainingData:
+        """fit's data (:class:`TrainingData`) from its arguments (those of :meth:`fit_sources`),
+        with what fit reads of its sources decided once here: the windows a pass shuffled as
+        ``shuffle`` reads, and with ``verbose`` the notes fit says."""
+        train, val = self.fit_sources(*args, **kwargs)
+        return TrainingData(
+            train,
+            val,
+            scale=train.scale,
+            class_names=train.class_names,
+            labels_known=known_labels(train) is not None,
+            windows=shuffle_windows(train, shuffle),
+            left_out=tuple(self.left_out(train, val)) if verbose else (),
+            unscaled=unscaled_note(train) if verbose else None,
+        )
+
     def fit_sources(
         self,
         x: Any,
@@ -124,9 +175,9 @@ class DataInputs:
         self.recipe = train.recipe()
         if validation_data is not None:
             if isinstance(validation_data, tuple) and len(validation_data) in (2, 3):
-                return train, self.source(*validation_data, argument="validation_data")
-            return train, self.source(validation_data, argument="validation_data")
-        return train, (self.source(val_path) if val_path else None)
+                return train, self._alike(*validation_data, argument="validation_data")
+            return train, self._alike(validation_data, argument="validation_data")
+        return train, (self._alike(val_path) if val_path else None)
 
     def source(
         self,
@@ -140,16 +191,24 @@ class DataInputs:
         """The source for ``data`` (the same one for the same path), with the training data's
         settings (image size, color mode, ...) when of the same format, else read as the
         :attr:`recipe` says. ``inputs_only``: for prediction (a tuple is a tuple of inputs, not
-        ``(x, y)``); ``argument`` names it in errors."""
-        return self._resolve(
-            data,
-            y,
-            like=self._train,
-            sample_weight=sample_weight,
-            inputs_only=inputs_only,
-            argument=argument,
-            recipe=self.recipe,
-        )
+        ``(x, y)``, and images without labels are read as files); ``argument`` names it in
+        errors."""
+        key = self._key(data, sample_weight, inputs_only, None)
+        if inputs_only and key not in self._sources:  # prediction's images without labels
+            images = image_files_for(
+                data, self._train, self.recipe, argument=argument, sample_weight=sample_weight
+            )
+            if images is not None:
+                if key is not None:
+                    self._sources[key] = images
+                return images
+        return self._alike(data, y, sample_weight, inputs_only=inputs_only, argument=argument)
+
+    def _alike(self, data: Any, y: Any = None, sample_weight: Any = None, **options: Any) -> Source:
+        """The source for ``data`` read as the training data, or the recipe, says (``options``:
+        ``inputs_only``, ``argument``): :meth:`source` for all but prediction's images without
+        labels, and the validation data."""
+        return self._resolve(data, y, self._train, sample_weight=sample_weight, recipe=self.recipe, **options)
 
     def use_recipe(self, recipe: dict[str, Any] | None) -> None:
         """Reads data from now on as ``recipe`` says (a loaded model's): the sources resolved
@@ -174,34 +233,29 @@ class DataInputs:
         recipe: dict[str, Any] | None = None,
         folder_settings: Mapping[str, Any] | None = None,
     ) -> Source:
-        if isinstance(data, (str, os.PathLike)) and sample_weight is None:
-            # predict reads images unlabelled; a pretrained model's settings read another source
-            settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
-            key = (os.path.abspath(os.fspath(data)), inputs_only, settings)
-            if key not in self._sources:
-                self._sources[key] = to_source(
-                    data,
-                    like=like,
-                    argument=argument,
-                    recipe=recipe,
-                    inputs_only=inputs_only,
-                    folder_settings=folder_settings,
-                )
-            source = self._sources[key]
-        else:
-            source = to_source(
-                data,
-                y,
-                like=like,
-                argument=argument,
-                sample_weight=sample_weight,
-                inputs_only=inputs_only,
-                recipe=recipe,
-                folder_settings=folder_settings,
+        key = self._key(data, sample_weight, inputs_only, folder_settings)
+        source = None if key is None else self._sources.get(key)
+        if source is None:  # a path's labels come from its data (y is not read)
+            labels = y if key is None else None
+            source = source_for(
+                data, labels, like, argument, sample_weight, inputs_only, recipe, folder_settings
             )
+            if key is not None:
+                self._sources[key] = source
         if not inputs_only and not source.labelled:
             raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
         return source
+
+    @staticmethod
+    def _key(
+        data: Any, sample_weight: Any, inputs_only: bool, folder_settings: Mapping[str, Any] | None
+    ) -> tuple[str, bool, str | None] | None:
+        """What a source of ``data`` is kept under (one per path, read as inputs only or not and
+        with a pretrained model's settings or not), or None when it is not kept."""
+        if not isinstance(data, (str, os.PathLike)) or sample_weight is not None:
+            return None
+        settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
+        return (os.path.abspath(os.fspath(data)), inputs_only, settings)
 
     def left_out(self, *sources: Source | None) -> list[str]:
         """What the listing of each of ``sources`` left out of its folder (hidden entries, files
@@ -225,11 +279,14 @@ class DataInputs:
         cached: bool = False,
         steps_per_epoch: int | None = None,
         training: bool = False,
+        windows: Windows | None = None,
     ) -> Plan:
         """The batching plan (steps per dispatch: ``easyfit.core.steps.per_dispatch``); an epoch is
         ``steps_per_epoch`` steps of the stream, or one pass over ``source`` (None). A
         ``batch_size`` larger than the samples is clamped to them (see :meth:`_clamped`; a
-        warning for the ``training`` data)."""
+        warning for the ``training`` data). ``windows``: those a shuffled pass reads the
+        source's blocks in (:func:`shuffle_windows`, decided by the caller), unless ``cached``
+        on the devices, where any order costs the same."""
         self.placement.check_batch_size(batch_size)
         batch_size = self._clamped(source, batch_size, warn=training)
         epoch_steps = None if steps_per_epoch is None else int(steps_per_epoch)
@@ -249,7 +306,7 @@ class DataInputs:
             steps_per_execution=k,
             num_shards=self.placement.num_shards,
             epoch_steps=epoch_steps,
-            windows=shuffle_windows(source, shuffle, cached),
+            windows=None if cached else windows,
         )
 
     def _clamped(self, source: Source, batch_size: int, warn: bool) -> int:
@@ -274,7 +331,7 @@ class DataInputs:
 
     def train_loader(
         self,
-        source: Source,
+        data: TrainingData | Source,
         batch_size: int,
         *,
         shuffle: bool | str = True,
@@ -283,17 +340,28 @@ class DataInputs:
         resume: Resume | None = None,
         steps_per_epoch: int | None = None,
     ) -> tuple[Stream, str]:
-        """The training stream, and a sentence saying whether it caches and why.
+        """The training stream of ``data`` (:class:`TrainingData`, its shuffle's windows as
+        decided there; or a training source), and a sentence saying whether it caches and why.
 
         With ``resume``, its plan is checked against the saved one and the stream starts at
         its position; else at ``initial_epoch``. ``steps_per_epoch``: an epoch of that many
         steps of the stream (None: one pass). The stream's plan is fixed before it opens. The
         caller closes the stream.
         """
+        if isinstance(data, TrainingData):
+            source, windows = data.train, data.windows
+        else:
+            source, windows = data, shuffle_windows(data, shuffle)
 
         def plan(cached: bool) -> Plan:
             return self.plan(
-                source, batch_size, shuffle, cached=cached, steps_per_epoch=steps_per_epoch, training=True
+                source,
+                batch_size,
+                shuffle,
+                cached=cached,
+                steps_per_epoch=steps_per_epoch,
+                training=True,
+                windows=windows,
             )
 
         request = stream_request(

@@ -1,33 +1,246 @@
-"""What users pass (a path, arrays, a source) -> a Source."""
+"""What users pass (a path, arrays, a source) -> a Source, decided in one place: the inputs
+easyfit does not take refused (:func:`refuse`), the format a path holds detected
+(:func:`detect`), and the source built, with the settings of the data it must read alike.
+
+easyfit reads a dataset by sample index: its sampler picks which samples make up each batch, so
+that it can shuffle the whole dataset, shard it over devices and resume exactly. Inputs that
+can only be iterated (a generator of batches, a ``tf.data.Dataset``, a torch ``DataLoader``)
+or that are already cut into batches (a list of ``(x, y)`` batches) cannot be read that way.
+
+Which source reads a path is decided from what it holds, by the formats each source's module
+registers (``easyfit.data.sources.registry``), from one listing of a folder (its storage's,
+``easyfit.data.storage``: a local folder and a prefix in a bucket alike)."""
 
 from __future__ import annotations
 
+import collections.abc
+import inspect
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
-from .detect import detect
-from .refuse import refuse, unsupported
 from .sources.arrays import Arrays
 from .sources.base import Source
 from .sources.capabilities import base_of
 from .sources.folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
 from .sources.parquet import hf_splits
-from .storage import storage_for
+from .sources.registry import FILES, Format, formats, register
+from .storage import Listing, Storage, storage_for
 
-__all__ = ["VALIDATION_NAMES", "split_layout", "to_source"]
+__all__ = [
+    "SUPPORTED",
+    "VALIDATION_NAMES",
+    "detect",
+    "image_files_for",
+    "refuse",
+    "source_for",
+    "split_layout",
+    "to_source",
+    "unsupported",
+]
 
 #: Sub-folders of a data root taken for validation, in order of preference.
 VALIDATION_NAMES = ("val", "validation", "test", "testing")
 
 
+# ---------------------------------------------------------------- inputs refused
+#: What every refusal says is supported.
+SUPPORTED = (
+    "Supported: a folder or file path (image folders, .npy folders, RecordIO, TFRecord, "
+    "WebDataset, Caffe2 LMDB), arrays x and y (or dicts or tuples of arrays), or an easyfit.data "
+    "source; see 'What fit accepts' in docs/data.md"
+)
+
+_INDEX = "easyfit reads samples by index, to shuffle, shard and resume exactly"
+
+
+def _module(data: Any) -> str:
+    return type(data).__module__ or ""
+
+
+def _kind(data: Any) -> tuple[str, str] | None:
+    """``(what it is, what to do instead)`` for an input easyfit refuses, else None."""
+    module, name = _module(data), type(data).__name__
+    if module.startswith("tensorflow") or (
+        hasattr(data, "element_spec") and hasattr(data, "as_numpy_iterator")
+    ):
+        return (
+            f"a tf.data.Dataset ({name})",
+            "collect it into arrays (np.stack over dataset.unbatch().as_numpy_iterator()), or "
+            "write its images to an image folder or TFRecord files",
+        )
+    if module.startswith("torch.utils.data") or (
+        hasattr(data, "dataset") and hasattr(data, "batch_size") and hasattr(data, "__iter__")
+    ):
+        return (
+            f"a torch {name}",
+            "pass the arrays or the folder its dataset reads from",
+        )
+    if inspect.isgenerator(data) or isinstance(data, collections.abc.Iterator):
+        return (
+            f"a Python {'generator' if inspect.isgenerator(data) else 'iterator'} of batches ({name})",
+            "collect its batches into arrays first (np.concatenate), or write the samples to a folder",
+        )
+    if isinstance(data, list) and data:
+        first = data[0]
+        if isinstance(first, dict) or (isinstance(first, tuple) and any(hasattr(v, "shape") for v in first)):
+            return (
+                f"a list of batches ({type(first).__name__}s)",
+                "concatenate them: x = np.concatenate([b[0] for b in batches]), y likewise",
+            )
+        shapes = {getattr(a, "shape", None) for a in data}
+        if all(hasattr(a, "__array__") and getattr(a, "ndim", 0) >= 1 for a in data) and len(shapes) > 1:
+            return (
+                f"a list of {len(data)} arrays of different shapes (a list of batches?)",
+                "concatenate the batches with np.concatenate; for several inputs, pass a dict "
+                "or tuple of arrays",
+            )
+    if hasattr(data, "__getitem__") and hasattr(data, "__len__") and not hasattr(data, "__array__"):
+        if not isinstance(data, (list, tuple, dict, str, bytes)):
+            return (f"a dataset object ({name})", "pass its arrays, or the folder it reads from")
+    return None
+
+
+def refuse(data: Any, argument: str = "x") -> None:
+    """Raises TypeError, saying what is supported, for the inputs easyfit cannot read: a
+    generator or iterator of batches, a ``tf.data.Dataset``, a torch ``DataLoader`` or
+    ``Dataset``, a list of batches, another dataset object.
+
+    Example:
+        >>> from easyfit.data.resolve import refuse
+        >>> refuse((b for b in []))
+        Traceback (most recent call last):
+        ...
+        TypeError: x: a Python generator of batches (generator) is not supported (...
+    """
+    kind = _kind(data)
+    if kind is not None:
+        what, instead = kind
+        raise TypeError(f"{argument}: {what} is not supported ({_INDEX}): {instead}. {SUPPORTED}.")
+
+
+def unsupported(data: Any, argument: str = "x") -> TypeError:
+    """The error for an input of a type easyfit does not know."""
+    return TypeError(f"{argument}: {type(data).__name__} is not supported. {SUPPORTED}.")
+
+
+# ---------------------------------------------------------------- a path's format
+#: What Hugging Face ``datasets``' ``save_to_disk`` writes for a ``DatasetDict``, beside a folder
+#: per split (each of Arrow files, ``dataset_info.json`` and ``state.json``).
+_SAVED_DATASET_DICT = "dataset_dict.json"
+
+
+def _arrow_refusal(path: str) -> DataError:
+    """The error for a folder (or file) of Arrow files, as Hugging Face ``datasets``'
+    ``save_to_disk`` writes (``data-00000-of-00001.arrow``, ``state.json``)."""
+    return DataError(
+        f"{path}: these are Arrow files (Hugging Face datasets' save_to_disk), which easyfit "
+        "does not read; write them as Parquet with to_parquet "
+        "(datasets.load_from_disk(path).to_parquet('data/train.parquet'), read as "
+        "ef.data.Parquet), or load them and pass arrays: fit(x, y)"
+    )
+
+
+register(
+    Format(
+        "arrow",
+        None,
+        lambda listing: bool(listing.with_suffix((".arrow",))) or _SAVED_DATASET_DICT in listing.names(),
+        priority=FILES + 20,
+        suffixes=(".arrow",),
+        refusal=_arrow_refusal,
+    )
+)
+
+
+def _read(fmt: Format, path: str, storage: Storage) -> type[Source]:
+    """``fmt``'s source for ``path``, or the DataError that says why it is not read."""
+    if fmt.source is None:
+        raise (fmt.refusal(path) if fmt.refusal else DataError(f"{path}: {fmt.name} data is not read"))
+    if storage.remote and not fmt.object_storage:
+        works = ", ".join(sorted({f.title for f in formats() if f.object_storage and f.source}))
+        raise DataError(
+            f"{path}: {fmt.title} data on object storage is not read by easyfit yet (s3:// works "
+            f"for {works}); copy it to a local disk (aws s3 sync), or store it in one of those formats"
+        )
+    return fmt.source
+
+
+def _in_folder(path: str, listing: Listing, storage: Storage) -> type[Source]:
+    """The format of folder ``path``: the first priority at which one recognises its listing."""
+    known = formats()
+    for priority in sorted({f.priority for f in known}):
+        found = [f for f in known if f.priority == priority and f.recognise and f.recognise(listing)]
+        if len({f.title for f in found}) > 1:
+            raise DataError(
+                f"{path}: holds files of several formats "
+                f"({', '.join(f.title for f in found)}); give one source explicitly, "
+                "e.g. ef.data.RecordIO(path)"
+            )
+        if found:
+            return _read(found[0], path, storage)
+    raise DataError(f"{path}: no format recognises this folder")
+
+
+def detect(path: str | os.PathLike) -> type[Source]:
+    """The source class for ``path``, from its contents.
+
+    * a directory holding ``data.mdb``: :class:`~easyfit.data.Caffe2LMDB`;
+    * ``.rec`` files (with their ``.idx``): :class:`~easyfit.data.RecordIO`;
+    * ``.tar`` shards: :class:`~easyfit.data.WebDataset`;
+    * ``.tfrecord``/``.tfrecords``/``.tfrec`` files (with their ``.idx``):
+      :class:`~easyfit.data.TFRecord`;
+    * ``.parquet`` files, or a ``data/`` folder of them (Hugging Face's layout):
+      :class:`~easyfit.data.Parquet`;
+    * exactly two folders, ``images/`` and ``masks/``: :class:`~easyfit.data.SegmentationFolder`;
+    * class folders of ``.npy`` files: :class:`~easyfit.data.NumpyFolder`;
+    * class folders of images: :class:`~easyfit.data.ImageFolder`.
+
+    A folder of Arrow files (Hugging Face ``datasets``' ``save_to_disk``) is refused with a
+    DataError that says how to write it as Parquet. In a bucket (``s3://``), the formats that
+    are not read from one are refused by name.
+
+    A single file is recognised by its suffix (a ``.csv`` file: :class:`~easyfit.data.ImageCSV`),
+    and so is a glob pattern of ``.parquet`` files (``"hf/data/train-*.parquet"``).
+
+    Each format says how it is recognised where its source is defined
+    (``easyfit.data.sources.registry``); a folder is listed once.
+
+    Example:
+        >>> import easyfit as ef
+        >>> from easyfit.data.resolve import detect
+        >>> [detect(MNIST_FORMATS[f] + "/train").__name__ for f in ("lmdb", "webdataset", "npy")]
+        ['Caffe2LMDB', 'WebDataset', 'NumpyFolder']
+    """
+    path = os.fspath(path)
+    storage = storage_for(path)
+    known = formats()
+    pattern = next((f for f in known if f.pattern is not None and f.pattern(path)), None)
+    if pattern is not None:
+        return _read(pattern, path, storage)
+    listing = storage.listdir(path)
+    if listing is not None:
+        return _in_folder(path, listing, storage)
+    if not storage.isfile(path):
+        raise DataError(f"{path}: no such directory")
+    for fmt in known:
+        if fmt.suffixes and path.lower().endswith(fmt.suffixes):
+            return _read(fmt, path, storage)
+    expected = [f.suffixes[0] for f in known if f.suffixes and f.source is not None]
+    raise DataError(
+        f"{path}: a file easyfit cannot read; expected a directory, or a "
+        f"{', '.join(expected[:-1])} or {expected[-1]} file"
+    )
+
+
+# ---------------------------------------------------------------- the source
 def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     """``(train, validation or None)`` when ``root`` holds ``train/``, or Parquet shards of a
     ``train`` split in Hugging Face's layout (``data/train-*.parquet``: the splits are glob
     patterns, validation the first of :data:`VALIDATION_NAMES` there); else None.
 
-    Each of ``train/`` and ``val/`` may be of any format (``easyfit.data.detect``).
+    Each of ``train/`` and ``val/`` may be of any format (:func:`detect`).
 
     Example:
         >>> import os, tempfile
@@ -74,7 +287,8 @@ def to_source(
         argument: the argument's name, for error messages.
         sample_weight: one weight per sample, with arrays.
         inputs_only: ``data`` holds inputs only (prediction): a tuple is a tuple of inputs,
-            never ``(x, y)``.
+            never ``(x, y)``, and images without labels are read as files
+            (:func:`image_files_for`).
         recipe: the trained model's input recipe (``Source.recipe()``): a path of another
             format than ``like``'s, or with no ``like``, is read as it says
             (``Source.from_recipe``), and arrays too (``Arrays.prepared``).
@@ -82,18 +296,55 @@ def to_source(
             as an image folder when neither ``like`` nor ``recipe`` decides them: the
             preprocessing of a model's pretrained weights.
     """
+    if inputs_only:
+        images = image_files_for(data, like, recipe, argument=argument, sample_weight=sample_weight)
+        if images is not None:
+            return images
+    return source_for(data, y, like, argument, sample_weight, inputs_only, recipe, folder_settings)
+
+
+def _accepted(data: Any, argument: str, sample_weight: Any) -> None:
+    """Raises for what easyfit does not read: ``sample_weight`` with anything but arrays, and
+    the inputs :func:`refuse` names (a source is taken as it is)."""
     if sample_weight is not None and not (
         isinstance(data, (dict, tuple, list)) or hasattr(data, "__array__")
     ):
         raise ValueError(
             "sample_weight: given with arrays only; for another source, weight samples in its data"
         )
+    if not isinstance(data, Source):
+        refuse(data, argument)  # generators, datasets, data loaders, lists of batches
+
+
+def image_files_for(
+    data: Any, like: Source | None, recipe: Mapping[str, Any] | None, *, argument: str, sample_weight: Any
+) -> ImageFiles | None:
+    """Prediction's images without labels, when ``data`` names them (a non-empty list of
+    paths, an image file, or a folder that holds images): read as the training folder's
+    (``like``), else as ``recipe`` says; else None. What :func:`to_source` returns for them
+    with ``inputs_only``; any other data is read by :func:`source_for`."""
+    _accepted(data, argument, sample_weight)
+    if isinstance(data, Source) or not _image_paths(data):
+        return None
+    return _image_files(data, None if like is None else base_of(like), recipe)
+
+
+def source_for(
+    data: Any,
+    y: Any,
+    like: Source | None,
+    argument: str,
+    sample_weight: Any,
+    inputs_only: bool,
+    recipe: Mapping[str, Any] | None,
+    folder_settings: Mapping[str, Any] | None,
+) -> Source:
+    """:func:`to_source` for all but prediction's images without labels
+    (:func:`image_files_for`): the source that reads fit's and evaluate's data."""
+    _accepted(data, argument, sample_weight)
     if isinstance(data, Source):
         return data
-    refuse(data, argument)  # generators, datasets, data loaders, lists of batches
     base = None if like is None else base_of(like)
-    if inputs_only and _image_paths(data):
-        return _image_files(data, base, recipe)
     if isinstance(data, (str, os.PathLike)):
         if y is not None:
             raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from the data")

@@ -335,8 +335,9 @@ _S3 = S3Storage()
 
 
 def is_url(path: Any) -> bool:
-    """Whether ``path`` names object storage (``s3://``, ``gs://``) rather than a local path."""
-    return object_store.is_url(path)
+    """Whether ``path`` names object storage (``s3://``, ``gs://``) rather than a local path:
+    the one test of a path's scheme."""
+    return isinstance(path, str) and path.startswith(object_store.SCHEMES)
 
 
 def storage_for(path: str | os.PathLike) -> Storage:

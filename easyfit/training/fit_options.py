@@ -151,6 +151,11 @@ class FitArgs:
             "class_weight": self.weights,
         }
 
+    def data(self) -> dict[str, Any]:
+        """What the training data is resolved with of these (``DataInputs.fit_data``): the
+        shuffle its windows are decided for, and whether its notes are said."""
+        return {"shuffle": self.shuffle, "verbose": bool(self.verbose)}
+
     def stream(self) -> dict[str, Any]:
         """What the training stream is opened with of these (``DataInputs.train_loader``)."""
         names = ("shuffle", "cache", "initial_epoch", "steps_per_epoch")

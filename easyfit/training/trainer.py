@@ -44,9 +44,7 @@ from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.sharding import StateLayout, StateSharding
 from ..core.state import StateMaker, TrainState, inference_params
-from ..data.inputs import DataInputs, shuffle_windows
-from ..data.sources.arrays import unscaled_note
-from ..data.sources.capabilities import known_labels
+from ..data.inputs import DataInputs
 from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
@@ -57,7 +55,6 @@ from .compiled import CompiledSteps, HookValues, Resolved
 from .epoch_loop import EpochLoop
 from .first_step import FirstStep
 from .fit_options import FitArgs, check_class_weight
-from .input_wait import EpochInputWait
 from .interrupt import deferred_signals
 
 if TYPE_CHECKING:
@@ -456,26 +453,27 @@ class Trainer:
         # a model loaded with pretrained weights reads a folder path with their preprocessing
         pre: Any = getattr(self._model, "preprocessing", None)
         settings = pre.image_folder_kwargs() if hasattr(pre, "image_folder_kwargs") else None
-        train, val = self._data.fit_sources(x, y, validation_data, validation_split, sample_weight, settings)
-        if args.verbose:
-            _say(*self._data.left_out(train, val))
-        self._know(train.scale, train.class_names, args.weights)  # what the traced hooks read
+        data = self._data.fit_data(
+            x, y, validation_data, validation_split, sample_weight, settings, **args.data()
+        )
+        train, val, windows = data.train, data.validation, data.windows
+        _say(*data.left_out)
+        self._know(data.scale, data.class_names, args.weights)  # what the traced hooks read
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         callbacks = as_list(callbacks)
         resume = self._resume_point(callbacks, train)
-        windows = shuffle_windows(train, args.shuffle)  # Parquet larger than its cache: agreed on
         distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
             train,
             val,
             **args.settings(batch_size),
             resume=None if resume is None else [resume.epoch, resume.batch],
-            shuffle_windows=None if windows is None else windows.key(),
+            shuffle_windows=None if windows is None else windows.key(),  # Parquet past its cache
             steps_per_execution=self.steps_per_execution,
             seed=self.seed,
             model=type(self._model).__name__,
             input_spec=self._input_spec,
         )
-        stream, why = self._data.train_loader(train, batch_size, resume=resume, **args.stream())
+        stream, why = self._data.train_loader(data, batch_size, resume=resume, **args.stream())
         if args.verbose:
             sharded = (
                 f"the training state is sharded: {self._layout.describe()}" if self._layout.sharded else None
@@ -483,7 +481,7 @@ class Trainer:
             windows = stream.plan.windows  # a shuffle by windows of the source's blocks, said once
             _say(
                 why if cache == "auto" else None,
-                unscaled_note(train),
+                data.unscaled,
                 sharded,
                 None if windows is None else windows.note,
             )
@@ -491,14 +489,14 @@ class Trainer:
         compiled = first_step.start(
             stream,
             stream.plan.live_steps(first_batch),
-            peek_spec=self.loss is not None or known_labels(train) is not None,
+            peek_spec=self.loss is not None or data.labels_known,
             functions=lambda chunk: self._functions(train, stream.plan, chunk, args.verbose),
             shapes=self._shapes,
             make_state=lambda chunk, labels: self._ensure_state(chunk, train, labels, class_weight),
         )
         empty = functools.partial(self._empty, compiled)
         self.state, metrics = (self.state, None) if resume is None else resume.restore(self.state, empty())
-        loop = EpochLoop(first_step, compiled, empty, batch=first_batch, metrics=metrics)
+        loop = EpochLoop(first_step, compiled, empty, epoch=initial_epoch, batch=first_batch, metrics=metrics)
         self._progress = loop.progress(initial_epoch, first_batch)
         listed, history = fit_callbacks(callbacks, args.verbose)
         params = {"epochs": epochs, "steps": loop.plan.chunks_per_epoch, "verbose": args.verbose}
@@ -512,7 +510,6 @@ class Trainer:
             with deferred_signals() as interrupted:
                 for epoch in range(initial_epoch, epochs):
                     cbs.begin_epoch(epoch, resumed=loop.mid_epoch)
-                    waiting = EpochInputWait(stream)
                     for batch, chunk in loop.batches():
                         cbs.call("on_train_batch_begin", batch)
                         self.state = loop.train(self.state, batch, chunk)
@@ -525,14 +522,14 @@ class Trainer:
                         self._progress = loop.progress(epoch + 1, 0)
                     if interrupted():
                         raise interrupted.exception()
-                    logs = {**loop.end_epoch(self.state), "input_wait": waiting.finish(epoch)}
+                    logs = loop.end_epoch(self.state, epoch)  # its metrics and input_wait
                     cbs.validation_skipped = val is not None and not args.validates(epoch)
                     if val is not None and args.validates(epoch):
                         val_logs = self._evaluate(val, batch_size, cbs, validation_steps)
                         logs.update({f"val_{k}": v for k, v in val_logs.items()})
                     cbs.call("on_epoch_end", epoch, logs=logs)
-                    if args.verbose and epoch == initial_epoch + stream.warmup_epochs:
-                        waiting.report()  # under the epoch's metrics line: the first epoch as others
+                    if args.verbose:
+                        loop.report_input_wait(epoch)  # under the epoch's metrics line
                     if interrupted():
                         raise interrupted.exception()
                     if self.stop_training:
@@ -614,7 +611,11 @@ class Trainer:
         with self._data.lease(source, batch_size, steps) as loader:
             chunk, made = loader.peek(), self.state is None
             compiled: Any = None if predict else self._functions(source, loader.plan, chunk)
-            self._ensure_state(chunk, source, labels_too=not predict)
+            try:
+                self._ensure_state(chunk, source, labels_too=not predict)
+            finally:
+                if made and self.state is not None:  # made from this data (its labels refused too)
+                    self._data.adopt(source)  # its input recipe: fit's data had set it already
             if made:  # the state made from this data: its scale (and names, if none yet)
                 self._know(
                     source.scale, self.class_names if self.class_names is not None else source.class_names
@@ -886,7 +887,6 @@ class Trainer:
         keys against the model's classes."""
         if self.state is None:
             self._init_state(*input_spec(chunk["x"]))
-            self._data.adopt(source)
         elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
             built, model = self._input_spec[0], self._require_state()
             check_input_shape(

@@ -100,6 +100,21 @@ def test_windows_each_sample_once_a_window_of_row_groups_at_a_time_a_function_of
         _source(shard, shuffle="batch")
 
 
+def test_fit_data_decides_the_windows_once_and_the_training_stream_follows_them(shard):
+    inputs = ef.data.DataInputs(ef.parallel.Placement.create(), seed=SEED)
+    try:
+        data = inputs.fit_data(_source(shard), shuffle=True)
+        assert data.windows is not None and data.windows.size == W
+        stream, _ = inputs.train_loader(data, 4, shuffle=True, cache=False)
+        try:
+            assert stream.plan.windows is data.windows  # the one decision, agreed on and followed
+        finally:
+            stream.close()
+        assert inputs.fit_data(_source(shard), shuffle=False).windows is None
+    finally:
+        inputs.close()
+
+
 class _Recorder(ef.Trainer):
     """Records the row of each sample trained (its first pixel / 2), step by step."""
 
