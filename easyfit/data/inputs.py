@@ -234,12 +234,9 @@ class DataInputs:
         folder_settings: Mapping[str, Any] | None = None,
     ) -> Source:
         key = self._key(data, sample_weight, inputs_only, folder_settings)
-        source = None if key is None else self._sources.get(key)
-        if source is None:  # a path's labels come from its data (y is not read)
-            labels = y if key is None else None
-            source = source_for(
-                data, labels, like, argument, sample_weight, inputs_only, recipe, folder_settings
-            )
+        source = None if key is None or y is not None else self._sources.get(key)
+        if source is None:  # (a path with y is refused there: its labels come from its data)
+            source = source_for(data, y, like, argument, sample_weight, inputs_only, recipe, folder_settings)
             if key is not None:
                 self._sources[key] = source
         if not inputs_only and not source.labelled:
