@@ -10,6 +10,7 @@ iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import warnings
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..core.steps import per_dispatch
 from ..parallel import Placement
+from .fingerprint import data_fingerprint
 from .kept_streams import KeptStreams, LentStream
 from .kinds import Resume, stream_request
 from .loader import open_stream
@@ -70,6 +72,18 @@ class TrainingData:
     windows: Windows | None
     left_out: tuple[str, ...] = ()
     unscaled: str | None = None
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the training data (``easyfit.data.fingerprint.data_fingerprint``),
+        worked out when first asked (a backup records it, several processes compare it: it
+        lists every file's size) and kept for the fit."""
+        return data_fingerprint(self.train)
+
+    @functools.cached_property
+    def validation_fingerprint(self) -> dict[str, Any] | None:
+        """What identifies the validation data, as :attr:`fingerprint`; None without any."""
+        return None if self.validation is None else data_fingerprint(self.validation)
 
 
 class DataInputs:
