@@ -171,22 +171,28 @@ def agree(what: str, values: Callable[[], Mapping[str, Any]], *, timeout: float 
         raise TimeoutError(f"{absent}: did it fail before, or run other steps?")
 
 
-def agree_on_fit(data: Any, validation_data: Any, **settings: Any) -> None:
+def agree_on_fit(data: Any, validation_data: Any = None, **settings: Any) -> None:
     """``fit``'s plan, the same in every process (:func:`agree`) before its first collective:
     its ``settings`` (batch size, epochs, steps per epoch, seed, the model's input spec, ...),
     and the fingerprint of the training and validation data (kind, number of samples, class
     names, a hash of the files' names and sizes or of the arrays) with the sample spec the
-    training data declares.
+    training data declares. ``data``: fit's ``TrainingData`` (whose fingerprints are worked
+    out once, for this and a backup alike), or a training source beside ``validation_data``.
     Nothing is computed in a single process."""
 
     def plan() -> dict[str, Any]:
-        from .persistence.fingerprint import data_fingerprint
+        from .data.fingerprint import data_fingerprint
+        from .data.inputs import TrainingData
 
-        spec = data.output_spec()
+        if isinstance(data, TrainingData):
+            train, fingerprints = data.train, (data.fingerprint, data.validation_fingerprint)
+        else:
+            val = None if validation_data is None else data_fingerprint(validation_data)
+            train, fingerprints = data, (data_fingerprint(data), val)
         return {
             **settings,
-            "data": {**data_fingerprint(data), "sample_spec": spec},
-            "validation_data": None if validation_data is None else data_fingerprint(validation_data),
+            "data": {**fingerprints[0], "sample_spec": train.output_spec()},
+            "validation_data": fingerprints[1],
         }
 
     agree("fit", plan)
@@ -198,7 +204,7 @@ def agree_on_pass(what: str, data: Any, **settings: Any) -> None:
     Nothing is computed in a single process."""
 
     def plan() -> dict[str, Any]:
-        from .persistence.fingerprint import data_fingerprint
+        from .data.fingerprint import data_fingerprint
 
         return {**settings, "data": data_fingerprint(data)}
 

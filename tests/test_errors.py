@@ -94,6 +94,7 @@ def test_argument_mistakes_are_value_or_type_errors_naming_the_argument(tmp_path
     """DataError is for bad data only: a wrong argument raises ValueError or TypeError."""
     (tmp_path / "a").mkdir()
     ef.datasets.write_png(tmp_path / "a" / "x.png", np.zeros((8, 8), np.uint8))
+    trainer = ef.Trainer(SmallMLP())
     mistakes = [
         (ValueError, "brightness=2", lambda: ef.data.Augment(brightness=2)),
         (ValueError, "crop_padding", lambda: ef.data.Augment(crop_padding=-1)),
@@ -107,6 +108,15 @@ def test_argument_mistakes_are_value_or_type_errors_naming_the_argument(tmp_path
             lambda: ef.data.split_validation(ef.data.ImageFolder(tmp_path), 1.5),
         ),
         (ValueError, "^y: not used", lambda: ef.data.to_source(str(tmp_path), [1])),
+        # fit's and evaluate's y beside a path (whose labels come from its data) is refused too,
+        # not dropped: as Keras refuses y beside a dataset
+        (ValueError, "^y: not used with a path", lambda: trainer.fit(str(tmp_path), [1], verbose=0)),
+        (ValueError, "^y: not used with a path", lambda: trainer.evaluate(str(tmp_path), [1], verbose=0)),
+        (
+            ValueError,
+            "^validation_data: y is not used with a path",
+            lambda: trainer.fit(str(tmp_path), validation_data=(str(tmp_path), [1]), verbose=0),
+        ),
         (TypeError, "^x: object is not supported", lambda: ef.data.to_source(object())),
     ]
     for kind, message, call in mistakes:

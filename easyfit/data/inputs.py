@@ -10,6 +10,7 @@ iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import warnings
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..core.steps import per_dispatch
 from ..parallel import Placement
+from .fingerprint import data_fingerprint
 from .kept_streams import KeptStreams, LentStream
 from .kinds import Resume, stream_request
 from .loader import open_stream
@@ -70,6 +72,18 @@ class TrainingData:
     windows: Windows | None
     left_out: tuple[str, ...] = ()
     unscaled: str | None = None
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the training data (``easyfit.data.fingerprint.data_fingerprint``),
+        worked out when first asked (a backup records it, several processes compare it: it
+        lists every file's size) and kept for the fit."""
+        return data_fingerprint(self.train)
+
+    @functools.cached_property
+    def validation_fingerprint(self) -> dict[str, Any] | None:
+        """What identifies the validation data, as :attr:`fingerprint`; None without any."""
+        return None if self.validation is None else data_fingerprint(self.validation)
 
 
 class DataInputs:
@@ -234,12 +248,9 @@ class DataInputs:
         folder_settings: Mapping[str, Any] | None = None,
     ) -> Source:
         key = self._key(data, sample_weight, inputs_only, folder_settings)
-        source = None if key is None else self._sources.get(key)
-        if source is None:  # a path's labels come from its data (y is not read)
-            labels = y if key is None else None
-            source = source_for(
-                data, labels, like, argument, sample_weight, inputs_only, recipe, folder_settings
-            )
+        source = None if key is None or y is not None else self._sources.get(key)
+        if source is None:  # (a path with y is refused there: its labels come from its data)
+            source = source_for(data, y, like, argument, sample_weight, inputs_only, recipe, folder_settings)
             if key is not None:
                 self._sources[key] = source
         if not inputs_only and not source.labelled:

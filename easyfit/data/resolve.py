@@ -346,8 +346,9 @@ def source_for(
         return data
     base = None if like is None else base_of(like)
     if isinstance(data, (str, os.PathLike)):
-        if y is not None:
-            raise ValueError(f"y: not used with a path ({os.fspath(data)}); labels come from the data")
+        if y is not None:  # as Keras refuses y beside a dataset
+            said = "y: not used" if argument == "x" else f"{argument}: y is not used"
+            raise ValueError(f"{said} with a path ({os.fspath(data)}); labels come from the data")
         kind = detect(data)
         if type(base) is kind:
             sibling = base.sibling(data)

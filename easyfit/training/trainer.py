@@ -44,11 +44,10 @@ from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.sharding import StateLayout, StateSharding
 from ..core.state import StateMaker, TrainState, inference_params
-from ..data.inputs import DataInputs
+from ..data.inputs import DataInputs, TrainingData
 from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
-from ..persistence.fingerprint import data_fingerprint
 from . import labels, model_io
 from .args import check_int, check_momentum
 from .compiled import CompiledSteps, HookValues, Resolved
@@ -461,10 +460,9 @@ class Trainer:
         self._know(data.scale, data.class_names, args.weights)  # what the traced hooks read
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         callbacks = as_list(callbacks)
-        resume = self._resume_point(callbacks, train)
+        resume = self._resume_point(callbacks, data)
         distributed.agree_on_fit(  # several processes: the same plan in all, or an error, never a hang
-            train,
-            val,
+            data,
             **args.settings(batch_size),
             resume=None if resume is None else [resume.epoch, resume.batch],
             shuffle_windows=None if windows is None else windows.key(),  # Parquet past its cache
@@ -863,12 +861,12 @@ class Trainer:
         size = self._adapter.num_outputs(state.params, state.model_state, input_spec(chunk["x"])[0])
         check_class_weight(class_weight, 2 if size == 1 else int(size))
 
-    def _resume_point(self, callbacks: list[Callback], train: Source) -> ResumePoint | None:
+    def _resume_point(self, callbacks: list[Callback], data: TrainingData) -> ResumePoint | None:
         """Where a ``Resumable`` callback offers to resume fit, checked against the training
         data; with a backup, the data's fingerprint noted (the backups record it)."""
         resume, backed_up = resume_point(callbacks)
         if backed_up:
-            self._data_fingerprint = data_fingerprint(train)
+            self._data_fingerprint = data.fingerprint
             if resume is not None:
                 resume.check_data(self._data_fingerprint)
         return resume

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import easyfit as ef
+from easyfit.persistence.fingerprint import data_fingerprint  # the old path, kept
 
 
 def test_fit_data_holds_the_facts_fit_reads_of_its_sources():
@@ -21,5 +22,10 @@ def test_fit_data_holds_the_facts_fit_reads_of_its_sources():
         quiet = inputs.fit_data(ef.data.Arrays(x, y, scale=1 / 255, class_names=["a", "b"]), verbose=False)
         assert quiet.validation is None and quiet.unscaled is None
         assert quiet.scale == 1 / 255 and quiet.class_names == ["a", "b"]
+        # the fingerprint (what a backup records, the processes compare): the data's, kept
+        assert data.fingerprint == data_fingerprint(data.train) and data.fingerprint is data.fingerprint
+        assert data.validation_fingerprint == data_fingerprint(data.validation)
+        assert data.fingerprint["subset"] != data.validation_fingerprint["subset"]
+        assert quiet.validation_fingerprint is None
     finally:
         inputs.close()

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import DataError
 from ..check_pool import CheckPool
 from ..images import EncodedImages, ImageOptions, ImageSettings, read_file, sample_positions
-from ..storage import entries, storage_for, unfollowable
+from ..storage import Storage, entries, storage_for, unfollowable
 from ..storage import listed as _listed
 from ..validation.samples import sample_problem
 from .base import IndexedSource, bad_sample, plain_names
@@ -107,10 +107,11 @@ def _is_loop(target: str, real: str) -> bool:
     return real == target or real.startswith(target.rstrip(os.sep) + os.sep)
 
 
-def _walk_listings(folder: str, kept: Callable[[str, str], bool], not_kept: str, tally: LeftOut) -> list[str]:
+def _walk_listings(
+    storage: Storage, folder: str, kept: Callable[[str, str], bool], not_kept: str, tally: LeftOut
+) -> list[str]:
     """:func:`walk_files` of a folder in object storage (no links to follow), from the
-    listings its storage gives (a bucket's: one listing of the prefix)."""
-    storage = storage_for(folder)
+    listings its ``storage`` gives (a bucket's: one listing of the prefix)."""
     found: list[str] = []
     pending = [folder]
     while pending:
@@ -168,8 +169,9 @@ def walk_files(
     def kept(name: str, path: str) -> bool:
         return is_valid_file(path) if is_valid_file is not None else name.lower().endswith(extensions)
 
-    if storage_for(folder).remote:  # no links to follow
-        return _walk_listings(folder, kept, not_kept, tally)
+    storage = storage_for(folder)
+    if storage.remote:  # no links to follow
+        return _walk_listings(storage, folder, kept, not_kept, tally)
     found: list[str] = []
     # (folder, its real path once needed, the real paths of the folders above it)
     stack: list[tuple[str, str | None, tuple[str, ...]]] = [(folder, None, ())]
