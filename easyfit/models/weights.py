@@ -155,9 +155,34 @@ class Preprocessing:
         return None
 
 
+#: Weights named by a Hugging Face hub repository: ``hf://org/name`` or ``hf://org/name@revision``.
+HUB = "hf://"
+_HUB_FILES = ["model.safetensors", "config.json", "preprocessor_config.json"]
+
+
+def _from_hub(spec: str) -> Path:
+    """The local folder of the hub repository ``spec`` names, fetched by ``huggingface_hub``
+    (only the weights and their configs; from its cache when they are there)."""
+    repo, _, revision = spec[len(HUB) :].partition("@")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ImportError(
+            f"weights {spec!r}: reading from the Hugging Face hub needs huggingface_hub "
+            "(pip install 'easyfit-flax[hub]'), or download the files and pass their folder"
+        ) from None
+    try:
+        return Path(snapshot_download(repo, revision=revision or None, allow_patterns=_HUB_FILES))
+    except Exception as e:  # not found, offline without the files cached, no access
+        raise FileNotFoundError(f"weights {spec!r}: the hub gave no weights for {repo!r}: {e}") from e
+
+
 def _locate(path: str | os.PathLike) -> tuple[Path, list[Path]]:
     """The safetensors file, and the JSON configs beside it, of a file, a folder holding
-    ``model.safetensors``, or a Hugging Face hub cache folder (``models--org--name``)."""
+    ``model.safetensors``, a Hugging Face hub cache folder (``models--org--name``), or a hub
+    repository (``hf://org/name``)."""
+    if isinstance(path, str) and path.startswith(HUB):
+        path = _from_hub(path)
     p = Path(path)
     if p.is_file():
         return p, [
@@ -295,7 +320,9 @@ def load_weights(
         model: An ``ef.models`` module (``ResNet``, ``ViT``), or any NNX module laid out with
             timm's names.
         path: A ``.safetensors`` file, or a folder (a download, a hub cache
-            ``models--org--name``) holding ``model.safetensors`` and maybe ``config.json``.
+            ``models--org--name``) holding ``model.safetensors`` and maybe ``config.json``,
+            or ``"hf://org/name"`` (``@revision`` optional): that hub repository's files,
+            fetched by ``huggingface_hub`` (the ``hub`` extra) or read from its cache.
         layout: Whose names the file uses: ``"timm"``, ``"torchvision"`` or ``"hf"`` (Hugging
             Face transformers).
         strict_head: Refuse a head of another shape too, instead of keeping the model's.

@@ -171,6 +171,25 @@ def test_new_head_from_a_hub_folder_with_its_recipe(tmp_path):
     assert jax.eval_shape(half.features, spec).dtype == jnp.bfloat16
     with pytest.raises(ValueError, match=r"fc.weight \(1000, 32\) -> fc/kernel \(32, 3\)"):
         ef.models.load_weights(model, tmp_path / "models--timm--tiny", strict_head=True)
+    # the same folder as huggingface_hub's cache, named by its repository ("hf://"), offline
+    hub = _hub_constants()
+    (tmp_path / "models--timm--tiny" / "refs").mkdir()
+    (tmp_path / "models--timm--tiny" / "refs" / "main").write_text("abc123")
+    with pytest.MonkeyPatch.context() as env:
+        env.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+        env.setattr(hub, "HF_HUB_OFFLINE", True)
+        again = ef.models.ResNet([1, 1], bottleneck=True, num_classes=3, **width)
+        ef.models.load_weights(again, "hf://timm/tiny")
+        np.testing.assert_array_equal(np.asarray(again.bn1.mean[...]), np.arange(4.0))
+        assert again.preprocessing.interpolation == "bicubic"
+        with pytest.raises(FileNotFoundError, match=r"weights 'hf://timm/absent': the hub gave no weights"):
+            ef.models.load_weights(again, "hf://timm/absent")
+
+
+def _hub_constants():
+    import huggingface_hub.constants  # the hub extra; in the dev extra too
+
+    return huggingface_hub.constants
 
 
 def test_head_only_fit_freezes_the_backbone_and_its_batchnorm(tmp_path):
