@@ -84,15 +84,32 @@ def _devices(text: str) -> int:
     return int(m.group(1)) if (m := _DEVICES.search(text)) else 1
 
 
+#: Interpreters the pages of one device count share: several, so that no one test of the suite
+#: runs for minutes. The pages are dealt out by the length of their code (a rough measure of
+#: their time), the longest first, each to the interpreter with the least code so far.
+SHARED_INTERPRETERS = 2
+
+
+def _code_length(page: Path) -> int:
+    return sum(len(code) for _, code in blocks(page.read_text()))
+
+
 def _interpreters() -> dict[str, list[Path]]:
-    """The pages with python blocks, by the interpreter they run in: one per device count, and
-    one for each page of :data:`OWN_INTERPRETER`."""
+    """The pages with python blocks, by the interpreter they run in: :data:`SHARED_INTERPRETERS`
+    per device count, and one for each page of :data:`OWN_INTERPRETER`."""
     groups: dict[str, list[Path]] = {}
-    for page in PAGES:
-        text = page.read_text()
-        if blocks(text):
-            key = page.name if page.name in OWN_INTERPRETER else f"{_devices(text)}-device-pages"
-            groups.setdefault(key, []).append(page)
+    shared: dict[int, list[list[Path]]] = {}
+    for page in sorted(PAGES, key=_code_length, reverse=True):
+        if not blocks(page.read_text()):
+            continue
+        if page.name in OWN_INTERPRETER:
+            groups[page.name] = [page]
+            continue
+        lists = shared.setdefault(_devices(page.read_text()), [[] for _ in range(SHARED_INTERPRETERS)])
+        min(lists, key=lambda group: sum(map(_code_length, group))).append(page)
+    for devices, lists in sorted(shared.items()):
+        for i, group in enumerate(g for g in lists if g):
+            groups[f"{devices}-device-pages-{i + 1}"] = sorted(group)
     return groups
 
 
