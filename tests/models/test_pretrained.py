@@ -42,18 +42,12 @@ def _parity(model: nnx.Module, name: str, tmp_path, layout: str) -> None:
 
 
 def _zeros(make) -> nnx.Module:
-    """``make()``'s module with zeros for its variables (a fixed key for an RNG's): built from
-    its shapes, without drawing millions of initial weights op by op (most of a full-size
-    model's time on a CPU) that the loaded weights replace; load_weights refuses a file that
-    leaves any parameter or statistic unset."""
+    """``make()``'s module with zeros for its variables: built from its shapes, without drawing
+    millions of initial weights op by op (most of a full-size model's time on a CPU) that the
+    loaded weights replace; load_weights refuses a file that leaves any parameter or statistic
+    unset."""
     graphdef, state = nnx.split(nnx.eval_shape(make))
-
-    def concrete(leaf):
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            return jax.random.key(0)
-        return jnp.zeros(leaf.shape, leaf.dtype)
-
-    return nnx.merge(graphdef, jax.tree_util.tree_map(concrete, state))
+    return nnx.merge(graphdef, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), state))
 
 
 @pytest.mark.slow  # the full-size models: tens of seconds on a shared CPU
