@@ -1,11 +1,15 @@
 """Every ```python block of README.md and docs/*.md runs; the docs site builds with --strict;
 every link and anchor of those pages resolves; their code lines fit the site's column.
 
-The blocks of one file run in order in one fresh interpreter (like a notebook), in an empty
-temporary folder, offline: MNIST's download mirror is an unreachable local address and the
+The blocks of one file run in order in one namespace (like a notebook), in an empty temporary
+folder of their own, offline: MNIST's download mirror is an unreachable local address and the
 cache an empty folder, so a block that needs the network fails (blocks use the packaged
-sample), and compiled quickly (:data:`QUICK_COMPILE`). A file can ask for virtual CPU devices
-with an HTML comment, invisible on the site: ``<!-- docs-test: devices=4 -->``.
+sample), and compiled quickly (:data:`QUICK_COMPILE`). The files that ask for the same number
+of virtual CPU devices share one interpreter, one after the other, each in a fresh namespace and
+environment (starting an interpreter, importing JAX and DALI, is a large part of a small page's
+time); :data:`OWN_INTERPRETER` names those that show what happens before JAX starts. A file can
+ask for virtual CPU devices with an HTML comment, invisible on the site:
+``<!-- docs-test: devices=4 -->``.
 """
 
 from __future__ import annotations
@@ -35,14 +39,34 @@ _DEVICES = re.compile(r"<!--\s*docs-test:\s*devices=(\d+)\s*-->")
 #: compiled steps run (the rest of the suite compiles as users do).
 QUICK_COMPILE = "--xla_backend_optimization_level=0"
 
-# Runs each block with its line numbers in the Markdown file, so tracebacks point there.
+#: Pages whose blocks show what easyfit does before JAX starts its backend (the XLA flags it
+#: sets at import or in a Trainer): each runs in an interpreter of its own.
+OWN_INTERPRETER = {"performance.md", "troubleshooting.md"}
+
+# Runs each page's blocks, with their line numbers in the Markdown file (so tracebacks point
+# there), in the page's own folder, namespace and environment; goes on with the next page after a
+# failure; prints the failures as JSON on its last line.
 _RUNNER = """
-import json, sys
-page, blocks = json.load(sys.stdin)
-namespace = {"__name__": "__main__"}
-for line, code in blocks:
-    print(f"--- {page}:{line}", flush=True)
-    exec(compile("\\n" * line + code, page, "exec"), namespace)
+import gc, json, os, sys, traceback
+pages = json.load(sys.stdin)
+environ = dict(os.environ)
+failed = {}
+for page, folder, found in pages:
+    os.makedirs(folder)
+    os.chdir(folder)
+    os.environ.clear()
+    os.environ.update(environ, XDG_CACHE_HOME=os.path.join(folder, "cache"))
+    namespace = {"__name__": "__main__"}
+    print(f"=== {page}", flush=True)
+    try:
+        for line, code in found:
+            print(f"--- {page}:{line}", flush=True)
+            exec(compile("\\n" * line + code, page, "exec"), namespace)
+    except BaseException:
+        failed[page] = traceback.format_exc()
+    del namespace
+    gc.collect()
+print(json.dumps(failed))
 """
 
 
@@ -56,32 +80,112 @@ def test_blocks_are_found_with_their_lines():
     assert blocks(text) == [(2, "x = 1\n"), (7, "y = x\n")]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p.read_text())], ids=lambda p: p.name)
-def test_code_blocks_run(page, tmp_path):
-    text = page.read_text()
-    found = blocks(text)
-    devices = int(m.group(1)) if (m := _DEVICES.search(text)) else 1
+def _devices(text: str) -> int:
+    return int(m.group(1)) if (m := _DEVICES.search(text)) else 1
+
+
+#: Interpreters the pages of one device count share: several, so that no one test of the suite
+#: runs for minutes. The pages are dealt out by the length of their code (a rough measure of
+#: their time), the longest first, each to the interpreter with the least code so far.
+SHARED_INTERPRETERS = 2
+
+
+def _code_length(page: Path) -> int:
+    return sum(len(code) for _, code in blocks(page.read_text()))
+
+
+def _interpreters() -> dict[str, list[Path]]:
+    """The pages with python blocks, by the interpreter they run in: :data:`SHARED_INTERPRETERS`
+    per device count, and one for each page of :data:`OWN_INTERPRETER`."""
+    groups: dict[str, list[Path]] = {}
+    shared: dict[int, list[list[Path]]] = {}
+    for page in sorted(PAGES, key=_code_length, reverse=True):
+        if not blocks(page.read_text()):
+            continue
+        if page.name in OWN_INTERPRETER:
+            groups[page.name] = [page]
+            continue
+        lists = shared.setdefault(_devices(page.read_text()), [[] for _ in range(SHARED_INTERPRETERS)])
+        min(lists, key=lambda group: sum(map(_code_length, group))).append(page)
+    for devices, lists in sorted(shared.items()):
+        for i, group in enumerate(g for g in lists if g):
+            groups[f"{devices}-device-pages-{i + 1}"] = sorted(group)
+    return groups
+
+
+def test_pages_of_their_own_interpreter_exist():
+    assert OWN_INTERPRETER <= {p.name for p in PAGES if blocks(p.read_text())}
+
+
+def run_pages(pages: list[Path], tmp_path: Path) -> tuple[dict[str, str], str]:
+    """Runs the blocks of ``pages`` in one fresh interpreter (see the module's docstring):
+    ``({page: traceback} of the pages that failed, everything printed)``."""
+    devices = {_devices(p.read_text()) for p in pages}
+    assert len(devices) == 1, f"pages of different device counts in one interpreter: {pages}"
     env = {k: v for k, v in os.environ.items() if k != "EASYFIT_MNIST_DIR"}
     env = {
         **env,
         "EASYFIT_MNIST_MIRROR": OFFLINE,
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
         "PYTHONUNBUFFERED": "1",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {QUICK_COMPILE}",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices.pop()} {QUICK_COMPILE}",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    name = str(page.relative_to(ROOT))
+    found = [[str(p.relative_to(ROOT)), str(tmp_path / p.stem), blocks(p.read_text())] for p in pages]
     proc = subprocess.run(
         [sys.executable, "-c", _RUNNER],
-        input=json.dumps([name, found]),
+        input=json.dumps(found),
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1200,
     )
-    assert proc.returncode == 0, f"{name}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1]), output
+
+
+def test_a_failing_page_is_named_and_the_next_one_runs_in_its_own_namespace(tmp_path):
+    """Two pages in one interpreter: the first fails, the second runs, sees none of the first's
+    names, environment changes or folder."""
+    first, second = tmp_path / "first.md", tmp_path / "second.md"
+    first.write_text(
+        "```python\nimport os\nos.environ['DOCS_TEST_LEAK'] = '1'\nopen('here', 'w').close()"
+        "\nleaked = 1\n```\n\n```python\nraise ValueError('broken page')\n```\n"
+    )
+    second.write_text(
+        "```python\nimport os\nassert 'leaked' not in globals() and 'DOCS_TEST_LEAK' not in os.environ"
+        "\nassert not os.path.exists('here')\nprint('second ran')\n```\n"
+    )
+    # the runner takes paths relative to ROOT for the tracebacks: give it these as they are
+    pages = [
+        [str(first), str(tmp_path / "run" / "first"), blocks(first.read_text())],
+        [str(second), str(tmp_path / "run" / "second"), blocks(second.read_text())],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER], input=json.dumps(pages), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert list(failed) == [str(first)]
+    assert "ValueError: broken page" in failed[str(first)] and f'"{first}", line 9' in failed[str(first)]
+    assert "second ran" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pages", list(_interpreters().values()), ids=list(_interpreters()))
+def test_code_blocks_run(pages, tmp_path):
+    failed, output = run_pages(pages, tmp_path)
+    assert not failed, "\n\n".join(
+        f"{page}:\n{_printed(output, page)[-3000:]}\n{trace}" for page, trace in failed.items()
+    )
+
+
+def _printed(output: str, page: str) -> str:
+    """What the runner printed while it ran ``page``'s blocks."""
+    start = output.find(f"=== {page}\n")
+    end = output.find("\n=== ", start + 1)
+    return output[start : end if end >= 0 else None]
 
 
 @pytest.mark.slow
