@@ -53,8 +53,7 @@ class ModelCheckpoint(MonitorCallback):
             adapters and the head alone (and their optimizer state), as
             ``Trainer.save(path, adapters_only=True)``: a folder of a few megabytes that
             ``trainer.load(path)`` puts back onto a model built from the same base weights.
-            ValueError at the start of fit when the model has no LoRA layers. Not in Keras
-            (docs/keras.md).
+            ValueError at the start of fit when the model has no LoRA layers. Not in Keras.
 
     Attributes:
         saved: the paths of the checkpoints it wrote, oldest first (a path written again is
