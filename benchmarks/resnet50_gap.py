@@ -59,11 +59,11 @@ def _measure(variant: str, batch: int, steps: int, size: int = 224) -> dict:
             if isinstance(module, nnx.List):
                 for i, child in enumerate(module):
                     if isinstance(child, nnx.BatchNorm):
-                        module[i] = _Identity()
+                        module[i] = _identity()
             elif isinstance(module, nnx.Module):
                 for name, child in list(vars(module).items()):
                     if isinstance(child, nnx.BatchNorm):
-                        setattr(module, name, _Identity())
+                        setattr(module, name, _identity())
         left = [p for p, m in nnx.iter_graph(model) if isinstance(m, nnx.BatchNorm)]
         assert not left, f"BatchNorms left: {left}"
     graph, params, rest = nnx.split(model, nnx.Param, ...)
@@ -113,7 +113,7 @@ def _measure(variant: str, batch: int, steps: int, size: int = 224) -> dict:
     }
 
 
-def _Identity():  # stands where a BatchNorm stood (no-bn)
+def _identity():  # stands where a BatchNorm stood (no-bn)
     from flax import nnx
 
     class Identity(nnx.Module):
