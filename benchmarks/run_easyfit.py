@@ -85,7 +85,7 @@ def main() -> None:
         f"fit started {timer_start - start:.2f} s after the script",
         flush=True,
     )
-    n = trainer._data._train.num_samples  # noqa: SLF001 - a benchmark may look inside
+    n = trainer._data._sources.train.num_samples  # noqa: SLF001 - a benchmark may look inside
     rates = [n / s for s in timer.seconds]
     stats = jax.devices()[0].memory_stats() or {}
     print(

@@ -127,7 +127,7 @@ def main() -> None:
         verbose=2,
         cache={"false": False, "true": True, "auto": "auto"}[args.cache],
     )
-    n = trainer._data._train.num_samples  # noqa: SLF001 - a benchmark may look inside
+    n = trainer._data._sources.train.num_samples  # noqa: SLF001 - a benchmark may look inside
     rates = [n / s for s in timer.seconds]
     result = {
         "model": args.model,

@@ -182,18 +182,13 @@ def agree_on_fit(data: Any, validation_data: Any = None, **settings: Any) -> Non
 
     def plan() -> dict[str, Any]:
         from .data.fingerprint import data_fingerprint
-        from .data.inputs import TrainingData
+        from .data.resolve import TrainingData
 
         if isinstance(data, TrainingData):
-            train, fingerprints = data.train, (data.fingerprint, data.validation_fingerprint)
-        else:
-            val = None if validation_data is None else data_fingerprint(validation_data)
-            train, fingerprints = data, (data_fingerprint(data), val)
-        return {
-            **settings,
-            "data": {**fingerprints[0], "sample_spec": train.output_spec()},
-            "validation_data": fingerprints[1],
-        }
+            return {**settings, **data.agreed()}
+        val = None if validation_data is None else data_fingerprint(validation_data)
+        train = {**data_fingerprint(data), "sample_spec": data.output_spec()}
+        return {**settings, "data": train, "validation_data": val}
 
     agree("fit", plan)
 

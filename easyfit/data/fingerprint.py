@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .sources.capabilities import FileBacked, InMemory, RecordsLayout, View
+from .sources.base import FileBacked, InMemory, RecordsLayout, View
 from .storage import storage_of
 
 __all__ = ["data_fingerprint"]

@@ -9,27 +9,19 @@ iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
-import os
 import warnings
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from ..core.steps import per_dispatch
 from ..parallel import Placement
-from .fingerprint import data_fingerprint
 from .kept_streams import KeptStreams, LentStream
 from .kinds import Resume, stream_request
 from .loader import open_stream
 from .plan import Plan, Windows
-from .resolve import image_files_for, source_for, split_layout
-from .sources.arrays import unscaled_note
-from .sources.base import Source
-from .sources.capabilities import Blocked, FolderListing, base_of, known_labels
-from .split import split_validation
+from .resolve import Sources, TrainingData
+from .sources.base import Source, shuffle_windows
 from .stream import LoaderOptions, Stream
 
 __all__ = ["DataInputs", "TrainingData", "shuffle_windows"]
@@ -41,49 +33,6 @@ _DEFAULT_BATCH = 32  # Keras' and the Trainer's default batch_size
 
 
 _Resume = Resume  # the name before; kept for a release
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingData:
-    """fit's data, resolved once (:meth:`DataInputs.fit_data`): the sources and the facts fit
-    reads of them, computed here once, so that the trainer reads plain facts and nothing
-    downstream asks the sources again.
-
-    Attributes:
-        train: the training source.
-        validation: the validation source, or None.
-        scale: the training data's input scale (what the traced hooks read).
-        class_names: the training data's class names, or None.
-        labels_known: whether every training label is known before a batch is decoded (the
-            first step may then be traced from the data's declared sample spec).
-        windows: the windows a shuffled pass reads the training blocks in (``Blocked``), or
-            None: decided once, agreed on by the processes and followed by the plan.
-        left_out: what the listings of the training and validation folders left out, in
-            words (each said once: :meth:`DataInputs.left_out`), for a verbose fit.
-        unscaled: for a verbose fit, a sentence when the training data is integer pixels given
-            unscaled (``easyfit.data.sources.arrays.unscaled_note``), else None.
-    """
-
-    train: Source
-    validation: Source | None
-    scale: float | None
-    class_names: list[str] | None
-    labels_known: bool
-    windows: Windows | None
-    left_out: tuple[str, ...] = ()
-    unscaled: str | None = None
-
-    @functools.cached_property
-    def fingerprint(self) -> dict[str, Any]:
-        """What identifies the training data (``easyfit.data.fingerprint.data_fingerprint``),
-        worked out when first asked (a backup records it, several processes compare it: it
-        lists every file's size) and kept for the fit."""
-        return data_fingerprint(self.train)
-
-    @functools.cached_property
-    def validation_fingerprint(self) -> dict[str, Any] | None:
-        """What identifies the validation data, as :attr:`fingerprint`; None without any."""
-        return None if self.validation is None else data_fingerprint(self.validation)
 
 
 class DataInputs:
@@ -120,12 +69,7 @@ class DataInputs:
         self.seed = seed
         self.steps_per_execution = steps_per_execution
         self.cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
-        self._train: Source | None = None
-        #: The input recipe of the data the model was trained on (``Source.recipe()``): the
-        #: last fit's training source's, or a loaded checkpoint's; None when unknown.
-        self.recipe: dict[str, Any] | None = None
-        self._sources: dict[tuple[str, bool, str | None], Source] = {}
-        self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
+        self._sources = Sources()  # one per path, read alike the training data
         self._kept = KeptStreams(placement, loader_options)
 
     @property
@@ -137,23 +81,39 @@ class DataInputs:
     def loader_options(self, options: LoaderOptions | Mapping[str, Any]) -> None:
         self._kept.options = LoaderOptions.of(options)
 
+    @property
+    def recipe(self) -> dict[str, Any] | None:
+        """The input recipe of the data the model was trained on (``Source.recipe()``): the
+        last fit's training source's, or a loaded checkpoint's; None when unknown."""
+        return self._sources.recipe
+
     # ------------------------------------------------------------------------------ sources
     def fit_data(
-        self, *args: Any, shuffle: bool | str = True, verbose: bool = False, **kwargs: Any
+        self,
+        x: Any,
+        y: Any = None,
+        validation_data: Any = None,
+        validation_split: float = 0.0,
+        sample_weight: Any = None,
+        folder_settings: Mapping[str, Any] | None = None,
+        *,
+        shuffle: bool | str = True,
+        verbose: bool = False,
     ) -> TrainingData:
         """fit's data (:class:`TrainingData`) from its arguments (those of :meth:`fit_sources`),
-        with what fit reads of its sources decided once here: the windows a pass shuffled as
-        ``shuffle`` reads, and with ``verbose`` the notes fit says."""
-        train, val = self.fit_sources(*args, **kwargs)
-        return TrainingData(
-            train,
-            val,
-            scale=train.scale,
-            class_names=train.class_names,
-            labels_known=known_labels(train) is not None,
-            windows=shuffle_windows(train, shuffle),
-            left_out=tuple(self.left_out(train, val)) if verbose else (),
-            unscaled=unscaled_note(train) if verbose else None,
+        resolved in one pass (``easyfit.data.resolve.Sources.training_data``), with what fit reads of
+        its sources decided once there: the windows a pass shuffled as ``shuffle`` reads, and
+        with ``verbose`` the notes fit says."""
+        return self._sources.training_data(
+            x,
+            y,
+            validation_data,
+            validation_split,
+            sample_weight,
+            folder_settings,
+            seed=self.seed,
+            shuffle=shuffle,
+            verbose=verbose,
         )
 
     def fit_sources(
@@ -170,28 +130,8 @@ class DataInputs:
         ``(x, y)`` or ``(x, y, sample_weight)``). ``folder_settings``: image settings for a
         training path read as an image folder (a pretrained model's preprocessing); the
         validation folder shares the training folder's settings."""
-        if x is None:
-            raise ValueError("fit: give the training data (a folder, a source or arrays)")
-        val_path = None
-        if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
-            x, val_path = layout
-            if validation_split and validation_data is None and val_path is not None:
-                raise ValueError(
-                    f"validation_split={validation_split}: {os.fspath(layout[0])!r} has its own "
-                    f"validation data, {val_path!r}; drop validation_split to validate on it, or "
-                    f"pass the training folder alone (fit({os.fspath(layout[0])!r}, "
-                    f"validation_split={validation_split})) to hold a part of it out instead"
-                )
-        train = self._resolve(x, y, like=None, sample_weight=sample_weight, folder_settings=folder_settings)
-        if validation_split and validation_data is None:
-            train, validation_data = split_validation(train, validation_split, self.seed)
-        self._train = train
-        self.recipe = train.recipe()
-        if validation_data is not None:
-            if isinstance(validation_data, tuple) and len(validation_data) in (2, 3):
-                return train, self._alike(*validation_data, argument="validation_data")
-            return train, self._alike(validation_data, argument="validation_data")
-        return train, (self._alike(val_path) if val_path else None)
+        data = self.fit_data(x, y, validation_data, validation_split, sample_weight, folder_settings)
+        return data.train, data.validation
 
     def source(
         self,
@@ -207,79 +147,25 @@ class DataInputs:
         :attr:`recipe` says. ``inputs_only``: for prediction (a tuple is a tuple of inputs, not
         ``(x, y)``, and images without labels are read as files); ``argument`` names it in
         errors."""
-        key = self._key(data, sample_weight, inputs_only, None)
-        if inputs_only and key not in self._sources:  # prediction's images without labels
-            images = image_files_for(
-                data, self._train, self.recipe, argument=argument, sample_weight=sample_weight
-            )
-            if images is not None:
-                if key is not None:
-                    self._sources[key] = images
-                return images
-        return self._alike(data, y, sample_weight, inputs_only=inputs_only, argument=argument)
-
-    def _alike(self, data: Any, y: Any = None, sample_weight: Any = None, **options: Any) -> Source:
-        """The source for ``data`` read as the training data, or the recipe, says (``options``:
-        ``inputs_only``, ``argument``): :meth:`source` for all but prediction's images without
-        labels, and the validation data."""
-        return self._resolve(data, y, self._train, sample_weight=sample_weight, recipe=self.recipe, **options)
+        return self._sources.kept_source(data, y, sample_weight, inputs_only=inputs_only, argument=argument)
 
     def use_recipe(self, recipe: dict[str, Any] | None) -> None:
         """Reads data from now on as ``recipe`` says (a loaded model's): the sources resolved
         before, read otherwise, are closed and forgotten."""
         self.close()
-        self.recipe = None if recipe is None else dict(recipe)
+        self._sources.recipe = None if recipe is None else dict(recipe)
 
     def adopt(self, source: Source) -> None:
         """Takes ``source``'s recipe when none is known yet (a model built by evaluate or
         predict, never fit)."""
-        if self.recipe is None:
-            self.recipe = source.recipe()
-
-    def _resolve(
-        self,
-        data: Any,
-        y: Any,
-        like: Source | None,
-        sample_weight: Any = None,
-        inputs_only: bool = False,
-        argument: str = "x",
-        recipe: dict[str, Any] | None = None,
-        folder_settings: Mapping[str, Any] | None = None,
-    ) -> Source:
-        key = self._key(data, sample_weight, inputs_only, folder_settings)
-        source = None if key is None or y is not None else self._sources.get(key)
-        if source is None:  # (a path with y is refused there: its labels come from its data)
-            source = source_for(data, y, like, argument, sample_weight, inputs_only, recipe, folder_settings)
-            if key is not None:
-                self._sources[key] = source
-        if not inputs_only and not source.labelled:
-            raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
-        return source
-
-    @staticmethod
-    def _key(
-        data: Any, sample_weight: Any, inputs_only: bool, folder_settings: Mapping[str, Any] | None
-    ) -> tuple[str, bool, str | None] | None:
-        """What a source of ``data`` is kept under (one per path, read as inputs only or not and
-        with a pretrained model's settings or not), or None when it is not kept."""
-        if not isinstance(data, (str, os.PathLike)) or sample_weight is not None:
-            return None
-        settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
-        return (os.path.abspath(os.fspath(data)), inputs_only, settings)
+        if self._sources.recipe is None:
+            self._sources.recipe = source.recipe()
 
     def left_out(self, *sources: Source | None) -> list[str]:
         """What the listing of each of ``sources`` left out of its folder (hidden entries, files
         of other types, files beside the class folders...), in words, each said once: the
         sentences not returned before."""
-        said: list[str] = []
-        for source in sources:
-            base = None if source is None else base_of(source)
-            note = base.left_out if isinstance(base, FolderListing) else None
-            if base is not None and note and base not in self._said:
-                self._said.add(base)
-                said.append(note)
-        return said
+        return self._sources.left_out_notes(*sources)
 
     # ---------------------------------------------------------------------------- batching
     def plan(
@@ -403,16 +289,4 @@ class DataInputs:
     def close(self) -> None:
         """Releases every kept stream (DALI pipelines, device caches) and open file."""
         self._kept.close()
-        for source in self._sources.values():
-            source.close()
-        self._sources.clear()
-        self._train = None
-
-
-def shuffle_windows(source: Source, shuffle: bool | str, cached: bool = False) -> Windows | None:
-    """The windows a shuffled pass over ``source`` reads its blocks in (``Blocked``), or None: a
-    permutation of all the samples (not shuffled, ``shuffle="batch"``, or cached on the devices,
-    where any order costs the same)."""
-    if isinstance(shuffle, str) or not shuffle or cached or not isinstance(source, Blocked):
-        return None
-    return source.shuffle_windows()
+        self._sources.close()

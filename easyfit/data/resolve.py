@@ -14,28 +14,44 @@ registers (``easyfit.data.sources.registry``), from one listing of a folder (its
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
+import functools
 import inspect
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
-from .sources.arrays import Arrays
-from .sources.base import Source
-from .sources.capabilities import base_of
+from .fingerprint import data_fingerprint
+from .plan import Windows
+from .sources.arrays import Arrays, unscaled_note
+from .sources.base import (
+    FolderListing,
+    Source,
+    base_of,
+    held_out,
+    known_labels,
+    shuffle_windows,
+    split_validation,
+)
 from .sources.folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
-from .sources.parquet import hf_splits
-from .sources.registry import FILES, Format, formats, register
-from .storage import Listing, Storage, storage_for
+from .sources.parquet import splits_in
+from .sources.registry import FILES, Format, formats, in_folder, register
+from .storage import storage_for
 
 __all__ = [
     "SUPPORTED",
     "VALIDATION_NAMES",
+    "Sources",
+    "TrainingData",
     "detect",
+    "held_out",
     "image_files_for",
     "refuse",
     "source_for",
     "split_layout",
+    "split_validation",
     "to_source",
     "unsupported",
 ]
@@ -154,35 +170,6 @@ register(
 )
 
 
-def _read(fmt: Format, path: str, storage: Storage) -> type[Source]:
-    """``fmt``'s source for ``path``, or the DataError that says why it is not read."""
-    if fmt.source is None:
-        raise (fmt.refusal(path) if fmt.refusal else DataError(f"{path}: {fmt.name} data is not read"))
-    if storage.remote and not fmt.object_storage:
-        works = ", ".join(sorted({f.title for f in formats() if f.object_storage and f.source}))
-        raise DataError(
-            f"{path}: {fmt.title} data on object storage is not read by easyfit yet (s3:// works "
-            f"for {works}); copy it to a local disk (aws s3 sync), or store it in one of those formats"
-        )
-    return fmt.source
-
-
-def _in_folder(path: str, listing: Listing, storage: Storage) -> type[Source]:
-    """The format of folder ``path``: the first priority at which one recognises its listing."""
-    known = formats()
-    for priority in sorted({f.priority for f in known}):
-        found = [f for f in known if f.priority == priority and f.recognise and f.recognise(listing)]
-        if len({f.title for f in found}) > 1:
-            raise DataError(
-                f"{path}: holds files of several formats "
-                f"({', '.join(f.title for f in found)}); give one source explicitly, "
-                "e.g. ef.data.RecordIO(path)"
-            )
-        if found:
-            return _read(found[0], path, storage)
-    raise DataError(f"{path}: no format recognises this folder")
-
-
 def detect(path: str | os.PathLike) -> type[Source]:
     """The source class for ``path``, from its contents.
 
@@ -218,15 +205,15 @@ def detect(path: str | os.PathLike) -> type[Source]:
     known = formats()
     pattern = next((f for f in known if f.pattern is not None and f.pattern(path)), None)
     if pattern is not None:
-        return _read(pattern, path, storage)
+        return pattern.reader(path, storage.remote)
     listing = storage.listdir(path)
     if listing is not None:
-        return _in_folder(path, listing, storage)
+        return in_folder(path, listing)
     if not storage.isfile(path):
         raise DataError(f"{path}: no such directory")
     for fmt in known:
         if fmt.suffixes and path.lower().endswith(fmt.suffixes):
-            return _read(fmt, path, storage)
+            return fmt.reader(path, storage.remote)
     expected = [f.suffixes[0] for f in known if f.suffixes and f.source is not None]
     raise DataError(
         f"{path}: a file easyfit cannot read; expected a directory, or a "
@@ -252,12 +239,13 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
         ['train', 'test']
     """
     root = os.fspath(root)
-    listing = storage_for(root).listdir(root)  # one listing, shared with hf_splits
+    listing = storage_for(root).listdir(root)  # one listing, handed on to find the splits
     if listing is None:
         return None
     folders = {e.name for e in listing.dirs}
     if "train" not in folders:
-        splits = hf_splits(listing)
+        local = not listing.storage.remote  # Hugging Face's splits are read from local files only
+        splits = splits_in(listing.child("data"), listing) if local else {}
         if "train" not in splits:
             return None
         return splits["train"], next((splits[v] for v in VALIDATION_NAMES if v in splits), None)
@@ -399,3 +387,217 @@ def _image_files(data: Any, like: Source | None, recipe: Mapping[str, Any] | Non
     if recipe is not None:
         return cast("ImageFiles", ImageFiles.from_recipe(data, recipe))
     return ImageFiles(data)
+
+
+# ---------------------------------------------------------------- fit's data
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """fit's data, resolved once (:meth:`Sources.training_data`): the sources and the facts fit reads of
+    them, computed there once, so that the trainer reads plain facts and nothing downstream
+    asks the sources again.
+
+    Attributes:
+        train: the training source.
+        validation: the validation source, or None.
+        scale: the training data's input scale (what the traced hooks read).
+        class_names: the training data's class names, or None.
+        labels_known: whether every training label is known before a batch is decoded (the
+            first step may then be traced from the data's declared sample spec).
+        windows: the windows a shuffled pass reads the training blocks in (``Blocked``), or
+            None: decided once, agreed on by the processes and followed by the plan.
+        left_out: what the listings of the training and validation folders left out, in
+            words (each said once: :meth:`Sources.left_out_notes`), for a verbose fit.
+        unscaled: for a verbose fit, a sentence when the training data is integer pixels given
+            unscaled (``easyfit.data.sources.arrays.unscaled_note``), else None.
+        base: the source the training data is a view of (``base_of``: a split's source), or
+            the training source itself.
+    """
+
+    train: Source
+    validation: Source | None
+    scale: float | None
+    class_names: list[str] | None
+    labels_known: bool
+    windows: Windows | None
+    left_out: tuple[str, ...] = ()
+    unscaled: str | None = None
+    base: Source | None = None
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the training data (``easyfit.data.fingerprint.data_fingerprint``),
+        worked out when first asked (a backup records it, several processes compare it: it
+        lists every file's size) and kept for the fit."""
+        return data_fingerprint(self.train)
+
+    @functools.cached_property
+    def validation_fingerprint(self) -> dict[str, Any] | None:
+        """What identifies the validation data, as :attr:`fingerprint`; None without any."""
+        return None if self.validation is None else data_fingerprint(self.validation)
+
+    def agreed(self) -> dict[str, Any]:
+        """What the processes of a fit compare of its data (``easyfit.distributed.agree_on_fit``):
+        the fingerprints, with the sample spec the training data declares."""
+        train, validation = self.fingerprint, self.validation_fingerprint
+        return {"data": {**train, "sample_spec": self.train.output_spec()}, "validation_data": validation}
+
+
+#: What a source of a path is kept under: the path, read as inputs only or not, and a
+#: pretrained model's image settings or none.
+_Key = tuple[str, bool, str | None]
+
+
+class Sources:
+    """What a trainer is given -> its sources, in one place: fit's training and validation
+    data resolved together (:meth:`training_data`), evaluate's and predict's data (:meth:`kept_source`); one
+    source kept per path, each read alike the training data (its settings, or its recipe).
+
+    Attributes:
+        train: the last fit's training source, or None.
+        recipe: the input recipe data is read with (``Source.recipe()``): the last fit's
+            training source's, or a loaded model's; None when unknown.
+    """
+
+    def __init__(self) -> None:
+        self.train: Source | None = None
+        self.recipe: dict[str, Any] | None = None
+        self._kept: dict[_Key, Source] = {}
+        self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
+
+    def training_data(
+        self,
+        x: Any,
+        y: Any = None,
+        validation_data: Any = None,
+        validation_split: float = 0.0,
+        sample_weight: Any = None,
+        folder_settings: Mapping[str, Any] | None = None,
+        *,
+        seed: int = 0,
+        shuffle: bool | str = True,
+        verbose: bool = False,
+    ) -> TrainingData:
+        """fit's data from its arguments: a ``root/train`` + ``root/val`` layout,
+        ``validation_split`` held out (seeded by ``seed``), or ``validation_data`` (a source, a
+        path, ``(x, y)`` or ``(x, y, sample_weight)``), with the facts fit reads of them: the
+        windows a pass shuffled as ``shuffle`` reads, and with ``verbose`` the notes fit says.
+        ``folder_settings``: image settings for a training path read as an image folder (a
+        pretrained model's preprocessing); the validation folder shares the training
+        folder's settings."""
+        if x is None:
+            raise ValueError("fit: give the training data (a folder, a source or arrays)")
+        val_path = None
+        if isinstance(x, (str, os.PathLike)) and (layout := split_layout(x)) is not None:
+            x, val_path = layout
+            if validation_split and validation_data is None and val_path is not None:
+                raise ValueError(
+                    f"validation_split={validation_split}: {os.fspath(layout[0])!r} has its own "
+                    f"validation data, {val_path!r}; drop validation_split to validate on it, or "
+                    f"pass the training folder alone (fit({os.fspath(layout[0])!r}, "
+                    f"validation_split={validation_split})) to hold a part of it out instead"
+                )
+        train = self._resolve(x, y, sample_weight=sample_weight, folder_settings=folder_settings)
+        base = base_of(train)
+        if validation_split and validation_data is None:
+            train, validation_data = split_validation(train, validation_split, seed)
+        self.train, self.recipe = train, train.recipe()
+        if validation_data is not None:
+            val, argument = validation_data, "validation_data"
+        else:
+            val, argument = val_path, "x"  # the layout's validation folder, or none
+        if val is not None:  # read alike the training data
+            parts = val if isinstance(val, tuple) and len(val) in (2, 3) else (val,)  # (x, y[, weights])
+            val = self._resolve(*parts, like=base, recipe=self.recipe, argument=argument)
+        return TrainingData(
+            train,
+            val,
+            scale=train.scale,
+            class_names=train.class_names,
+            labels_known=known_labels(train) is not None,
+            windows=shuffle_windows(train, shuffle),
+            left_out=tuple(self.left_out_notes(base, val)) if verbose else (),
+            unscaled=unscaled_note(base) if verbose else None,
+            base=base,
+        )
+
+    def kept_source(
+        self,
+        data: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        *,
+        inputs_only: bool = False,
+        argument: str = "x",
+    ) -> Source:
+        """The source for ``data`` (the same one for the same path), read as the training data
+        (its settings, when of the same format), else as the :attr:`recipe` says.
+        ``inputs_only``: for prediction (a tuple is a tuple of inputs, not ``(x, y)``, and
+        images without labels are read as files); ``argument`` names it in errors."""
+        key = _key(data, sample_weight, inputs_only, None)
+        if inputs_only and key not in self._kept:  # prediction's images without labels
+            images = image_files_for(
+                data, self.train, self.recipe, argument=argument, sample_weight=sample_weight
+            )
+            if images is not None:
+                if key is not None:
+                    self._kept[key] = images
+                return images
+        like = None if self.train is None else base_of(self.train)
+        return self._resolve(
+            data, y, sample_weight, like=like, recipe=self.recipe, inputs_only=inputs_only, argument=argument
+        )
+
+    def _resolve(
+        self,
+        data: Any,
+        y: Any = None,
+        sample_weight: Any = None,
+        *,
+        like: Source | None = None,
+        recipe: dict[str, Any] | None = None,
+        inputs_only: bool = False,
+        argument: str = "x",
+        folder_settings: Mapping[str, Any] | None = None,
+    ) -> Source:
+        """The source for ``data`` (:func:`source_for`), kept for its path; ValueError when
+        labels are needed and it has none."""
+        key = _key(data, sample_weight, inputs_only, folder_settings)
+        source = None if key is None or y is not None else self._kept.get(key)
+        if source is None:  # (a path with y is refused there: its labels come from its data)
+            source = source_for(data, y, like, argument, sample_weight, inputs_only, recipe, folder_settings)
+            if key is not None:
+                self._kept[key] = source
+        if not inputs_only and not source.labelled:
+            raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
+        return source
+
+    def left_out_notes(self, *sources: Source | None) -> list[str]:
+        """What the listing of each of ``sources`` left out of its folder (hidden entries, files
+        of other types, files beside the class folders...), in words, each said once: the
+        sentences not returned before."""
+        said: list[str] = []
+        for source in sources:
+            base = None if source is None else base_of(source)
+            note = base.left_out if isinstance(base, FolderListing) else None
+            if base is not None and note and base not in self._said:
+                self._said.add(base)
+                said.append(note)
+        return said
+
+    def close(self) -> None:
+        """Closes every source kept and forgets them, and the training source."""
+        for source in self._kept.values():
+            source.close()
+        self._kept.clear()
+        self.train = None
+
+
+def _key(
+    data: Any, sample_weight: Any, inputs_only: bool, folder_settings: Mapping[str, Any] | None
+) -> _Key | None:
+    """What a source of ``data`` is kept under (one per path, read as inputs only or not and
+    with a pretrained model's settings or not), or None when it is not kept."""
+    if not isinstance(data, (str, os.PathLike)) or sample_weight is not None:
+        return None
+    settings = None if folder_settings is None else repr(sorted(folder_settings.items()))
+    return (os.path.abspath(os.fspath(data)), inputs_only, settings)

@@ -11,8 +11,7 @@ from ...errors import DataError
 from ..augment import apply_drawn, refuse_random_crop
 from ..recipe import ImageRecipe
 from ..structured_arrays import Structure
-from .base import IndexedSource, int32_labels, narrowed, nonfinite_problem, plain_names
-from .capabilities import base_of
+from .base import IndexedSource, base_of, int32_labels, narrowed, nonfinite_problem, plain_names
 
 __all__ = ["Arrays", "unscaled_note"]
 

@@ -33,45 +33,180 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import math
 import os
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload, runtime_checkable
 
 import numpy as np
 
 from ...errors import DataError
 from ..recipe import VERSION as RECIPE_VERSION
 from ..storage import storage_for
-from .capabilities import (
-    Blocked,
-    DecodedLabels,
-    EncodedSamples,
-    FedLabels,
-    FileBacked,
-    KnownLabels,
-    SampleChecks,
-    base_of,
-)
+
+if TYPE_CHECKING:
+    from ..plan import Windows
 
 __all__ = [
     "READER",
+    "Blocked",
+    "DecodedLabels",
+    "EncodedSamples",
+    "FedLabels",
+    "FileBacked",
+    "FolderListing",
+    "InMemory",
     "IndexedSource",
+    "KnownLabels",
     "ReadAtStart",
     "ReaderSource",
+    "RecordsLayout",
+    "SampleChecks",
     "Source",
     "Subset",
+    "View",
     "bad_sample",
+    "base_of",
     "check_hint",
+    "held_out",
     "int32_labels",
+    "known_labels",
     "narrowed",
     "nonfinite_problem",
     "outside_classes",
     "plain_names",
+    "shuffle_windows",
+    "split_validation",
 ]
 
 #: The name a ReaderSource gives its DALI reader (``fn.readers.*(..., name=READER)``).
 READER = "reader"
+
+
+# ------------------------------------------------------------------------------ capabilities
+# What some sources can do and others cannot, each a Protocol tested for by capability: code
+# that needs one asks ``isinstance(source, KnownLabels)`` (these Protocols are
+# ``runtime_checkable``), never which class the source is, so that a new format gains a
+# capability by having its members. A :class:`Subset` has the capabilities of the source it is
+# part of, its samples renumbered.
+
+
+@runtime_checkable
+class KnownLabels(Protocol):
+    """A source that knows its labels without decoding."""
+
+    def known_labels(self) -> Any:
+        """Every label (checked before training): an array, or a dict or tuple of arrays for
+        several outputs; None when, for this data, they are not known after all."""
+
+
+@runtime_checkable
+class FedLabels(Protocol):
+    """A source that learns its labels as it feeds them (``known_labels`` None)."""
+
+    def limit_labels(self, num_classes: int) -> None:
+        """From now on, a fed class index outside ``0..num_classes - 1`` raises DataError naming
+        its sample (and so do those already fed); called once the model's outputs are known."""
+
+
+@runtime_checkable
+class DecodedLabels(Protocol):
+    """A source whose labels DALI decodes (a segmentation mask's class ids)."""
+
+    def decoded_label_limit(self) -> int | None:
+        """The number of classes the decoded labels must stay below, once ``limit_labels``
+        said it: the pipelines check every batch of them and name the sample of one outside."""
+
+
+@runtime_checkable
+class Blocked(Protocol):
+    """A source stored in blocks that are read whole (Parquet's row groups)."""
+
+    def shuffle_windows(self) -> Windows | None:
+        """How a shuffled pass reads the blocks when they do not all fit the source's cache
+        (``easyfit.data.plan.Windows``: each block read once per pass); None: a permutation
+        of all the samples."""
+
+
+@runtime_checkable
+class SampleChecks(Protocol):
+    """A source that can check one sample on the host, cheaply."""
+
+    def sample_problem(self, index: int) -> str | None:
+        """Why sample ``index`` cannot be read (an unreadable or empty file, a broken image),
+        or None. Explains a failed batch (``easyfit.data.diagnose``)."""
+
+
+@runtime_checkable
+class EncodedSamples(Protocol):
+    """A source of encoded images, one per sample."""
+
+    def encoded_image(self, index: int) -> bytes | None:
+        """The encoded image of sample ``index`` (for messages about it)."""
+
+
+@runtime_checkable
+class View(Protocol):
+    """The samples of ``source`` at ``indices``."""
+
+    source: Source
+    indices: np.ndarray
+
+
+@runtime_checkable
+class InMemory(Protocol):
+    """Inputs ``x`` and labels ``y`` held in memory, one row per sample (arrays, or a dict or
+    tuple of them)."""
+
+    x: Any
+    y: Any
+
+
+@runtime_checkable
+class FileBacked(Protocol):
+    """A source read from ``files``, under ``root`` (what ``easyfit check`` is given)."""
+
+    root: str
+    files: list[str]
+
+
+@runtime_checkable
+class RecordsLayout(Protocol):
+    """Record files indexed when the source was built."""
+
+    def records_layout(self) -> tuple[np.ndarray, ...]:
+        """What the index read of the files (byte ranges, row groups, labels): a resumed fit's
+        data fingerprint compares it with the backup's."""
+
+
+@runtime_checkable
+class FolderListing(Protocol):
+    """A source listed from a folder."""
+
+    #: What the listing left out (hidden entries, other files...), in words; None: nothing.
+    left_out: str | None
+
+
+def base_of(source: Source) -> Source:
+    """The source ``source`` is a view of (through every :class:`View`), else itself."""
+    while isinstance(source, View):
+        source = source.source
+    return source
+
+
+def known_labels(source: Source) -> Any:
+    """``source.known_labels()`` when it has :class:`KnownLabels`, else None."""
+    return source.known_labels() if isinstance(source, KnownLabels) else None
+
+
+def shuffle_windows(source: Source, shuffle: bool | str, cached: bool = False) -> Windows | None:
+    """The windows a shuffled pass over ``source`` reads its blocks in (:class:`Blocked`), or
+    None: a permutation of all the samples (not shuffled, ``shuffle="batch"``, or cached on
+    the devices, where any order costs the same)."""
+    if isinstance(shuffle, str) or not shuffle or cached or not isinstance(source, Blocked):
+        return None
+    return source.shuffle_windows()
 
 
 def nonfinite_problem(a: np.ndarray, unit: str = "element") -> str | None:
@@ -530,6 +665,61 @@ class Subset(IndexedSource):
 
     def describe(self) -> str:
         return f"{self.source.describe()} [{self.num_samples} of {self.source.num_samples}]"
+
+
+# ------------------------------------------------------------------------------ validation_split
+def held_out(source: Source, n: int, fraction: float) -> int:
+    """How many of ``n`` samples ``validation_split=fraction`` holds out, as Keras counts:
+    ``n - floor(n * (1 - fraction))`` for arrays (Keras' ``train_validation_split``), else
+    ``int(n * fraction)`` (``image_dataset_from_directory``'s count of files). ``source`` may
+    be the data's base (``base_of``), which this asks for otherwise."""
+    if isinstance(base_of(source), InMemory):  # one array, or a dict or tuple of them
+        return n - math.floor(n * (1.0 - fraction))
+    return int(n * fraction)
+
+
+def split_validation(source: Source, fraction: float, seed: int = 0) -> tuple[Subset, Subset]:
+    """``(train, validation)``: a seeded random ``fraction`` of ``source`` held out.
+
+    The split depends only on the number of samples, ``fraction`` and ``seed``: the same on
+    every run, in every process and whatever the number of devices. Each part keeps the
+    source's order (the loader shuffles the training part every epoch). Its sizes are
+    Keras': of ``n`` files, ``int(n * fraction)`` are held out (``image_dataset_from_directory``);
+    of ``n`` array rows, ``n - floor(n * (1 - fraction))`` (``fit(validation_split=)``), so a
+    tiny fraction of arrays still validates on one row. Refused only when a side is empty.
+
+    Args:
+        source: an index-driven source (any but a reader-driven one such as an LMDB).
+        fraction: the share held out for validation, in (0, 1).
+        seed: seeds the permutation.
+
+    Example:
+        >>> import numpy as np, easyfit as ef
+        >>> from easyfit.data.split import split_validation
+        >>> data = ef.data.Arrays(np.arange(20.0)[:, None], np.arange(20) % 2)
+        >>> train, val = split_validation(data, 0.1, seed=0)
+        >>> len(train), len(val), set(train.indices) & set(val.indices)
+        (18, 2, set())
+        >>> [len(part) for part in split_validation(data, 0.001)]  # Keras: one row still held out
+        [19, 1]
+    """
+    if not 0.0 < float(fraction) < 1.0:
+        raise ValueError(f"validation_split={fraction!r}: expected a fraction in (0, 1)")
+    if not isinstance(source, IndexedSource):  # a ReaderSource: DALI's reader picks the order
+        raise ValueError(
+            f"validation_split: {source.describe()} is read by DALI's reader in its "
+            "own order, so easyfit cannot hold samples out of it; give validation "
+            "data instead (validation_data=..., or a root/val beside root/train)"
+        )
+    n = source.num_samples
+    held = held_out(source, n, float(fraction))
+    if held < 1 or held >= n:
+        raise ValueError(
+            f"validation_split={fraction}: of {n} samples that leaves {n - held} "
+            f"for training and {held} for validation; both need at least one"
+        )
+    order = np.random.default_rng([seed, 0x5A11D]).permutation(n)
+    return Subset(source, np.sort(order[held:])), Subset(source, np.sort(order[:held]))
 
 
 class _KnownLabelsOf:

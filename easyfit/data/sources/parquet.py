@@ -36,7 +36,7 @@ from .registry import FILES, Format, holding, register
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["Parquet", "hf_splits", "is_parquet_pattern"]
+__all__ = ["Parquet", "hf_splits", "is_parquet_pattern", "splits_in"]
 
 #: A Hugging Face shard's name: ``<split>-00000-of-00004[-<hash>].parquet`` (or ``<split>.parquet``,
 #: for a split of :data:`_SPLIT_NAMES` only: ``shard0.parquet`` is a shard, not a split).
@@ -79,7 +79,14 @@ def hf_splits(root: str | os.PathLike | Listing) -> dict[str, str]:
     listing = root if isinstance(root, Listing) else storage_for(os.fspath(root)).listdir(os.fspath(root))
     if listing is None or listing.storage.remote:  # read from local files only: no splits there
         return {}
-    for folder in (listing.child("data"), listing):
+    return splits_in(listing.child("data"), listing)
+
+
+def splits_in(*folders: Listing | None) -> dict[str, str]:
+    """:func:`hf_splits` from the listings of a local root's ``data/`` folder (None: there is
+    none) and of the root, the caller's: the splits of the first that holds shards named by
+    split, asking storage nothing."""
+    for folder in folders:
         if folder is None:
             continue
         splits: dict[str, str] = {}

@@ -17,8 +17,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ...errors import DataError
+
 if TYPE_CHECKING:
-    from ...errors import DataError
     from ..storage import Listing
     from .base import Source
 
@@ -31,6 +32,7 @@ __all__ = [
     "Format",
     "formats",
     "holding",
+    "in_folder",
     "register",
 ]
 
@@ -71,6 +73,19 @@ class Format:
         """The name a message gives it: its source class's, else its own."""
         return self.source.__name__ if self.source is not None else self.name
 
+    def reader(self, path: str, remote: bool = False) -> type[Source]:
+        """The source class that reads ``path`` of this format (``remote``: in a bucket), or
+        the DataError that says why it is not read."""
+        if self.source is None:
+            raise (self.refusal(path) if self.refusal else DataError(f"{path}: {self.name} data is not read"))
+        if remote and not self.object_storage:
+            works = ", ".join(sorted({f.title for f in formats() if f.object_storage and f.source}))
+            raise DataError(
+                f"{path}: {self.title} data on object storage is not read by easyfit yet (s3:// works "
+                f"for {works}); copy it to a local disk (aws s3 sync), or store it in one of those formats"
+            )
+        return self.source
+
 
 _FORMATS: dict[str, Format] = {}
 
@@ -89,3 +104,20 @@ def formats() -> list[Format]:
 def holding(*suffixes: str) -> Callable[[Listing], bool]:
     """A recogniser: the folder holds a file whose name ends with one of ``suffixes``."""
     return lambda listing: bool(listing.with_suffix(suffixes))
+
+
+def in_folder(path: str, listing: Listing) -> type[Source]:
+    """The source class for folder ``path``, from its ``listing``: the format recognised at the
+    first priority at which one is (two of one priority: a DataError, the folder is ambiguous)."""
+    known = formats()
+    for priority in sorted({f.priority for f in known}):
+        found = [f for f in known if f.priority == priority and f.recognise and f.recognise(listing)]
+        if len({f.title for f in found}) > 1:
+            raise DataError(
+                f"{path}: holds files of several formats "
+                f"({', '.join(f.title for f in found)}); give one source explicitly, "
+                "e.g. ef.data.RecordIO(path)"
+            )
+        if found:
+            return found[0].reader(path, listing.storage.remote)
+    raise DataError(f"{path}: no format recognises this folder")
