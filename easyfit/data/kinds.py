@@ -209,10 +209,6 @@ class SourceKind:
         ``(use, why)``: that choice, since caching does not change this kind's order."""
         return use, why
 
-    def split_refusal(self, source: Source) -> str | None:
-        """Why ``validation_split`` cannot hold samples out of ``source``, or None."""
-        return None
-
 
 class ReaderKind(SourceKind):
     """What differs for a :class:`~easyfit.data.sources.base.ReaderSource` (:data:`READ`)."""
@@ -272,13 +268,6 @@ class ReaderKind(SourceKind):
             f"cache={cache!r}: the backup was written {'with' if cached else 'without'} the device "
             f"cache, which orders a DALI reader's samples differently; resume with cache={cached} "
             "(or delete the backup to start afresh)"
-        )
-
-    def split_refusal(self, source: Source) -> str | None:
-        return (
-            f"validation_split: {source.describe()} is read by DALI's reader in its "
-            "own order, so easyfit cannot hold samples out of it; give validation "
-            "data instead (validation_data=..., or a root/val beside root/train)"
         )
 
 

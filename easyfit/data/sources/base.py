@@ -21,9 +21,10 @@ What every format must provide is a handful of members:
 
 What only some sources can do (labels known up front, a host check of a sample, its encoded
 image, labels checked as fed, the files read, ...) is a capability: a ``runtime_checkable``
-Protocol of ``easyfit.data.sources.capabilities``, which code tests for with ``isinstance``,
-never by a source's class. :class:`Subset` has its source's members as they are, and the
-capabilities its source has, its samples renumbered.
+Protocol defined here too (``easyfit.data.sources.capabilities`` keeps the old import path),
+which code tests for with ``isinstance``, never by a source's class. :class:`Subset` has its
+source's members as they are, and the capabilities its source has, its samples renumbered;
+:func:`split_validation` (``validation_split``) makes two of them.
 
 A new format is one new file in ``easyfit/data/sources/`` (see docs/architecture.md).
 """
