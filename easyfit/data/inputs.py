@@ -9,8 +9,10 @@ iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +23,7 @@ from .kinds import Resume, stream_request
 from .loader import open_stream
 from .plan import Plan, Windows
 from .resolve import Sources, TrainingData
-from .sources.base import Source, shuffle_windows
+from .sources.base import Blocked, FolderListing, Source, base_of
 from .stream import LoaderOptions, Stream
 
 __all__ = ["DataInputs", "TrainingData", "shuffle_windows"]
@@ -70,6 +72,7 @@ class DataInputs:
         self.steps_per_execution = steps_per_execution
         self.cache: bool | str = "auto"  # the last fit's choice, also for evaluation data
         self._sources = Sources()  # one per path, read alike the training data
+        self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
         self._kept = KeptStreams(placement, loader_options)
 
     @property
@@ -101,10 +104,10 @@ class DataInputs:
         verbose: bool = False,
     ) -> TrainingData:
         """fit's data (:class:`TrainingData`) from its arguments (those of :meth:`fit_sources`),
-        resolved in one pass (``easyfit.data.resolve.Sources.training_data``), with what fit reads of
-        its sources decided once there: the windows a pass shuffled as ``shuffle`` reads, and
-        with ``verbose`` the notes fit says."""
-        return self._sources.training_data(
+        resolved in one pass (``easyfit.data.resolve.Sources.training_data``), with what fit reads
+        of its sources decided once there, and here the windows a pass shuffled as ``shuffle``
+        reads and, with ``verbose``, what the listings left out (each said once)."""
+        data = self._sources.training_data(
             x,
             y,
             validation_data,
@@ -112,9 +115,11 @@ class DataInputs:
             sample_weight,
             folder_settings,
             seed=self.seed,
-            shuffle=shuffle,
             verbose=verbose,
         )
+        windows = shuffle_windows(data.train, shuffle)
+        notes = tuple(self.left_out(data.base, data.validation)) if verbose else ()
+        return dataclasses.replace(data, windows=windows, left_out=notes)
 
     def fit_sources(
         self,
@@ -165,7 +170,14 @@ class DataInputs:
         """What the listing of each of ``sources`` left out of its folder (hidden entries, files
         of other types, files beside the class folders...), in words, each said once: the
         sentences not returned before."""
-        return self._sources.left_out_notes(*sources)
+        said: list[str] = []
+        for source in sources:
+            base = None if source is None else base_of(source)
+            note = base.left_out if isinstance(base, FolderListing) else None
+            if base is not None and note and base not in self._said:
+                self._said.add(base)
+                said.append(note)
+        return said
 
     # ---------------------------------------------------------------------------- batching
     def plan(
@@ -290,3 +302,12 @@ class DataInputs:
         """Releases every kept stream (DALI pipelines, device caches) and open file."""
         self._kept.close()
         self._sources.close()
+
+
+def shuffle_windows(source: Source, shuffle: bool | str, cached: bool = False) -> Windows | None:
+    """The windows a shuffled pass over ``source`` reads its blocks in (``Blocked``), or
+    None: a permutation of all the samples (not shuffled, ``shuffle="batch"``, or cached on
+    the devices, where any order costs the same)."""
+    if isinstance(shuffle, str) or not shuffle or cached or not isinstance(source, Blocked):
+        return None
+    return source.shuffle_windows()

@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import inspect
 import os
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -27,12 +26,10 @@ from .fingerprint import data_fingerprint
 from .plan import Windows
 from .sources.arrays import Arrays, unscaled_note
 from .sources.base import (
-    FolderListing,
     Source,
     base_of,
     held_out,
     known_labels,
-    shuffle_windows,
     split_validation,
 )
 from .sources.folder import IMAGE_EXTENSIONS, ImageFiles, ImageFolder
@@ -243,9 +240,9 @@ def split_layout(root: str | os.PathLike) -> tuple[str, str | None] | None:
     if listing is None:
         return None
     folders = {e.name for e in listing.dirs}
-    if "train" not in folders:
-        local = not listing.storage.remote  # Hugging Face's splits are read from local files only
-        splits = splits_in(listing.child("data"), listing) if local else {}
+    if "train" not in folders:  # Hugging Face's splits: Parquet files of data/ or of the root
+        shards = [] if listing.storage.remote else [listing.child("data"), listing]  # local only
+        splits = splits_in(*(f.with_suffix((".parquet",)) for f in shards if f is not None))
         if "train" not in splits:
             return None
         return splits["train"], next((splits[v] for v in VALIDATION_NAMES if v in splits), None)
@@ -406,7 +403,7 @@ class TrainingData:
         windows: the windows a shuffled pass reads the training blocks in (``Blocked``), or
             None: decided once, agreed on by the processes and followed by the plan.
         left_out: what the listings of the training and validation folders left out, in
-            words (each said once: :meth:`Sources.left_out_notes`), for a verbose fit.
+            words (each said once: ``DataInputs.left_out``), for a verbose fit.
         unscaled: for a verbose fit, a sentence when the training data is integer pixels given
             unscaled (``easyfit.data.sources.arrays.unscaled_note``), else None.
         base: the source the training data is a view of (``base_of``: a split's source), or
@@ -462,7 +459,6 @@ class Sources:
         self.train: Source | None = None
         self.recipe: dict[str, Any] | None = None
         self._kept: dict[_Key, Source] = {}
-        self._said: weakref.WeakSet[Source] = weakref.WeakSet()  # whose left_out was said
 
     def training_data(
         self,
@@ -474,13 +470,13 @@ class Sources:
         folder_settings: Mapping[str, Any] | None = None,
         *,
         seed: int = 0,
-        shuffle: bool | str = True,
         verbose: bool = False,
     ) -> TrainingData:
         """fit's data from its arguments: a ``root/train`` + ``root/val`` layout,
         ``validation_split`` held out (seeded by ``seed``), or ``validation_data`` (a source, a
-        path, ``(x, y)`` or ``(x, y, sample_weight)``), with the facts fit reads of them: the
-        windows a pass shuffled as ``shuffle`` reads, and with ``verbose`` the notes fit says.
+        path, ``(x, y)`` or ``(x, y, sample_weight)``), with the facts fit reads of them (with
+        ``verbose``, the note on unscaled pixels); ``DataInputs.fit_data`` adds the batching's
+        and the telling's part: the shuffle's windows and what the listings left out.
         ``folder_settings``: image settings for a training path read as an image folder (a
         pretrained model's preprocessing); the validation folder shares the training
         folder's settings."""
@@ -497,9 +493,11 @@ class Sources:
                     f"validation_split={validation_split})) to hold a part of it out instead"
                 )
         train = self._resolve(x, y, sample_weight=sample_weight, folder_settings=folder_settings)
+        unscaled = unscaled_note(train) if verbose else None
         base = base_of(train)
         if validation_split and validation_data is None:
             train, validation_data = split_validation(train, validation_split, seed)
+        labels_known = known_labels(train) is not None
         self.train, self.recipe = train, train.recipe()
         if validation_data is not None:
             val, argument = validation_data, "validation_data"
@@ -513,10 +511,9 @@ class Sources:
             val,
             scale=train.scale,
             class_names=train.class_names,
-            labels_known=known_labels(train) is not None,
-            windows=shuffle_windows(train, shuffle),
-            left_out=tuple(self.left_out_notes(base, val)) if verbose else (),
-            unscaled=unscaled_note(base) if verbose else None,
+            labels_known=labels_known,
+            windows=None,  # the batching's: DataInputs.fit_data decides them
+            unscaled=unscaled,
             base=base,
         )
 
@@ -570,19 +567,6 @@ class Sources:
         if not inputs_only and not source.labelled:
             raise ValueError(f"{argument}: {source.describe()} has no labels: predict reads it")
         return source
-
-    def left_out_notes(self, *sources: Source | None) -> list[str]:
-        """What the listing of each of ``sources`` left out of its folder (hidden entries, files
-        of other types, files beside the class folders...), in words, each said once: the
-        sentences not returned before."""
-        said: list[str] = []
-        for source in sources:
-            base = None if source is None else base_of(source)
-            note = base.left_out if isinstance(base, FolderListing) else None
-            if base is not None and note and base not in self._said:
-                self._said.add(base)
-                said.append(note)
-        return said
 
     def close(self) -> None:
         """Closes every source kept and forgets them, and the training source."""

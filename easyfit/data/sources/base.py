@@ -77,7 +77,6 @@ __all__ = [
     "nonfinite_problem",
     "outside_classes",
     "plain_names",
-    "shuffle_windows",
     "split_validation",
 ]
 
@@ -199,15 +198,6 @@ def base_of(source: Source) -> Source:
 def known_labels(source: Source) -> Any:
     """``source.known_labels()`` when it has :class:`KnownLabels`, else None."""
     return source.known_labels() if isinstance(source, KnownLabels) else None
-
-
-def shuffle_windows(source: Source, shuffle: bool | str, cached: bool = False) -> Windows | None:
-    """The windows a shuffled pass over ``source`` reads its blocks in (:class:`Blocked`), or
-    None: a permutation of all the samples (not shuffled, ``shuffle="batch"``, or cached on
-    the devices, where any order costs the same)."""
-    if isinstance(shuffle, str) or not shuffle or cached or not isinstance(source, Blocked):
-        return None
-    return source.shuffle_windows()
 
 
 def nonfinite_problem(a: np.ndarray, unit: str = "element") -> str | None:

@@ -30,7 +30,6 @@ from .base import (
     View,
     base_of,
     known_labels,
-    shuffle_windows,
 )
 
 __all__ = [
@@ -47,5 +46,4 @@ __all__ = [
     "View",
     "base_of",
     "known_labels",
-    "shuffle_windows",
 ]

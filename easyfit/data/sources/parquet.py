@@ -28,7 +28,7 @@ from ..images import EncodedImages, ImageOptions, ImageSettings, first_line, sam
 from ..parquet_read import WINDOWS_HELD, RowGroups, cut, damaged, is_local, open_file, problem, uncompressed
 from ..parquet_read import pyarrow_parquet as _pyarrow
 from ..plan import Windows
-from ..storage import Listing, storage_for
+from ..storage import Entry, Listing, storage_for
 from .base import IndexedSource, ReadAtStart, bad_sample, int32_labels, plain_names
 from .folder import entries
 from .registry import FILES, Format, holding, register
@@ -79,28 +79,22 @@ def hf_splits(root: str | os.PathLike | Listing) -> dict[str, str]:
     listing = root if isinstance(root, Listing) else storage_for(os.fspath(root)).listdir(os.fspath(root))
     if listing is None or listing.storage.remote:  # read from local files only: no splits there
         return {}
-    return splits_in(listing.child("data"), listing)
+    return splits_in(*(f.with_suffix((".parquet",)) for f in (listing.child("data"), listing) if f))
 
 
-def splits_in(*folders: Listing | None) -> dict[str, str]:
-    """:func:`hf_splits` from the listings of a local root's ``data/`` folder (None: there is
-    none) and of the root, the caller's: the splits of the first that holds shards named by
-    split, asking storage nothing."""
-    for folder in folders:
-        if folder is None:
-            continue
+def splits_in(*shards: list[Entry]) -> dict[str, str]:
+    """:func:`hf_splits` from the Parquet files of a local root's ``data/`` folder and of the
+    root (each the entries of a listing, sorted by name), which the caller listed: the splits
+    of the first that holds shards named by split."""
+    for files in shards:
         splits: dict[str, str] = {}
-        for f in folder.with_suffix((".parquet",)):
+        for f in files:
             m = _HF_SHARD.match(f.name)
             if m is None or not (m["of"] or m["split"].lower() in _SPLIT_NAMES):
                 return {}  # Parquet files, but not named by split: shards of one dataset
             split = m["split"]
-            exact = os.path.join(folder.path, f"{split}.parquet")
-            splits[split] = (
-                exact
-                if f.path == exact and split not in splits
-                else os.path.join(folder.path, f"{split}-*.parquet")
-            )
+            exact = f.name == f"{split}.parquet" and split not in splits
+            splits[split] = f.path if exact else os.path.join(os.path.dirname(f.path), f"{split}-*.parquet")
         if splits:
             return splits
     return {}
