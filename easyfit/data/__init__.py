@@ -12,7 +12,7 @@ from .find_bad import check
 from .inputs import DataInputs
 from .loader import Loader
 from .plan import Plan, epoch_permutation
-from .resolve import VALIDATION_NAMES, split_layout, split_validation, to_source
+from .resolve import VALIDATION_NAMES, split_layout, to_source
 from .sources import (
     IMAGE_EXTENSIONS,
     Arrays,
@@ -31,6 +31,7 @@ from .sources import (
     TFRecord,
     WebDataset,
 )
+from .split import split_validation
 from .stream import LoaderOptions, Stream, StreamRequest
 
 __all__ = [

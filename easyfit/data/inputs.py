@@ -135,7 +135,9 @@ class DataInputs:
         ``(x, y)`` or ``(x, y, sample_weight)``). ``folder_settings``: image settings for a
         training path read as an image folder (a pretrained model's preprocessing); the
         validation folder shares the training folder's settings."""
-        data = self.fit_data(x, y, validation_data, validation_split, sample_weight, folder_settings)
+        data = self._sources.training_data(
+            x, y, validation_data, validation_split, sample_weight, folder_settings, seed=self.seed
+        )
         return data.train, data.validation
 
     def source(

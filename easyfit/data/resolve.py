@@ -28,7 +28,6 @@ from .sources.arrays import Arrays, unscaled_note
 from .sources.base import (
     Source,
     base_of,
-    held_out,
     known_labels,
     split_validation,
 )
@@ -43,12 +42,10 @@ __all__ = [
     "Sources",
     "TrainingData",
     "detect",
-    "held_out",
     "image_files_for",
     "refuse",
     "source_for",
     "split_layout",
-    "split_validation",
     "to_source",
     "unsupported",
 ]
@@ -446,8 +443,9 @@ _Key = tuple[str, bool, str | None]
 
 class Sources:
     """What a trainer is given -> its sources, in one place: fit's training and validation
-    data resolved together (:meth:`training_data`), evaluate's and predict's data (:meth:`kept_source`); one
-    source kept per path, each read alike the training data (its settings, or its recipe).
+    data resolved together (:meth:`training_data`), evaluate's and predict's data
+    (:meth:`kept_source`); one source kept per path, each read alike the training data (its
+    settings, or its recipe).
 
     Attributes:
         train: the last fit's training source, or None.
