@@ -90,6 +90,10 @@ class DataInputs:
         last fit's training source's, or a loaded checkpoint's; None when unknown."""
         return self._sources.recipe
 
+    @recipe.setter
+    def recipe(self, recipe: dict[str, Any] | None) -> None:
+        self._sources.recipe = recipe
+
     # ------------------------------------------------------------------------------ sources
     def fit_data(
         self,
@@ -160,13 +164,13 @@ class DataInputs:
         """Reads data from now on as ``recipe`` says (a loaded model's): the sources resolved
         before, read otherwise, are closed and forgotten."""
         self.close()
-        self._sources.recipe = None if recipe is None else dict(recipe)
+        self.recipe = None if recipe is None else dict(recipe)
 
     def adopt(self, source: Source) -> None:
         """Takes ``source``'s recipe when none is known yet (a model built by evaluate or
         predict, never fit)."""
-        if self._sources.recipe is None:
-            self._sources.recipe = source.recipe()
+        if self.recipe is None:
+            self.recipe = source.recipe()
 
     def left_out(self, *sources: Source | None) -> list[str]:
         """What the listing of each of ``sources`` left out of its folder (hidden entries, files
