@@ -143,24 +143,26 @@ def test_bad_gradient_accumulation_steps_name_the_argument():
 
 
 _DEVICES = """
-import json, sys
+import json
 import numpy as np, optax, easyfit as ef, jax
 from tests.helpers import flat_params
 from tests.helpers.models import TinyMLP as Tiny
 x, y = ef.datasets.sample()["train"]
 x, y = (x[:96] / 255).astype(np.float32), y[:96]
-t = ef.Trainer(Tiny(), optimizer=optax.adam(1e-3), seed=0, gradient_accumulation_steps=int(sys.argv[1]))
-t.fit(x, y, batch_size=int(sys.argv[2]), epochs=2, shuffle=False, verbose=0)
-print(json.dumps({"devices": jax.device_count(), "params": flat_params(t.params).tolist()}))
+runs = {}
+for name, n, k, batch_size in (("many", 4, 4, 12), ("one", 1, None, 48)):
+    devices = jax.devices()[:n]  # a mesh of the first n of the process's devices
+    t = ef.Trainer(Tiny(), optimizer=optax.adam(1e-3), seed=0, gradient_accumulation_steps=k, devices=devices)
+    t.fit(x, y, batch_size=batch_size, epochs=2, shuffle=False, verbose=0)
+    runs[name] = {"devices": len(t.state.step.sharding.device_set), "params": flat_params(t.params).tolist()}
+print(json.dumps(runs))
 """
 
 
 @pytest.mark.slow
 def test_accumulation_on_four_devices_matches_one_big_batch_on_one(tmp_path):
-    many = json.loads(run_python("-c", _DEVICES, "4", "12", devices=4).splitlines()[-1])
-    one = json.loads(
-        run_python("-c", _DEVICES.replace("int(sys.argv[1])", "None"), "0", "48").splitlines()[-1]
-    )
+    runs = json.loads(run_python("-c", _DEVICES, devices=4).splitlines()[-1])
+    many, one = runs["many"], runs["one"]
     assert many["devices"] == 4 and one["devices"] == 1
     rtol, atol = TOLERANCE["adam"]
     np.testing.assert_allclose(np.array(many["params"]), np.array(one["params"]), rtol=rtol, atol=atol)

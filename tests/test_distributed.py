@@ -106,7 +106,7 @@ def test_evaluate_and_predict_see_each_sample_once(two_processes):
 
 
 def test_a_dead_process_stops_the_other_within_the_timeout(mnist_dir, tmp_path):
-    procs = _launch(mnist_dir, tmp_path, "--epochs", "50", "--die-after-epoch", "0")
+    procs = _launch(mnist_dir, tmp_path, "--epochs", "50", "--die-after-epoch", "0", "--fit-only")
     victim, survivor = procs[1], procs[0]
     victim.communicate(timeout=300)
     assert victim.returncode == 3
@@ -119,45 +119,59 @@ def test_a_dead_process_stops_the_other_within_the_timeout(mnist_dir, tmp_path):
     assert "another task died" in output
 
 
-def _both_refuse(procs) -> list[str]:
-    """The outputs of two processes that must both end with fit's error, never hang: their
-    bound only keeps a hang from blocking the suite (both meet at once, error at once)."""
-    try:
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
+@pytest.fixture(scope="module")
+def disagreements(mnist_dir, tmp_path_factory) -> dict[str, list[str]]:
+    """``{call: [output of process 0, of process 1]}``: train_multiprocess.py's disagreements,
+    in one pair of processes: process 1 given batch_size=100 at fit and at predict (process 0:
+    200), then a copy of the data with one file renamed (as many samples, the same classes; only
+    the data's fingerprint, its files' names and sizes, tells them apart)."""
+    tmp = tmp_path_factory.mktemp("disagreements")
+    other = tmp / "other"
+    shutil.copytree(mnist_dir, other)
+    first = min((other / "train").rglob("*.png"))
+    first.rename(first.with_name("renamed-" + first.name))
+    procs = _launch(
+        mnist_dir,
+        tmp,
+        each=(("--disagreements", mnist_dir), ("--disagreements", str(other), "--batch-size", "100")),
+    )
+    try:  # the bound only keeps a hang from blocking the suite (both meet at once, error at once)
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
-        pytest.fail("a process still runs 240 s after it was started: the disagreement hung")
+        pytest.fail("a process still runs 300 s after it was started: a disagreement hung")
+    calls: dict[str, list[str]] = {}
     for p, output in zip(procs, outputs, strict=True):
-        assert p.returncode == 4, output[-3000:]  # the program's exit on fit's ValueError
-    return outputs
+        assert p.returncode == 0, output[-3000:]
+        parts = output.split("--- ")[1:]
+        assert [part.split("\n", 1)[0] for part in parts] == [
+            "fit-batch-size",
+            "predict-batch-size",
+            "fit-data",
+        ]
+        for part in parts:
+            name, said = part.split("\n", 1)
+            calls.setdefault(name, []).append(said)
+    return calls
 
 
-def test_processes_given_different_batch_sizes_both_stop_naming_it(mnist_dir, tmp_path):
-    procs = _launch(mnist_dir, tmp_path, "--fit-only", each=((), ("--batch-size", "100")))
-    for output in _both_refuse(procs):
+def test_processes_given_different_batch_sizes_both_stop_naming_it(disagreements):
+    for output in disagreements["fit-batch-size"]:
         assert "ValueError: the processes differ at fit" in output, output[-3000:]
         assert "process 1 has batch_size=100, process 0 has 200" in output, output[-3000:]
         assert "Epoch 1/" not in output  # stopped before training
 
 
-def test_processes_predicting_with_different_batch_sizes_both_stop_naming_it(mnist_dir, tmp_path):
+def test_processes_predicting_with_different_batch_sizes_both_stop_naming_it(disagreements):
     """``predict`` (and ``evaluate``) called alone agree too: no hang in their collectives."""
-    procs = _launch(mnist_dir, tmp_path, "--predict-only", each=((), ("--batch-size", "100")))
-    for output in _both_refuse(procs):
+    for output in disagreements["predict-batch-size"]:
         assert "ValueError: the processes differ at predict" in output, output[-3000:]
         assert "process 1 has batch_size=100, process 0 has 200" in output, output[-3000:]
 
 
-def test_processes_given_different_data_both_stop_naming_it(mnist_dir, tmp_path):
-    """Process 1's copy of the data has one file renamed: as many samples, the same classes;
-    only the data's fingerprint (its files' names and sizes) tells them apart."""
-    other = tmp_path / "other"
-    shutil.copytree(mnist_dir, other)
-    first = min((other / "train").rglob("*.png"))
-    first.rename(first.with_name("renamed-" + first.name))
-    procs = _launch((mnist_dir, str(other)), tmp_path, "--fit-only")
-    for output in _both_refuse(procs):
+def test_processes_given_different_data_both_stop_naming_it(disagreements):
+    for output in disagreements["fit-data"]:
         assert "ValueError: the processes differ at fit" in output, output[-3000:]
         assert "process 1 has data.files=" in output and "process 0 has " in output, output[-3000:]
         assert "data.samples" not in output and "batch_size" not in output

@@ -27,13 +27,6 @@ def _npz(path) -> list[np.ndarray]:
 def test_sigterm_backs_up_exits_143_and_resumes_exactly(tmp_path):
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1", "PYTHONUNBUFFERED": "1"}
     program = [sys.executable, str(PROGRAMS / "train_preempted.py")]
-    never_stopped = subprocess.Popen(
-        program + [str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
     cmd = program + [str(tmp_path / "backup"), str(tmp_path / "resumed.npz"), "--delay", "0.1"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
@@ -53,10 +46,18 @@ def test_sigterm_backs_up_exits_143_and_resumes_exactly(tmp_path):
     point = BackupAndRestore(tmp_path / "backup").restore_point()
     last = [tuple(map(int, ln.split()[1:])) for ln in lines if ln.startswith("batch")][-1]
     assert (point.epoch, point.batch) == (last[0], last[1] + 1)  # the last step, not step 3
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    # run again; then, in the same interpreter, a new Trainer trains the fit never stopped (its
+    # own backup folder): the reference
+    again = subprocess.run(
+        cmd + ["--reference", str(tmp_path / "ref"), str(tmp_path / "ref.npz")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     resumed = last_json(again)
-    out, err = never_stopped.communicate(timeout=300)
-    reference = last_json(subprocess.CompletedProcess(cmd, never_stopped.returncode, out, err))
+    reference = resumed.pop("reference")
+    assert reference["epochs"] == [0, 1]  # from the start, never stopped
     assert resumed["epochs"] == [1] and resumed["step"] == reference["step"]
     for a, b in zip(_npz(tmp_path / "ref.npz"), _npz(tmp_path / "resumed.npz"), strict=True):
         assert np.array_equal(a, b)

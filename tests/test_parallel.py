@@ -1,4 +1,5 @@
-"""Data parallel over 1, 4 and 8 virtual CPU devices, each in its own process."""
+"""Data parallel over 1, 4 and 8 virtual CPU devices: meshes of that many of one process's 8
+(tests/programs/parallel_devices.py), one interpreter for every run."""
 
 from __future__ import annotations
 
@@ -15,19 +16,22 @@ pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpre
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def _trained(mnist_dir, path, devices, *args):
-    """The program's JSON figures, with the trained parameters (leaves in tree order)."""
-    proc = run_program("train_devices.py", mnist_dir, "--save", str(path), *args, devices=devices)
-    result = last_json(proc)
-    with np.load(path) as saved:
-        result["params"] = [saved[k] for k in sorted(saved.files, key=lambda k: int(k[4:]))]
+@pytest.fixture(scope="module")
+def runs(mnist_dir, tmp_path_factory):
+    """The program's JSON figures of each run, with its trained parameters (leaves in tree order)."""
+    out = tmp_path_factory.mktemp("params")
+    result = last_json(run_program("parallel_devices.py", mnist_dir, str(out), devices=8))
+    assert result.pop("process_devices") == 8
+    for name, r in result.items():
+        if "error" not in r:
+            with np.load(out / f"{name}.npz") as saved:
+                r["params"] = [saved[k] for k in sorted(saved.files, key=lambda k: int(k[4:]))]
     return result
 
 
 @pytest.fixture(scope="module")
-def by_devices(mnist_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("params")
-    return {n: _trained(mnist_dir, out / f"{n}.npz", n) for n in (1, 4, 8)}
+def by_devices(runs):
+    return {n: runs[str(n)] for n in (1, 4, 8)}
 
 
 def test_every_device_holds_a_replica_and_accuracy_agrees(by_devices):
@@ -48,15 +52,15 @@ def test_device_count_does_not_change_the_math(by_devices):
             np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{n} devices")
 
 
-def test_batch_size_not_divisible_by_the_devices(mnist_dir):
-    r = last_json(run_program("train_devices.py", mnist_dir, "--batch-size", "100", devices=8))
-    assert "batch_size=100" in r["error"] and "8 devices" in r["error"]
+def test_batch_size_not_divisible_by_the_devices(runs):
+    error = runs["8-batch-100"]["error"]
+    assert "batch_size=100" in error and "8 devices" in error
 
 
-def test_steps_per_execution_on_several_devices(mnist_dir, by_devices, tmp_path):
+def test_steps_per_execution_on_several_devices(runs, by_devices):
     # 4 steps per dispatch (15 steps an epoch: 4, 4, 4, then 3) train the same steps on the same
     # batches as 1 per dispatch: the same parameters, up to the order of float sums.
-    r = _trained(mnist_dir, tmp_path / "k4.npz", 4, "--steps-per-execution", "4")
-    assert r["replicas_identical"] and r["val_accuracy"] > 0.85
+    r = runs["4-k4"]
+    assert r["devices"] == 4 and r["replicas_identical"] and r["val_accuracy"] > 0.85
     for got, want in zip(r["params"], by_devices[4]["params"], strict=True):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg="k=4 against k=1")

@@ -17,7 +17,6 @@ import pytest
 import easyfit as ef
 from easyfit.callbacks import BackupAndRestore, Callback
 from tests.helpers import Crash, crash_at, flat_params, last_json, run_program
-from tests.helpers.formats import mnist_in
 from tests.helpers.models import SmallMLP
 from tests.helpers.stream import Recorder, fit_indexed, indexed, passes
 
@@ -150,8 +149,8 @@ def test_steps_per_epoch_must_be_a_positive_integer():
 
 
 @pytest.mark.slow
-def test_on_four_devices(tmp_path, mnist_arrays):
-    lmdb = mnist_in("lmdb", tmp_path / "lmdb", mnist_arrays, (1000, 100))
+def test_on_four_devices(tmp_path, format_roots):
+    lmdb = format_roots["lmdb"]  # the session's LMDB of MNIST: 1,000 training records
     r = last_json(run_program("steps_per_epoch_devices.py", str(tmp_path / "b"), lmdb, devices=4))
     assert r["devices"] == 4
     assert r["streams"] == {"2-1": True, "5-2": True}

@@ -1,4 +1,4 @@
-"""The formats on 1 and 4 virtual CPU devices, each in its own process."""
+"""The formats on 1 and 4 virtual CPU devices: meshes of one process's 4."""
 
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ def _params(path):
 
 @pytest.fixture(scope="module")
 def by_devices(format_roots, mnist_idx, tmp_path_factory):
+    out = tmp_path_factory.mktemp("devices")
+    args = (mnist_idx, format_roots["lmdb"], format_roots["recordio"], str(out))
+    printed = last_json(run_program("formats_devices.py", *args, devices=4))
     results = {}
     for n in (1, 4):
-        out = tmp_path_factory.mktemp(f"devices{n}")
-        args = (mnist_idx, format_roots["lmdb"], format_roots["recordio"], str(out))
-        results[n] = last_json(run_program("formats_devices.py", *args, devices=n))
-        results[n]["params"] = _params(out / "params.npz")
-        results[n]["cached_params"] = _params(out / "cached_params.npz")
+        results[n] = printed[str(n)]
+        assert results[n]["devices"] == n
+        results[n]["params"] = _params(out / f"params-{n}.npz")
+        results[n]["cached_params"] = _params(out / f"cached_params-{n}.npz")
     return results
 
 

@@ -1,12 +1,16 @@
 """One process of a multi-process run on CPU devices (gloo collectives).
 
     python train_multiprocess.py ROOT PROCESS_ID NUM_PROCESSES PORT OUT_DIR [--epochs 2]
-        [--die-after-epoch E] [--batch-size 200] [--fit-only]
+        [--die-after-epoch E] [--batch-size 200] [--fit-only] [--predict-only]
+        [--disagreements ROOT_OF_PROCESS]
 
 Trains the small MLP like train_devices.py; writes OUT_DIR/params.npz (process 0) and
 OUT_DIR/seen-<process>.json: the sample ids this process's devices received, per epoch
 (not with ``--fit-only``). A fit that raises prints ``<ErrorType>: <message>`` and exits with
-status 4.
+status 4. ``--disagreements`` runs three calls in turn, each after a line ``--- <call>``: fit
+on ROOT with ``--batch-size`` (``fit-batch-size``), predict on ROOT/val with it
+(``predict-batch-size``), and fit on ROOT_OF_PROCESS with batch 200 (``fit-data``); prints each
+call's error as above (``no error`` when it raises none) and exits with status 0.
 """
 
 import argparse
@@ -34,6 +38,11 @@ ap.add_argument("--fit-only", action="store_true", help="no loader pass, no eval
 ap.add_argument(
     "--predict-only", action="store_true", help="only predict on val/ with --batch-size (an untrained model)"
 )
+ap.add_argument(
+    "--disagreements",
+    default=None,
+    help="the fit, predict and data disagreements in turn; this process's root",
+)
 args = ap.parse_args()
 
 ef.distributed.initialize(
@@ -56,7 +65,7 @@ class Die(ef.callbacks.Callback):
             os._exit(3)
 
 
-if not (args.fit_only or args.predict_only):
+if not (args.fit_only or args.predict_only or args.disagreements):
     # Which samples reach this process's devices, through the real loader.
     n = 1000
     placement = Placement.create()
@@ -76,6 +85,26 @@ if not (args.fit_only or args.predict_only):
         json.dump(seen, f)
 
 trainer = ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+if args.disagreements:
+
+    def fresh() -> ef.Trainer:  # each call on a trainer of its own, as if called alone
+        return ef.Trainer(SmallMLP(), optimizer=optax.sgd(0.1, momentum=0.9), seed=0)
+
+    calls = {
+        "fit-batch-size": lambda: fresh().fit(args.root, epochs=1, batch_size=args.batch_size, verbose=2),
+        "predict-batch-size": lambda: fresh().predict(
+            args.root + "/val", batch_size=args.batch_size, verbose=0
+        ),
+        "fit-data": lambda: fresh().fit(args.disagreements, epochs=1, batch_size=200, verbose=2),
+    }
+    for name, call in calls.items():
+        print(f"--- {name}", flush=True)
+        try:
+            call()
+            print("no error", flush=True)
+        except (ValueError, TimeoutError) as e:
+            print(f"{type(e).__name__}: {e}", flush=True)
+    sys.exit(0)
 if args.predict_only:
     try:
         trainer.predict(args.root + "/val", batch_size=args.batch_size, verbose=0)
