@@ -25,9 +25,8 @@ import numpy as np
 
 from ..parallel import Placement
 from .cache import DeviceCache, OrderedRead, Recording, cache_budget
-from .fed_pipelines import FedPipelines
+from .pipelines import FedPipelines, ReaderPipelines, reader_plan
 from .plan import Plan
-from .reader_pipelines import ReaderPipelines, reader_plan
 from .sources.base import IndexedSource, ReaderSource, Source
 from .stream import LoaderOptions, Stream, StreamRequest
 
