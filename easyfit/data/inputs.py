@@ -22,8 +22,7 @@ from ..core.steps import per_dispatch
 from ..parallel import Placement
 from .fingerprint import data_fingerprint
 from .kept_streams import KeptStreams, LentStream
-from .kinds import Resume, stream_request
-from .loader import open_stream
+from .loader import Resume, open_stream, stream_request
 from .plan import Plan, Windows
 from .resolve import image_files_for, source_for, split_layout
 from .sources.arrays import unscaled_note

@@ -57,6 +57,7 @@ __all__ = [
     "FedPipelines",
     "PipelineBuilder",
     "PipelineRunner",
+    "ReaderLayout",
     "ReaderPipelines",
     "ReaderPlan",
     "default_num_threads",
@@ -527,18 +528,7 @@ class FedPipelines:
 
 
 @dataclasses.dataclass(frozen=True)
-class ReaderPlan(Plan):
-    """A Plan whose pass is the padded shard length of a reader: ``pass_steps`` steps."""
-
-    pass_steps: int = 1
-
-    @property
-    def steps_per_pass(self) -> int:
-        return self.pass_steps
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
+class ReaderLayout:
     """How the reader pipelines of a placement cut the stream: pipelines per process, readers
     in all, rows of a unit and of a run, and the runs of one reader pass."""
 
@@ -558,7 +548,20 @@ class _Layout:
         return -(-self.pass_runs // self.unit_runs)
 
 
-def _layout(plan: Plan, placement: Placement, pipelines: int | None) -> _Layout:
+@dataclasses.dataclass(frozen=True)
+class ReaderPlan(Plan):
+    """A Plan whose pass is the padded shard length of a reader: ``pass_steps`` steps; and how
+    the reader pipelines cut its stream (``layout``), worked out with it, once."""
+
+    pass_steps: int = 1
+    layout: ReaderLayout | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def steps_per_pass(self) -> int:
+        return self.pass_steps
+
+
+def _layout(plan: Plan, placement: Placement, pipelines: int | None) -> ReaderLayout:
     local = placement.local_shards
     per_process = len(local) if placement.platform == "gpu" else (pipelines or 1)
     if len(local) % per_process:
@@ -571,13 +574,13 @@ def _layout(plan: Plan, placement: Placement, pipelines: int | None) -> _Layout:
     run = run_rows(unit)  # read in runs of at most RUN_ROWS rows
     # DALI pads each shard to the longest one (pad_last_batch): ceil(n / readers) rows
     shard = -(-plan.num_samples // readers)
-    return _Layout(per_process, readers, unit_steps, unit, run, -(-shard // run))
+    return ReaderLayout(per_process, readers, unit_steps, unit, run, -(-shard // run))
 
 
 def reader_plan(plan: Plan, placement: Placement, pipelines: int | None = None) -> ReaderPlan:
     """The plan a :class:`ReaderSource`'s stream follows on ``placement``: ``plan`` with the
-    length of the reader's pass, each shard padded to whole units (``plan`` itself when it is
-    that already).
+    length of the reader's pass, each shard padded to whole units, and the layout of its
+    pipelines (``pipelines``: per process on CPUs); ``plan`` itself when it is that already.
 
     Example:
         >>> import easyfit as ef
@@ -589,7 +592,7 @@ def reader_plan(plan: Plan, placement: Placement, pipelines: int | None = None) 
     """
     fields = {f.name: getattr(plan, f.name) for f in dataclasses.fields(Plan)}
     layout = _layout(plan, placement, pipelines)
-    made = ReaderPlan(**fields, pass_steps=layout.pass_units * layout.unit_steps)
+    made = ReaderPlan(**fields, pass_steps=layout.pass_units * layout.unit_steps, layout=layout)
     return plan if made == plan and isinstance(plan, ReaderPlan) else made
 
 
@@ -597,7 +600,7 @@ class ReaderPipelines:
     """Pipelines of a :class:`ReaderSource`: one per local GPU (reader shard = the device's
     shard), or on CPUs ``pipelines`` per process (default 1), each reading one shard for an equal
     share of the local devices. :attr:`plan` is the request's, made by :func:`reader_plan` for
-    this placement and ``options.pipelines``.
+    this placement, with the layout the pipelines are built to.
 
     The reader's stream is read in *units* of whole runs: a chunk each, or with
     ``plan.epoch_steps`` (fit's ``steps_per_epoch``) a step each, so that an epoch can end
@@ -615,10 +618,10 @@ class ReaderPipelines:
         source = cast(ReaderSource, request.source)
         placement = request.placement
         position = request.position
-        if not isinstance(request.plan, ReaderPlan):
+        if not isinstance(request.plan, ReaderPlan) or request.plan.layout is None:
             raise TypeError("ReaderPipelines: the request's plan must be made by reader_plan")
         self.plan = request.plan
-        layout = _layout(self.plan, placement, options.pipelines)
+        layout = request.plan.layout
         self.source = source
         self.placement = placement
         self.training = request.training

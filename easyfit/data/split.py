@@ -7,7 +7,7 @@ from typing import cast
 
 import numpy as np
 
-from .kinds import kind_of
+from .loader import kind_of
 from .sources.base import IndexedSource, Source, Subset
 from .sources.capabilities import InMemory, base_of
 

@@ -9,8 +9,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.kept_streams import KeptStreams
-from easyfit.data.kinds import kind_of, stream_request
-from easyfit.data.loader import Loader, open_stream, stream_plan
+from easyfit.data.loader import Loader, kind_of, open_stream, stream_plan, stream_request
 from easyfit.data.stream import LoaderOptions, Position, Stream
 from easyfit.parallel import Placement
 from tests.helpers.formats import write_lmdb
