@@ -92,7 +92,7 @@ def stream_request(
     the fit's training data (see :func:`decide_cache`; augmented)."""
     kind = kind_of(source)
     position = resume.position if resume is not None else None
-    cached, why = _cache_decision(cache, source, placement, position, training, kind)
+    cached, why = decide_cache(cache, source, placement, position, training=training, kind=kind)
     batching = plan(cached) if callable(plan) else plan
     followed = kind.plan(batching, placement, cached, options.pipelines)
     if resume is not None:
@@ -125,17 +125,7 @@ def decide_cache(
             force: they are cached when they fit (as with ``"auto"``), and never with False.
         kind: ``source``'s kind, when known already.
     """
-    return _cache_decision(cache, source, placement, resume, training, kind or kind_of(source))
-
-
-def _cache_decision(
-    cache: bool | str,
-    source: Source,
-    placement: Placement,
-    resume: Mapping[str, Any] | None,
-    training: bool,
-    kind: SourceKind,
-) -> tuple[bool, str]:
+    kind = kind or kind_of(source)
     if not training and cache is not False:
         cache = "auto"
     use, why = _decide(cache, source, placement, kind)
