@@ -30,6 +30,8 @@ collect_ignore += [
         "models",
     )
 ]
+# the data side's old module paths, merged into others, likewise
+collect_ignore += [f"easyfit/data/{name}.py" for name in ("kinds", "fed_pipelines", "reader_pipelines")]
 
 # The suite never writes easyfit's compilation cache into the developer's home: this process
 # and every program it starts inherit the off switch (set before anything imports easyfit).

@@ -62,12 +62,12 @@ def main() -> None:
     monitoring.register_event_duration_secs_listener(on_duration)
     import nvidia.dali as dali
 
-    from easyfit.data import fed_pipelines, images, inputs
+    from easyfit.data import images, inputs, pipelines
     from easyfit.training import state, steps, trainer
 
     timed(dali.Pipeline, "build", "dali Pipeline.build")
     for name in ("__init__", "_build", "produce", "chunk_spec"):
-        timed(fed_pipelines.FedPipelines, name, f"FedPipelines.{name}")
+        timed(pipelines.FedPipelines, name, f"FedPipelines.{name}")
     timed(images, "peek_shapes", "images.peek_shapes")
     timed(inputs.DataInputs, "fit_sources", "DataInputs.fit_sources")
     timed(inputs.DataInputs, "train_loader", "DataInputs.train_loader")
@@ -82,7 +82,7 @@ def main() -> None:
     ):
         timed(trainer.Trainer, name, f"Trainer.{name}")
     timed(steps, "compile_ahead", "steps.compile_ahead")
-    timed(fed_pipelines._Feeder, "__call__", "feed a run")
+    timed(pipelines._Feeder, "__call__", "feed a run")
     timed(state.StateMaker, "make", "StateMaker.make")
     timed(state.StateMaker, "abstract", "StateMaker.abstract")
     timed(jax.stages.Lowered, "compile", "jax Lowered.compile")

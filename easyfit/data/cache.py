@@ -4,7 +4,7 @@ The decoded samples are kept on every device, one array per output (per array of
 ``x`` and ``y``, and the sample weights), in the source's order. Each later chunk is a gather of
 the indices the :class:`~easyfit.data.plan.Plan` gives, so the same samples come in the same
 steps as when streaming, and no input pipeline runs. The cache is filled one of two ways,
-chosen by the source's kind (:mod:`easyfit.data.kinds`):
+chosen by the source's kind when its stream is decided (:func:`~easyfit.data.loader.stream_request`):
 
 * :class:`Recording`, for sources fed in the plan's order: the chunks decoded while training
   are also kept until every sample has been seen. Memory grows block by block as the recording

@@ -19,8 +19,7 @@ from typing import Any
 from ..core.steps import per_dispatch
 from ..parallel import Placement
 from .kept_streams import KeptStreams, LentStream
-from .kinds import Resume, stream_request
-from .loader import open_stream
+from .loader import Resume, open_stream, stream_request
 from .plan import Plan, Windows
 from .resolve import Sources, TrainingData
 from .sources.base import Blocked, FolderListing, Source, base_of

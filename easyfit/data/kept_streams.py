@@ -14,8 +14,7 @@ from typing import Any, Generic, TypeVar
 import jax
 
 from ..parallel import Placement
-from .kinds import stream_request
-from .loader import open_stream
+from .loader import open_stream, stream_request
 from .plan import Plan
 from .sources.base import Source
 from .stream import LoaderOptions, Stream

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import jax
 
     from ..parallel import Placement
-    from .kinds import SourceKind
+    from .loader import SourceKind
     from .plan import Plan
     from .sources.base import Source
 
@@ -86,7 +86,7 @@ class StreamRequest:
 
     Attributes:
         source: what to read.
-        kind: the source's kind (``easyfit.data.kinds.kind_of``): who picks the order.
+        kind: the source's kind (``easyfit.data.loader.kind_of``): who picks the order.
         plan: the plan the stream follows, made for its kind (a reader's pass length added
             when it streams).
         placement: the devices and shardings.
@@ -95,6 +95,9 @@ class StreamRequest:
         start: the stream's first chunk (a position's chunk when resuming from one).
         position: the position to resume at (a reader's holds DALI's checkpoints), or None.
         training: apply the source's ``augment`` (training batches only).
+        fill: the stream whose one read fills the device cache before the first chunk (a
+            reader's pass in the source's order), or None: the stream is not cached, or its
+            cache records it while it streams.
     """
 
     source: Source
@@ -106,6 +109,7 @@ class StreamRequest:
     start: int = 0
     position: Mapping[str, Any] | None = None
     training: bool = False
+    fill: StreamRequest | None = None
 
 
 @runtime_checkable

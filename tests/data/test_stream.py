@@ -9,8 +9,7 @@ import pytest
 
 import easyfit as ef
 from easyfit.data.kept_streams import KeptStreams
-from easyfit.data.kinds import kind_of, stream_request
-from easyfit.data.loader import Loader, open_stream, stream_plan
+from easyfit.data.loader import Loader, kind_of, open_stream, stream_plan, stream_request
 from easyfit.data.stream import LoaderOptions, Position, Stream
 from easyfit.parallel import Placement
 from tests.helpers.formats import write_lmdb
@@ -44,6 +43,11 @@ def test_every_stream_implements_the_protocol_and_keeps_the_plan_it_opens_with(k
     asked = stream_request(source, plan, placement, cache=cached, options=LoaderOptions(), training=True)
     assert asked.kind is kind_of(source) and asked.cached is cached and asked.start == 0
     assert asked.plan == stream_plan(source, plan, placement, cached)
+    fill = asked.fill  # a reader's cache is filled by one read of its own, in the source's order
+    assert (fill is not None) == (cached and kind == "lmdb")
+    if fill is not None:
+        assert not fill.cached and fill.start == 0 and fill.plan.shuffle is False
+        assert fill.plan.steps_per_pass == 4 and fill.plan.layout is not None  # 120 records in 32s
     stream = open_stream(asked)
     try:
         assert isinstance(stream, Stream)

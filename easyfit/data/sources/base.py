@@ -3,7 +3,7 @@
 A source says what its samples are and how DALI turns one into an ``(x, y)`` pair. It knows
 nothing of devices, batches, epochs or shuffling: the streams (``easyfit.data.loader``,
 ``easyfit.data.cache``) own those, and what differs between the two kinds below is decided in
-``easyfit.data.kinds``.
+``easyfit.data.loader``.
 
 What every format must provide is a handful of members:
 
