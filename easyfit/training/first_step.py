@@ -89,7 +89,7 @@ class FirstStep:
     def _compile(self, counts: list[int], compiled: steps.Compiled, *args: Any) -> None:
         if counts:
             with shielded("starting the compilation"):  # a Ctrl-C after the start finds it listed
-                thread = steps.compile_ahead([compiled.train(n) for n in counts], *args)
+                thread = compile_ahead([compiled.train(n) for n in counts], *args)
                 self._compiling.update(dict.fromkeys(counts, thread))
 
     def ready(self, count: int) -> None:
@@ -124,8 +124,32 @@ class FirstStep:
 def _start_runtime() -> None:
     """The devices' first computation: on a GPU, the runtime's own set-up (seconds, before any
     program of the model's) happens then, in a thread while the input is listed and its
-    pipelines built; not a daemon, for the reason ``steps.compile_ahead`` gives."""
+    pipelines built; not a daemon, for the reason :func:`compile_ahead` gives."""
     try:
         jax.block_until_ready(jax.random.PRNGKey(0))
     except Exception:  # noqa: BLE001 - the state's creation meets and reports it
         pass
+
+
+def compile_ahead(jitted: list[jax.stages.Wrapped], *args: Any) -> Background:
+    """Compiles each of ``jitted``, one after the other, for ``args`` (arrays or
+    ``jax.ShapeDtypeStruct`` with shardings) in a background thread, into the cache its calls
+    use; join it before the first call.
+
+    Lets the first step's compilation overlap the work before it (the model's initialisation,
+    the input pipeline's start). A failure is left to the first call to report.
+
+    The thread is not a daemon: a process that ends while it compiles (say after catching an
+    error that fit raised meanwhile) waits for it, since a compilation still running when
+    JAX's exit handler releases the backend aborts the process. Hence a
+    :class:`~easyfit._interrupts.Background`, whose join a Ctrl-C cannot mark as done.
+    """
+
+    def work() -> None:
+        for fn in jitted:
+            try:
+                fn.lower(*args).compile()
+            except Exception:  # noqa: BLE001 - the real call compiles again and raises
+                pass
+
+    return Background(work, name="easyfit-compile").start()
