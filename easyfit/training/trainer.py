@@ -50,8 +50,7 @@ from ..persistence import checkpoint, metadata
 from . import labels, model_io
 from .args import check_int, check_momentum
 from .compiled import CompiledSteps, HookValues, Resolved
-from .epoch_loop import EpochLoop
-from .first_step import FirstStep
+from .fit_loop import EpochLoop, FirstStep
 from .fit_options import FitArgs, check_class_weight
 from .interrupt import deferred_signals
 
