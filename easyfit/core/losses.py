@@ -1,5 +1,7 @@
-"""Keras loss names -> optax losses, per sample (the train step weights them by the mask), and
-the rule by which easyfit calls the functions users give as ``loss=`` or in ``metrics=``.
+"""Keras loss names -> optax losses, per sample (the train step weights them by the mask); the
+loss the labels imply when none is given (:func:`infer_losses`, for one output or each of
+several); and the rule by which easyfit calls the functions users give as ``loss=`` or in
+``metrics=``.
 
 The rule (:func:`user_function`): Keras' order, ``fn(y_true, y_pred)``, with two exceptions so
 that no function is called with its arguments the other way round from what it declares:
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -27,11 +29,31 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["LossFn", "get_loss", "infer_loss", "user_function"]
+__all__ = [
+    "LossFn",
+    "get_loss",
+    "infer_loss",
+    "infer_losses",
+    "is_structured",
+    "output_names",
+    "user_function",
+]
 
 #: ``loss(outputs, labels) -> per-sample losses, shape (batch,)``: easyfit's internal order (a
 #: user's function is adapted to it by :func:`user_function`).
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def is_structured(y: Any) -> bool:
+    """Whether labels (or outputs) ``y`` are a dict or a tuple of arrays (several outputs)."""
+    return isinstance(y, (Mapping, tuple, list))
+
+
+def output_names(y: Any) -> dict[Any, str]:
+    """``{key: name}`` of each output: a dict's keys, or ``output_<i>`` for a tuple's."""
+    if isinstance(y, Mapping):
+        return {k: str(k) for k in y}
+    return {i: f"output_{i}" for i in range(len(y))}
 
 
 def class_indices(labels: jax.Array, outputs: jax.Array) -> jax.Array:
@@ -246,3 +268,33 @@ def infer_loss(
     if labels is not None and _distributions(np.asarray(labels)):
         return "categorical_crossentropy", "float labels whose rows are one-hot or class probabilities"
     return "mse", "float labels that are not one-hot"
+
+
+def infer_losses(
+    loss: Any, y: Any, labels: Any, label_dtype: np.dtype, default: str | None = None
+) -> tuple[Any, str | None]:
+    """``loss``, or when None the loss inferred from the labels (:func:`infer_loss`, for each
+    output of a dict or a tuple), and why (None when it was given).
+
+    Args:
+        loss: the loss given, or None.
+        y: a first batch's labels (their layout and dtypes).
+        labels: every label the source knows, or a first batch's valid rows, in ``y``'s layout.
+        label_dtype: the labels' dtype for a single output.
+        default: the source's own default loss for a single output (``Source.default_loss``).
+
+    Example:
+        >>> import numpy as np
+        >>> from easyfit.core.losses import infer_losses
+        >>> y = {"kind": np.array([0, 2]), "box": np.ones((2, 4), np.float32)}
+        >>> infer_losses(None, y, y, np.dtype(object))[0]
+        {'kind': 'sparse_categorical_crossentropy', 'box': 'mse'}
+    """
+    if loss is not None:
+        return loss, None
+    if not is_structured(y):
+        return infer_loss(label_dtype, labels, default)
+    names = output_names(y)
+    inferred = {names[k]: infer_loss(np.dtype(y[k].dtype), np.asarray(labels[k]))[0] for k in names}
+    why = "inferred from each output's labels"
+    return (inferred if isinstance(y, Mapping) else list(inferred.values())), why

@@ -14,6 +14,9 @@ of the same layout, and, as in Keras' ``compile``:
 The logs name them as Keras does: ``loss`` (the total), ``<output>_loss`` (each output's own loss,
 not weighted by its loss weight, when more than one output has a loss), ``<output>_<metric>``;
 tuple outputs are named ``output_0``, ``output_1``, ...
+
+The loss inferred from each output's labels, ``infer_losses``, and the layout helpers
+``is_structured`` and ``output_names`` are ``easyfit.core.losses``' (importable here too).
 """
 
 from __future__ import annotations
@@ -24,9 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import numpy as np
 
-from .losses import LossFn, get_loss, infer_loss
+from .losses import LossFn, get_loss, infer_losses, is_structured, output_names
 from .metrics import default_metrics, for_output, output_loss
 
 __all__ = [
@@ -37,18 +39,6 @@ __all__ = [
     "losses_by_output",
     "output_names",
 ]
-
-
-def is_structured(y: Any) -> bool:
-    """Whether labels (or outputs) ``y`` are a dict or a tuple of arrays."""
-    return isinstance(y, (Mapping, tuple, list))
-
-
-def output_names(y: Any) -> dict[Any, str]:
-    """``{key: name}`` of each output: a dict's keys, or ``output_<i>`` for a tuple's."""
-    if isinstance(y, Mapping):
-        return {k: str(k) for k in y}
-    return {i: f"output_{i}" for i in range(len(y))}
 
 
 def _per_output(value: Any, y: Any, argument: str) -> dict[Any, Any]:
@@ -182,36 +172,6 @@ def loss_function(loss: Any, loss_weights: Any, y: Any) -> LossFn:
         weights=tuple(1.0 if weights[k] is None else float(weights[k]) for k in keys),
         num_outputs=len(names),
     )
-
-
-def infer_losses(
-    loss: Any, y: Any, labels: Any, label_dtype: np.dtype, default: str | None = None
-) -> tuple[Any, str | None]:
-    """``loss``, or when None the loss inferred from the labels (``easyfit.core.losses.infer_loss``,
-    for each output of a dict or a tuple), and why (None when it was given).
-
-    Args:
-        loss: the loss given, or None.
-        y: a first batch's labels (their layout and dtypes).
-        labels: every label the source knows, or a first batch's valid rows, in ``y``'s layout.
-        label_dtype: the labels' dtype for a single output.
-        default: the source's own default loss for a single output (``Source.default_loss``).
-
-    Example:
-        >>> import numpy as np
-        >>> from easyfit.core.multi_output import infer_losses
-        >>> y = {"kind": np.array([0, 2]), "box": np.ones((2, 4), np.float32)}
-        >>> infer_losses(None, y, y, np.dtype(object))[0]
-        {'kind': 'sparse_categorical_crossentropy', 'box': 'mse'}
-    """
-    if loss is not None:
-        return loss, None
-    if not is_structured(y):
-        return infer_loss(label_dtype, labels, default)
-    names = output_names(y)
-    inferred = {names[k]: infer_loss(np.dtype(y[k].dtype), np.asarray(labels[k]))[0] for k in names}
-    why = "inferred from each output's labels"
-    return (inferred if isinstance(y, Mapping) else list(inferred.values())), why
 
 
 def losses_by_output(loss: Any, y: Any) -> dict[Any, Any]:

@@ -20,7 +20,6 @@ from clu import metrics as clu_metrics
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .._interrupts import Background
 from ..parallel import DATA_AXIS, Placement
 from .models import ModelAdapter
 from .precision import Precision
@@ -403,29 +402,9 @@ def trains(
 ) -> Callable[[int], jax.stages.Wrapped]:
     """``n -> `` the jitted function that trains the first n steps of a chunk of k (n = k but
     for an epoch's last chunk; ``compile_train``), one per n, made when first asked for."""
-    return functools.cache(lambda n: compile_train(train_step, placement, k, n, layout))
 
+    @functools.cache
+    def train(n: int) -> jax.stages.Wrapped:
+        return compile_train(train_step, placement, k, n, layout)
 
-def compile_ahead(jitted: jax.stages.Wrapped | list[jax.stages.Wrapped], *args: Any) -> Background:
-    """Compiles ``jitted`` (or each of a list, one after the other) for ``args`` (arrays or
-    ``jax.ShapeDtypeStruct`` with shardings) in a background thread, into the cache its calls
-    use; join it before the first call.
-
-    Lets the first step's compilation overlap the work before it (the model's initialisation,
-    the input pipeline's start). A failure is left to the first call to report.
-
-    The thread is not a daemon: a process that ends while it compiles (say after catching an
-    error that fit raised meanwhile) waits for it, since a compilation still running when
-    JAX's exit handler releases the backend aborts the process. Hence a
-    :class:`~easyfit._interrupts.Background`, whose join a Ctrl-C cannot mark as done.
-    """
-    functions = jitted if isinstance(jitted, list) else [jitted]
-
-    def work() -> None:
-        for fn in functions:
-            try:
-                fn.lower(*args).compile()
-            except Exception:  # noqa: BLE001 - the real call compiles again and raises
-                pass
-
-    return Background(work, name="easyfit-compile").start()
+    return train

@@ -1,7 +1,7 @@
 """Am I input-bound? The share of an epoch the devices spent waiting for the input pipeline:
-now measured by the epoch loop (``easyfit.training.epoch_loop``); this module keeps the old
+now measured by the epoch loop (``easyfit.training.fit_loop``); this module keeps the old
 import path working."""
 
-from .epoch_loop import INPUT_BOUND, EpochInputWait
+from .fit_loop import INPUT_BOUND, EpochInputWait
 
 __all__ = ["INPUT_BOUND", "EpochInputWait"]

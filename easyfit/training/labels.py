@@ -21,7 +21,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..core.multi_output import infer_losses, is_structured, losses_by_output
+from ..core.losses import infer_losses, is_structured
+from ..core.multi_output import losses_by_output
 from ..data.sources.base import Source
 from ..data.sources.capabilities import FedLabels, InMemory, base_of, known_labels
 from ..errors import DataError
@@ -168,7 +169,7 @@ def labels_of(source: Source, chunk: Mapping[str, Any]) -> Any:
 
 
 def infer_loss_for(source: Source, chunk: Mapping[str, Any]) -> tuple[Any, str]:
-    """The loss inferred from ``source``'s labels (``easyfit.core.multi_output.infer_losses``)
+    """The loss inferred from ``source``'s labels (``easyfit.core.losses.infer_losses``)
     and a sentence saying which and why, for a trainer given ``loss=None``."""
     known = labels_of(source, chunk)
     loss, why = infer_losses(None, chunk["y"], known, source.label_dtype, source.default_loss)

@@ -36,10 +36,9 @@ from ..callbacks import Callback, CallbackList, History
 from ..callbacks.callback_list import LazyLogs, as_list, fit_callbacks, fit_completed, resume_point
 from ..callbacks.progbar import format_value
 from ..core import steps
-from ..core.losses import LossFn
+from ..core.losses import LossFn, is_structured
 from ..core.metrics import compute_on_host
 from ..core.models import adapt, check_input_shape, input_spec, write_back
-from ..core.multi_output import is_structured
 from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.sharding import StateLayout, StateSharding
@@ -51,8 +50,7 @@ from ..persistence import checkpoint, metadata
 from . import labels, model_io
 from .args import check_int, check_momentum
 from .compiled import CompiledSteps, HookValues, Resolved
-from .epoch_loop import EpochLoop
-from .first_step import FirstStep
+from .fit_loop import EpochLoop, FirstStep
 from .fit_options import FitArgs, check_class_weight
 from .interrupt import deferred_signals
 
@@ -457,7 +455,8 @@ class Trainer:
         )
         train, val, windows = data.train, data.validation, data.windows
         _say(*data.left_out)
-        self._know(data.scale, data.class_names, args.weights)  # what the traced hooks read
+        self._hook_values = HookValues(data.scale, args.weights)  # what the traced hooks read
+        self.class_names = data.class_names
         self.batch_size = batch_size = int(batch_size or self.batch_size)
         callbacks = as_list(callbacks)
         resume = self._resume_point(callbacks, data)
@@ -813,9 +812,9 @@ class Trainer:
     def _know(
         self, scale: float | None, class_names: list[str] | None, class_weight: Any = HookValues.KEEP
     ) -> None:
-        """The one place that sets what the traced hooks read (one value: the input scale and
-        fit's class weights, kept unless given) and the class names: by fit (its training
-        data's), by an evaluate or predict that makes the state (its data's), by load (the
+        """Sets what the traced hooks read (one value: the input scale and fit's class weights,
+        kept unless given) and the class names, outside fit (which sets its training data's
+        once): by an evaluate or predict that makes the state (its data's), by load (the
         checkpoint's)."""
         self._hook_values = self._hook_values.replace(scale, class_weight)
         self.class_names = class_names
@@ -829,7 +828,7 @@ class Trainer:
         with ``verbose`` on stdout)."""
         if self.loss is None:
             self.loss = self._labels.infer(source, chunk)
-        resolved = self._resolved(chunk["y"])
+        resolved = self._steps.resolved(self.loss, self.loss_weights, self.metrics, chunk["y"])
         class_weight = self._hook_values.class_weight
         if class_weight is not None and is_structured(chunk["y"]):
             raise ValueError(
