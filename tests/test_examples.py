@@ -55,6 +55,7 @@ def ran(tmp_path_factory, mnist_dir) -> dict[str, dict[str, str]]:
         ["mnist_mlp.py", ["--data", mnist_dir, "--epochs", "1"]],
         ["mnist_cnn.py", ["--epochs", "1"]],
         ["finetune.py", ["--smoke"]],
+        ["imagenet_resnet.py", ["--smoke"]],  # the same narrow ResNet-18: compiled once
         ["arrays.py", ["--epochs", "1"]],
         ["custom_callback.py", ["--epochs", "4", "--target", "0.5", "--out", "report.json"]],
     ]
@@ -96,6 +97,10 @@ def test_finetune_from_weights_it_draws(ran):
     out = output(ran, "finetune.py")
     assert "resnet18: head replaced for 10 classes: (64, 10)" in out
     assert len(accuracies(out)) == 1
+
+
+def test_the_imagenet_example_runs_its_smoke_run(ran):
+    assert "validation accuracy after 1 epochs:" in output(ran, "imagenet_resnet.py")
 
 
 def test_arrays_on_the_sample(ran):

@@ -44,6 +44,7 @@ _BY_FILE: dict[str, dict[str, float]] = {
         "test_finetune_from_weights_it_draws": 38,
         "test_mnist_mlp_on_one_device_then_every_device": 24,
         "test_mnist_cnn_on_the_sample": 19,
+        "test_the_imagenet_example_runs_its_smoke_run": 21,
     },
     "tests/test_steps.py": {
         "test_one_easyfit_step_equals_one_plain_optax_step": 35,
@@ -66,9 +67,6 @@ _BY_FILE: dict[str, dict[str, float]] = {
     "tests/test_benchmarks.py": {
         "test_make_data_lmdb_then_bench_with_the_hand_written_lmdb_loop": 21,
         "test_parquet_vs_folder_writes_the_same_jpegs_and_trains_alike_on_each": 21,
-    },
-    "tests/test_imagenet_recipe.py": {
-        "test_the_imagenet_example_runs_its_smoke_run": 21,
     },
     "easyfit/models/resnet.py": {
         "easyfit.models.resnet.ResNet": 20,
