@@ -3,18 +3,20 @@
 The programs run one after the other in one fresh interpreter with two CPU devices, each as
 ``python examples/NAME.py ARGS`` runs it (``runpy`` as ``__main__``, with its ``sys.argv``, in
 a folder of its own): starting an interpreter and importing JAX and DALI is a large part of a
-short program's time. Each test checks what one program printed and wrote."""
+short program's time. They are compiled quickly (``tests.helpers.QUICK_COMPILE``), as the docs'
+code blocks are. Each test checks what one program printed and wrote."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import ROOT, run_python
+from tests.helpers import QUICK_COMPILE, ROOT
 
 pytestmark = pytest.mark.slow  # every test here runs programs in fresh interpreters
 
@@ -61,7 +63,15 @@ def ran(tmp_path_factory, mnist_dir) -> dict[str, dict[str, str]]:
     ]
     runs = [[name, argv, str(base / name.removesuffix(".py"))] for name, argv in runs]
     (base / "runs.json").write_text(json.dumps(runs))
-    run_python("-c", _RUNNER, str(base / "runs.json"), str(base / "results.json"), str(EXAMPLES), devices=2)
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count=2 {QUICK_COMPILE}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = [sys.executable, "-c", _RUNNER, str(base / "runs.json"), str(base / "results.json"), str(EXAMPLES)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = json.loads((base / "results.json").read_text())
     return {name: {**found[name], "folder": folder} for name, _, folder in runs}
 
