@@ -138,3 +138,12 @@ def trainer(_module_trainer):
     from tests.helpers import untrained
 
     return untrained(_module_trainer)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (by fixture scope)
+def pytest_collection_modifyitems(config, items):
+    """The known-long tests first, spread over xdist's workers (``tests/helpers/schedule.py``):
+    a test of minutes that starts last would cost its minutes with the other worker idle."""
+    from tests.helpers.schedule import order
+
+    items[:] = order(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))

@@ -4,10 +4,10 @@ every link and anchor of those pages resolves; their code lines fit the site's c
 The blocks of one file run in order in one namespace (like a notebook), in an empty temporary
 folder of their own, offline: MNIST's download mirror is an unreachable local address and the
 cache an empty folder, so a block that needs the network fails (blocks use the packaged
-sample), and compiled quickly (:data:`QUICK_COMPILE`). The files that ask for the same number
-of virtual CPU devices share one interpreter, one after the other, each in a fresh namespace and
-environment (starting an interpreter, importing JAX and DALI, is a large part of a small page's
-time); :data:`OWN_INTERPRETER` names those that show what happens before JAX starts. A file can
+sample), and compiled quickly (``tests.helpers.QUICK_COMPILE``). The files that ask for the
+same number of virtual CPU devices share one interpreter, one after the other, each in a fresh
+namespace and environment (starting an interpreter, importing JAX and DALI, is a large part of
+a small page's time); :data:`OWN_INTERPRETER` names those that show what happens before JAX starts. A file can
 ask for virtual CPU devices with an HTML comment, invisible on the site:
 ``<!-- docs-test: devices=4 -->``.
 """
@@ -28,16 +28,12 @@ import markdown
 import pytest
 import yaml
 
-from tests.helpers import ROOT
+from tests.helpers import QUICK_COMPILE, ROOT
 
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 OFFLINE = "http://127.0.0.1:9/"  # the discard port: refused at once, as with no network
 _BLOCK = re.compile(r"^([ \t]*)```python[^\n]*\n(.*?)^\1```[ \t]*$", re.M | re.S)
 _DEVICES = re.compile(r"<!--\s*docs-test:\s*devices=(\d+)\s*-->")
-#: The blocks' programs are compiled with XLA's backend optimisations off: compiling is most of a
-#: page's time on a CPU, and what a block does and prints does not depend on how fast its
-#: compiled steps run (the rest of the suite compiles as users do).
-QUICK_COMPILE = "--xla_backend_optimization_level=0"
 
 #: Pages whose blocks show what easyfit does before JAX starts its backend (the XLA flags it
 #: sets at import or in a Trainer): each runs in an interpreter of its own.

@@ -12,6 +12,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
+#: XLA's backend optimisations off, for programs whose output does not depend on how fast their
+#: compiled steps run (the docs' code blocks, the examples): compiling is most of a short
+#: program's time on a CPU. The rest of the suite compiles as users do.
+QUICK_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def run_program(
