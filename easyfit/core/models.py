@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import inspect
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import jax
@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # imported where an NNX model is met: a linen model's fit nev
 __all__ = [
     "ModelAdapter",
     "adapt",
-    "check_input_shape",
     "example_input",
     "input_spec",
     "is_nnx",
@@ -161,65 +160,6 @@ def input_spec(x: Any) -> tuple[Any, Any]:
 
 def _is_shape(spec: Any) -> bool:
     return isinstance(spec, (list, tuple)) and all(isinstance(d, int) for d in spec)
-
-
-def _shown(spec: Any) -> str:
-    """A shape from :func:`input_spec` as Python writes shapes: ``(28, 28, 1)``."""
-    if _is_shape(spec):
-        return str(tuple(spec))
-    if isinstance(spec, dict):
-        return "{" + ", ".join(f"{k!r}: {_shown(v)}" for k, v in spec.items()) + "}"
-    return "(" + ", ".join(_shown(v) for v in spec) + ("," if len(spec) == 1 else "") + ")"
-
-
-def check_input_shape(built: Any, received: Any, try_model: Callable[[Any], Any], what: str) -> None:
-    """Raises DataError naming both shapes when samples of shape ``received`` cannot go into a
-    model built for samples of shape ``built`` (both from :func:`input_spec`), before the
-    model sees them.
-
-    Samples of one axis fewer are refused outright (one image given without its batch axis
-    reads as that many rows); other shapes are refused when ``try_model(received)`` (the model
-    traced on abstract inputs: shapes only, no computation) raises, so that a model that takes
-    several sizes (a fully convolutional one) still does.
-
-    Args:
-        built: the sample shape the model's parameters were made for.
-        received: the sample shape of the batch at hand.
-        try_model: traces the model on samples of a given shape, raising if it cannot.
-        what: the data, for the message (a source's ``describe()``).
-
-    Raises:
-        easyfit.errors.DataError: the shapes do not fit.
-
-    Example:
-        >>> from easyfit.core.models import check_input_shape
-        >>> check_input_shape([28, 28, 1], [28, 1], print, "x")
-        Traceback (most recent call last):
-        ...
-        easyfit.errors.DataError: x: the model was built for samples of shape (28, 28, 1) and ...
-    """
-    if received == built:
-        return
-    fewer = _is_shape(built) and _is_shape(received) and len(received) == len(built) - 1
-    failure: Exception | None = None
-    if not fewer:
-        try:
-            try_model(received)
-            return  # the model takes these samples too
-        except Exception as e:  # noqa: BLE001 - any failure of the model on this shape
-            failure = e
-    message = (
-        f"{what}: the model was built for samples of shape {_shown(built)} and received samples "
-        f"of shape {_shown(received)}"
-    )
-    if fewer:
-        message += (
-            ": a single image? add a batch axis (x[None], or np.expand_dims(x, 0)); an array's "
-            "first axis counts the samples"
-        )
-    else:
-        message += f" ({type(failure).__name__} in the model); resize or reshape the inputs"
-    raise DataError(message) from failure
 
 
 def example_input(shape: Any, abstract: bool = False) -> Any:

@@ -5,7 +5,7 @@ placement, :class:`DataInputs` resolves sources (keeping one per path), splits o
 data, plans the batches, decides caching, opens the training stream, lends evaluation and
 prediction streams from one pass to the next, and closes them all. The trainer's ``fit``,
 ``evaluate`` and ``predict`` ask it for streams (:class:`~easyfit.data.stream.Stream`) and
-iterate; the labels are checked by the trainer (``easyfit.training.labels``)."""
+iterate; the labels are checked by the trainer (``easyfit.training.checks``)."""
 
 from __future__ import annotations
 

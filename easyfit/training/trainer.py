@@ -3,7 +3,7 @@ evaluate and predict, and defines the hooks a subclass overrides.
 
 The work is elsewhere: the data inputs (``easyfit.data.DataInputs``) resolve what to read and
 lend streams of global batches; the compiled steps (``easyfit.training.compiled.CompiledSteps``, from
-the pure steps of ``easyfit.core.steps``) train and evaluate; ``easyfit.training.labels``
+the pure steps of ``easyfit.core.steps``) train and evaluate; ``easyfit.training.checks``
 infers the loss and checks the labels; ``easyfit.training.model_io`` saves, loads, exports
 and summarises the trained model through persistence (``easyfit.persistence``, which works on
 plain values); callbacks report (see docs/architecture.md).
@@ -38,7 +38,7 @@ from ..callbacks.progbar import format_value
 from ..core import steps
 from ..core.losses import LossFn, is_structured
 from ..core.metrics import compute_on_host
-from ..core.models import adapt, check_input_shape, input_spec, write_back
+from ..core.models import adapt, input_spec, write_back
 from ..core.optimizers import accumulating, get_optimizer
 from ..core.precision import get_precision
 from ..core.sharding import StateLayout, StateSharding
@@ -47,7 +47,7 @@ from ..data.inputs import DataInputs, TrainingData
 from ..errors import Preempted
 from ..parallel import Placement, gather_to_host
 from ..persistence import checkpoint, metadata
-from . import labels, model_io
+from . import checks, model_io
 from .args import check_int, check_momentum
 from .compiled import CompiledSteps, HookValues, Resolved
 from .fit_loop import EpochLoop, FirstStep
@@ -210,7 +210,7 @@ class Trainer:
         self.stop_training = False
         self.stop_evaluating = False
         self.stop_predicting = False
-        self._labels = labels.LabelChecks()  # the loss inferred, each source's labels checked
+        self._labels = checks.LabelChecks()  # the loss inferred, each source's labels checked
         self._input_spec: tuple[Any, Any] | None = None  # one sample's (see models.input_spec)
         self._maker: StateMaker | None = None  # makes fresh states (_init_state)
         self._hook_values = HookValues()  # what the hooks read: the input scale, class weights
@@ -886,7 +886,7 @@ class Trainer:
             self._init_state(*input_spec(chunk["x"]))
         elif self._input_spec is not None and self._input_spec[1] is not None:  # a shape known
             built, model = self._input_spec[0], self._require_state()
-            check_input_shape(
+            checks.check_input_shape(
                 built,
                 input_spec(chunk["x"])[0],
                 lambda shape: self._adapter.num_outputs(model.params, model.model_state, shape),
