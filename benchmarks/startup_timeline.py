@@ -63,13 +63,14 @@ def main() -> None:
     import nvidia.dali as dali
 
     from easyfit.data import images, inputs, pipelines
-    from easyfit.training import state, steps, trainer
+    from easyfit.core import state
+    from easyfit.training import fit_loop, trainer
 
     timed(dali.Pipeline, "build", "dali Pipeline.build")
     for name in ("__init__", "_build", "produce", "chunk_spec"):
         timed(pipelines.FedPipelines, name, f"FedPipelines.{name}")
     timed(images, "peek_shapes", "images.peek_shapes")
-    timed(inputs.DataInputs, "fit_sources", "DataInputs.fit_sources")
+    timed(inputs.DataInputs, "fit_data", "DataInputs.fit_data")
     timed(inputs.DataInputs, "train_loader", "DataInputs.train_loader")
     for name in (
         "__init__",
@@ -81,7 +82,7 @@ def main() -> None:
         "_init_state",
     ):
         timed(trainer.Trainer, name, f"Trainer.{name}")
-    timed(steps, "compile_ahead", "steps.compile_ahead")
+    timed(fit_loop, "compile_ahead", "fit_loop.compile_ahead")
     timed(pipelines._Feeder, "__call__", "feed a run")
     timed(state.StateMaker, "make", "StateMaker.make")
     timed(state.StateMaker, "abstract", "StateMaker.abstract")

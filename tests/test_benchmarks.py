@@ -146,7 +146,7 @@ def test_startup_timeline_records_the_start_up_functions_until_the_first_step(tm
     rows = [line.split(None, 4) for line in out.read_text().splitlines()]
     names = {r[4].strip() for r in rows}
     # every function it wraps still exists and ran (a rename in easyfit would leave it silent)
-    for name in ("DataInputs.fit_sources", "DataInputs.train_loader", "FedPipelines.__init__"):
+    for name in ("DataInputs.fit_data", "DataInputs.train_loader", "FedPipelines.__init__"):
         assert name in names, name
     assert {"StateMaker.abstract", "StateMaker.make", "Trainer._init_state", "first step"} <= names
     assert any(n.startswith("jax ") for n in names)  # JAX's compilation events
