@@ -181,8 +181,8 @@ def agree_on_fit(data: Any, validation_data: Any = None, **settings: Any) -> Non
     Nothing is computed in a single process."""
 
     def plan() -> dict[str, Any]:
-        from .data.fingerprint import data_fingerprint
         from .data.resolve import TrainingData
+        from .data.sources.base import data_fingerprint
 
         if isinstance(data, TrainingData):
             return {**settings, **data.agreed()}
@@ -199,7 +199,7 @@ def agree_on_pass(what: str, data: Any, **settings: Any) -> None:
     Nothing is computed in a single process."""
 
     def plan() -> dict[str, Any]:
-        from .data.fingerprint import data_fingerprint
+        from .data.sources.base import data_fingerprint
 
         return {**settings, "data": data_fingerprint(data)}
 

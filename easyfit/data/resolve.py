@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from ..errors import DataError
-from .fingerprint import data_fingerprint
 from .plan import Windows
 from .sources.arrays import Arrays, unscaled_note
 from .sources.base import (
     Source,
     base_of,
+    data_fingerprint,
     known_labels,
     split_validation,
 )
@@ -419,7 +419,7 @@ class TrainingData:
 
     @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
-        """What identifies the training data (``easyfit.data.fingerprint.data_fingerprint``),
+        """What identifies the training data (``easyfit.data.sources.base.data_fingerprint``),
         worked out when first asked (a backup records it, several processes compare it: it
         lists every file's size) and kept for the fit."""
         return data_fingerprint(self.train)

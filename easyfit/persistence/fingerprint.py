@@ -1,16 +1,17 @@
 """What differs between two fingerprints of training data (``fingerprint_changes``), so that a
 fit resuming from a backup taken on other data is refused (``ResumePoint.check_data``) instead
 of going on from a position that means other samples. The fingerprint itself is a fact of the
-data, worked out in ``easyfit.data.fingerprint`` (``data_fingerprint``, also importable here)."""
+data, worked out with the source contract (``easyfit.data.sources.base.data_fingerprint``, also
+importable here)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ..data.fingerprint import data_fingerprint
+from ..data.sources.base import data_fingerprint
 
-__all__ = ["data_fingerprint", "fingerprint_changes"]  # data_fingerprint: from easyfit.data.fingerprint
+__all__ = ["data_fingerprint", "fingerprint_changes"]  # data_fingerprint: from easyfit.data.sources.base
 
 #: The fingerprint's keys, as a message names them.
 _WHAT = {
