@@ -62,8 +62,8 @@ def main() -> None:
     monitoring.register_event_duration_secs_listener(on_duration)
     import nvidia.dali as dali
 
-    from easyfit.data import images, inputs, pipelines
     from easyfit.core import state
+    from easyfit.data import images, inputs, pipelines
     from easyfit.training import fit_loop, trainer
 
     timed(dali.Pipeline, "build", "dali Pipeline.build")
