@@ -213,7 +213,7 @@ def test_mkdocs_build_strict(tmp_path):
         "easyfit.data.Source.graph",
         "easyfit.data.Plan.chunk",
         "easyfit.callbacks.Callback.set_params",
-        *(f"easyfit.data.DataInputs.{m}" for m in ("fit_sources", "adopt", "plan", "train_loader", "lease")),
+        *(f"easyfit.data.DataInputs.{m}" for m in ("fit_data", "adopt", "plan", "train_loader", "lease")),
         *(f"easyfit.data.Stream.{m}" for m in ("peek", "chunk_spec", "position")),
         *(
             f"easyfit.data.IndexedSource.{m}"

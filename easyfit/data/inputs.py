@@ -49,11 +49,11 @@ class DataInputs:
     Example:
         >>> import numpy as np, easyfit as ef
         >>> inputs = ef.data.DataInputs(ef.parallel.Placement.create(), seed=0)
-        >>> train, val = inputs.fit_sources(np.zeros((10, 4, 4, 1), np.uint8), np.arange(10),
-        ...                                 validation_split=0.2)
-        >>> len(train), len(val)
+        >>> data = inputs.fit_data(np.zeros((10, 4, 4, 1), np.uint8), np.arange(10),
+        ...                        validation_split=0.2)
+        >>> len(data.train), len(data.validation)
         (8, 2)
-        >>> with inputs.lease(val, batch_size=2) as stream:
+        >>> with inputs.lease(data.validation, batch_size=2) as stream:
         ...     sorted(next(stream))
         ['mask', 'x', 'y']
         >>> inputs.close()
@@ -106,10 +106,11 @@ class DataInputs:
         shuffle: bool | str = True,
         verbose: bool = False,
     ) -> TrainingData:
-        """fit's data (:class:`TrainingData`) from its arguments (those of :meth:`fit_sources`),
-        resolved in one pass (``easyfit.data.resolve.Sources.training_data``), with what fit reads
-        of its sources decided once there, and here the windows a pass shuffled as ``shuffle``
-        reads and, with ``verbose``, what the listings left out (each said once)."""
+        """fit's data (:class:`TrainingData`) from its arguments, resolved in one pass by
+        ``easyfit.data.resolve.Sources.training_data`` (which says what each argument may be),
+        with what fit reads of its sources decided once there; added here, the windows a pass
+        shuffled as ``shuffle`` reads and, with ``verbose``, what the listings left out (each
+        said once)."""
         data = self._sources.training_data(
             x,
             y,
@@ -123,25 +124,6 @@ class DataInputs:
         windows = shuffle_windows(data.train, shuffle)
         notes = tuple(self.left_out(data.base, data.validation)) if verbose else ()
         return dataclasses.replace(data, windows=windows, left_out=notes)
-
-    def fit_sources(
-        self,
-        x: Any,
-        y: Any = None,
-        validation_data: Any = None,
-        validation_split: float = 0.0,
-        sample_weight: Any = None,
-        folder_settings: Mapping[str, Any] | None = None,
-    ) -> tuple[Source, Source | None]:
-        """``(train, validation or None)`` from fit's arguments: a ``root/train`` + ``root/val``
-        layout, ``validation_split`` held out, or ``validation_data`` (a source, a path,
-        ``(x, y)`` or ``(x, y, sample_weight)``). ``folder_settings``: image settings for a
-        training path read as an image folder (a pretrained model's preprocessing); the
-        validation folder shares the training folder's settings."""
-        data = self._sources.training_data(
-            x, y, validation_data, validation_split, sample_weight, folder_settings, seed=self.seed
-        )
-        return data.train, data.validation
 
     def source(
         self,
